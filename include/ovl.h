@@ -1,0 +1,387 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/**
+ * @file ovl.h
+ * @brief ovl: overlap MPI communication with computation.
+ *
+ * The single public header of libovl. ovl sits on top of MPI and never
+ * replaces it: it duplicates the communicator it is given, drives its own
+ * MPI requests from a progress engine (inside ovl calls, and optionally from
+ * a background thread), and runs continuations -- user callbacks -- as soon
+ * as a message has left or arrived.
+ *
+ * Conventions (see docs/ARCHITECTURE.md):
+ *  - every function returns OVL_SUCCESS (0) or a negative OVL_ERR_* code;
+ *  - output arguments come last and are written only on success;
+ *  - handles are opaque; OVL_REQUEST_NULL is the null request, as in MPI;
+ *  - a call that fails never runs the callback it was given.
+ */
+#ifndef OVL_H
+#define OVL_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OVL_VERSION_MAJOR 0
+#define OVL_VERSION_MINOR 1
+#define OVL_VERSION_PATCH 0
+
+#if defined(__GNUC__) || defined(__clang__)
+#define OVL_NODISCARD __attribute__((warn_unused_result))
+#else
+#define OVL_NODISCARD
+#endif
+
+/**
+ * The error table: one row per code, (name, value, message). It generates the
+ * ovl_error_t enum and ovl_strerror(), so the two never disagree.
+ */
+#define OVL_ERROR_MAP(X)                                                        \
+    X(SUCCESS, 0, "success")                                                   \
+    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)") \
+    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                \
+    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")    \
+    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")       \
+    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                      \
+    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)") \
+    X(ERR_NOMEM, -7, "out of memory")                                          \
+    X(ERR_MPI, -8, "an MPI call failed (communication failure)")               \
+    X(ERR_THREAD, -9, "the MPI library does not provide the thread level needed") \
+    X(ERR_CONFIG, -10, "invalid configuration value")                          \
+    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")             \
+    X(ERR_BUSY, -12, "the request already has a continuation")                 \
+    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")   \
+    X(ERR_EOF, -14, "read past the end of a stream message")                   \
+    X(ERR_PENDING, -15, "requests are still pending")                          \
+    X(ERR_CANCELLED, -16, "the operation was cancelled")                       \
+    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")     \
+    X(ERR_INTERNAL, -18, "internal error in ovl")
+
+/** Return codes of every ovl function. */
+typedef enum {
+#define OVL_X_ENUM(name, value, msg) OVL_##name = (value),
+    OVL_ERROR_MAP(OVL_X_ENUM)
+#undef OVL_X_ENUM
+} ovl_error_t;
+
+/** A static, human-readable message for an ovl return code. Never NULL. */
+const char *ovl_strerror(int code);
+
+/**
+ * Details of the last error returned to the calling thread, e.g.
+ * "ovl_isend: rank 7 out of range (communicator size 4)". Empty string when
+ * the thread has seen no error. The pointer stays valid until the thread's
+ * next ovl call.
+ */
+const char *ovl_error_detail(void);
+
+/* ------------------------------------------------------------------------ */
+/* Initialisation and configuration                                          */
+/* ------------------------------------------------------------------------ */
+
+/** Where progress happens. */
+typedef enum {
+    OVL_PROGRESS_INLINE = 0, /**< only inside ovl calls (ovl_test, ovl_wait, ovl_progress, ...) */
+    OVL_PROGRESS_THREAD = 1  /**< plus a background thread (needs MPI_THREAD_MULTIPLE) */
+} ovl_progress_mode_t;
+
+/** Bits of ovl_config_t::field_mask: which fields the caller set. */
+enum {
+    OVL_CONFIG_FIELD_PROGRESS = 1u << 0,
+    OVL_CONFIG_FIELD_POLL_MAX_US = 1u << 1,
+    OVL_CONFIG_FIELD_SPIN_US = 1u << 2,
+    OVL_CONFIG_FIELD_FRAGMENT_SIZE = 1u << 3,
+    OVL_CONFIG_FIELD_STREAM_WINDOW = 1u << 4,
+    OVL_CONFIG_FIELD_STACK_SIZE = 1u << 5,
+    OVL_CONFIG_FIELD_VERBOSE = 1u << 6
+};
+
+/**
+ * Options for ovl_init(). Set field_mask to the OVL_CONFIG_FIELD_* bits of
+ * the fields you fill in; the others take their OVL_* environment variable,
+ * or the default (docs/ENV.md). Fields set here win over the environment.
+ */
+typedef struct {
+    uint64_t field_mask;
+    ovl_progress_mode_t progress; /**< OVL_PROGRESS: inline|thread (default inline) */
+    unsigned poll_max_us;   /**< OVL_POLL_MAX_US: longest sleep of the progress thread between polls while work is pending (default 50) */
+    unsigned spin_us;       /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 20) */
+    size_t fragment_size;   /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header (default 65536; same on every rank) */
+    unsigned stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream (default 8) */
+    size_t stack_size;      /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
+    int verbose;            /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
+} ovl_config_t;
+
+/**
+ * Start ovl on (a private duplicate of) @p comm. Collective over @p comm.
+ * MPI must be initialised. With OVL_PROGRESS_THREAD the MPI library must
+ * provide MPI_THREAD_MULTIPLE (MPI_Init_thread); otherwise OVL_ERR_THREAD.
+ * Every rank must use the same fragment size (checked: OVL_ERR_CONFIG).
+ *
+ * @param comm  communicator (MPI_COMM_WORLD in most programs)
+ * @param cfg   options, or NULL for environment and defaults
+ * @return OVL_SUCCESS, OVL_ERR_ALREADY_INIT, OVL_ERR_ARG (MPI not initialised,
+ *         MPI_COMM_NULL), OVL_ERR_CONFIG, OVL_ERR_THREAD, OVL_ERR_NOMEM, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_init(MPI_Comm comm, const ovl_config_t *cfg);
+
+/**
+ * Stop ovl. Collective over the ovl communicator. Pending operations are
+ * completed first (their continuations run); requests the user still holds
+ * become invalid. Must not be called from a callback.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_IN_CALLBACK, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_finalize(void);
+
+/** 1 if ovl is initialised, else 0. Never fails. */
+int ovl_initialized(void);
+
+/** ovl's private communicator (MPI_COMM_NULL before ovl_init). */
+MPI_Comm ovl_comm(void);
+
+/** The configuration in force (after environment and defaults). */
+OVL_NODISCARD int ovl_config_get(ovl_config_t *cfg);
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ovl_request_s *ovl_request_t;
+#define OVL_REQUEST_NULL ((ovl_request_t)0)
+
+#define OVL_ANY_SOURCE MPI_ANY_SOURCE
+#define OVL_ANY_TAG MPI_ANY_TAG
+
+/** Completion status of an operation. */
+typedef struct {
+    int source; /**< sender's rank in ovl's communicator (receives) */
+    int tag;    /**< message tag */
+    size_t bytes; /**< bytes transferred */
+    int error;  /**< OVL_SUCCESS or the OVL_ERR_* the operation failed with */
+} ovl_status_t;
+
+/** Pass where a status is not wanted. */
+#define OVL_STATUS_IGNORE ((ovl_status_t *)0)
+
+/**
+ * Wait for @p req to complete, then release it and set *req to
+ * OVL_REQUEST_NULL. Waiting on OVL_REQUEST_NULL returns at once with an empty
+ * status, as in MPI. A handle that was already released (e.g. a copy of one
+ * already waited on) gives OVL_ERR_REQUEST.
+ *
+ * @return OVL_SUCCESS, or the operation's error (also in status->error):
+ *         OVL_ERR_MPI, OVL_ERR_TRUNCATE, OVL_ERR_EOF, OVL_ERR_CANCELLED, a
+ *         marshal function's own error; or OVL_ERR_ARG, OVL_ERR_REQUEST,
+ *         OVL_ERR_NOT_INIT, OVL_ERR_IN_CALLBACK for misuse.
+ */
+OVL_NODISCARD int ovl_wait(ovl_request_t *req, ovl_status_t *status);
+
+/**
+ * Drive progress once and check @p req. *flag = 1 when complete, in which
+ * case the request is released as by ovl_wait. Never blocks; may be called
+ * from callbacks. Errors as ovl_wait.
+ */
+OVL_NODISCARD int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status);
+
+/**
+ * Wait for all @p count requests. OVL_REQUEST_NULL entries are ignored.
+ * @p statuses may be OVL_STATUS_IGNORE. Returns the first error met (every
+ * request is still completed and released).
+ */
+OVL_NODISCARD int ovl_waitall(int count, ovl_request_t reqs[], ovl_status_t statuses[]);
+
+/**
+ * Release @p req without waiting; *req becomes OVL_REQUEST_NULL. The
+ * operation still runs to completion, and its continuation (if any) still
+ * runs. Freeing an already-released handle gives OVL_ERR_REQUEST.
+ */
+OVL_NODISCARD int ovl_request_free(ovl_request_t *req);
+
+/**
+ * Drive the progress engine once: poll MPI, complete what is ready, run
+ * ready continuations and resume ready marshal functions. Never blocks.
+ * Useful in compute loops when the progress thread is off.
+ */
+OVL_NODISCARD int ovl_progress(void);
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point messages                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Start sending @p count elements of @p datatype from @p buf to @p dest.
+ * The buffer must not be modified until the request completes (the
+ * continuation is a good place to reuse it). Tags: 0 .. ovl tag upper bound.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
+ *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_isend(const void *buf, int count, MPI_Datatype datatype, int dest,
+                            int tag, ovl_request_t *req);
+
+/**
+ * Start receiving up to @p count elements of @p datatype into @p buf from
+ * @p source (or OVL_ANY_SOURCE) with @p tag (or OVL_ANY_TAG). A longer
+ * message completes with OVL_ERR_TRUNCATE.
+ * @return as ovl_isend.
+ */
+OVL_NODISCARD int ovl_irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+                            ovl_request_t *req);
+
+/* ------------------------------------------------------------------------ */
+/* Continuations                                                             */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A continuation. @p status describes the completed operation (valid only
+ * during the call). @p arg is the pointer given at registration.
+ */
+typedef void (*ovl_continue_fn)(const ovl_status_t *status, void *arg);
+
+/**
+ * Run @p fn(status, arg) exactly once, as soon as the operation of @p req has
+ * completed: the send buffer may be reused / the received data is in place.
+ *
+ * Threads: the callback runs on whichever thread drives progress -- the
+ * progress thread when OVL_PROGRESS=thread, else an application thread
+ * inside an ovl call. It never runs inside ovl_continue() itself: if the
+ * operation has already completed, it runs at the next progress step.
+ * Callbacks run one at a time. A callback may post new operations (ovl_isend,
+ * ovl_irecv, streams, ovl_continue) and call ovl_test/ovl_progress; blocking
+ * calls (ovl_wait, ovl_waitall, ovl_finalize) return OVL_ERR_IN_CALLBACK.
+ *
+ * The request still has to be waited on or freed; freeing it right after
+ * ovl_continue gives fire-and-forget messaging.
+ *
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (fn NULL),
+ *         OVL_ERR_REQUEST, OVL_ERR_BUSY (already has a continuation)
+ */
+OVL_NODISCARD int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg);
+
+/** A continuation for a plain MPI request: gets the MPI status. */
+typedef void (*ovl_mpi_continue_fn)(MPI_Status *status, void *arg);
+
+/**
+ * Hand a plain MPI request the user started (on any communicator) to ovl,
+ * which runs @p fn(status, arg) once it completes; *mpireq is set to
+ * MPI_REQUEST_NULL, as ovl now owns (and will complete) the request. Lets
+ * existing MPI code adopt continuations one call at a time. Same threading
+ * rules as ovl_continue(). With the progress thread on, the MPI library must
+ * be in MPI_THREAD_MULTIPLE (ovl_init checked it).
+ *
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer,
+ *         MPI_REQUEST_NULL, fn NULL), OVL_ERR_NOMEM
+ */
+OVL_NODISCARD int ovl_continue_mpi(MPI_Request *mpireq, ovl_mpi_continue_fn fn, void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Marshal streams                                                           */
+/* ------------------------------------------------------------------------ */
+
+/** A stream of values being marshalled into, or unmarshalled from, a message. */
+typedef struct ovl_stream_s *ovl_stream_t;
+
+/**
+ * A marshal (send) or unmarshal (receive) function. It runs as a coroutine:
+ * ovl_stream_write() suspends it while every fragment buffer is in flight,
+ * ovl_stream_read() while the next fragment has not arrived, and the
+ * progress engine resumes it when that changes. Return OVL_SUCCESS, or an
+ * error code (< 0) to abort the message; the request then completes with
+ * that code. It must not rely on thread-local state: it may be resumed on
+ * another thread (the progress thread).
+ */
+typedef int (*ovl_marshal_fn)(ovl_stream_t stream, void *arg);
+
+/**
+ * Send a message whose contents @p fn writes with ovl_stream_write*(). The
+ * length need not be known in advance. Fragments of OVL_FRAGMENT_SIZE bytes
+ * are sent as they fill, so marshalling overlaps the transfer, and at most
+ * OVL_STREAM_WINDOW fragments are buffered: a slow receiver suspends the
+ * marshal function instead of growing memory. @p fn starts inside this call
+ * and runs until it first suspends or returns. The request completes when
+ * the last fragment has been delivered to the receiver.
+ * Receive it with ovl_irecv_stream() (not ovl_irecv).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
+ *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI, OVL_ERR_IN_CALLBACK
+ *         (from inside a marshal function)
+ */
+OVL_NODISCARD int ovl_isend_stream(int dest, int tag, ovl_marshal_fn fn, void *arg,
+                                   ovl_request_t *req);
+
+/**
+ * Receive a stream message: @p fn reads values with ovl_stream_read*() as
+ * fragments arrive, not after the whole message. @p source may be
+ * OVL_ANY_SOURCE and @p tag OVL_ANY_TAG. If @p fn returns before reading
+ * everything, the rest is received and discarded (status.bytes counts the
+ * whole message). The request completes when @p fn has returned and the
+ * message has ended. @return as ovl_isend_stream.
+ */
+OVL_NODISCARD int ovl_irecv_stream(int source, int tag, ovl_marshal_fn fn, void *arg,
+                                   ovl_request_t *req);
+
+/**
+ * Append @p bytes from @p data to the stream (marshal functions only).
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL data with bytes > 0, a receive
+ *         stream), OVL_ERR_MPI, OVL_ERR_CANCELLED (ovl is finalising)
+ */
+OVL_NODISCARD int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes);
+
+/**
+ * Read exactly @p bytes from the stream into @p data (unmarshal functions
+ * only), suspending until they have arrived.
+ * @return OVL_SUCCESS; OVL_ERR_EOF if the message ends first (the bytes that
+ *         were there are consumed); OVL_ERR_ARG; OVL_ERR_MPI; OVL_ERR_CANCELLED
+ */
+OVL_NODISCARD int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes);
+
+/** Bytes written to / read from the stream so far. Never fails; 0 for NULL. */
+size_t ovl_stream_tell(ovl_stream_t stream);
+
+/* Typed helpers (native representation; ovl does not convert byte order). */
+#define OVL_STREAM_TYPED(name, type)                                              \
+    OVL_NODISCARD static inline int ovl_stream_write_##name(ovl_stream_t s, type v) \
+    {                                                                             \
+        return ovl_stream_write(s, &v, sizeof v);                                 \
+    }                                                                             \
+    OVL_NODISCARD static inline int ovl_stream_read_##name(ovl_stream_t s, type *v) \
+    {                                                                             \
+        return ovl_stream_read(s, v, sizeof *v);                                  \
+    }
+OVL_STREAM_TYPED(int8, int8_t)
+OVL_STREAM_TYPED(int16, int16_t)
+OVL_STREAM_TYPED(int32, int32_t)
+OVL_STREAM_TYPED(int64, int64_t)
+OVL_STREAM_TYPED(uint8, uint8_t)
+OVL_STREAM_TYPED(uint16, uint16_t)
+OVL_STREAM_TYPED(uint32, uint32_t)
+OVL_STREAM_TYPED(uint64, uint64_t)
+OVL_STREAM_TYPED(float, float)
+OVL_STREAM_TYPED(double, double)
+#undef OVL_STREAM_TYPED
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                                */
+/* ------------------------------------------------------------------------ */
+
+/** Counters of the calling process since ovl_init. */
+typedef struct {
+    uint64_t polls;          /**< progress polls (MPI_Testsome calls) */
+    uint64_t thread_wakeups; /**< times the progress thread woke up */
+    uint64_t completions;    /**< MPI requests completed by the engine */
+    uint64_t callbacks;      /**< continuations run */
+    uint64_t fragments_sent;
+    uint64_t fragments_received;
+    uint64_t coroutine_switches;
+} ovl_stats_t;
+
+/** Copy the counters. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */
+OVL_NODISCARD int ovl_stats_get(ovl_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OVL_H */

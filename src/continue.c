@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Message continuations (Strumpen's mcont): a callback bound to a request,
+ * run once the message has left or arrived, by whichever thread drives
+ * progress. Registration and completion meet under the engine lock, so a
+ * callback runs exactly once whatever the interleaving: registered before
+ * completion, it runs in the completion handler; after, it is deferred to
+ * the next progress step (never inside ovl_continue itself).
+ *
+ * ovl_continue_mpi adopts a plain MPI request: it becomes one more op in the
+ * engine, so existing MPI code gains continuations one call at a time.
+ */
+#include "ovl_internal.h"
+
+#include <stdlib.h>
+
+int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg)
+{
+    static const char *fname = "ovl_continue";
+    int rc;
+    struct ovl__req *r;
+    if ((rc = ovl__check_init(fname)))
+        return rc;
+    if (!fn)
+        return ovl__error(OVL_ERR_ARG, fname, "callback is NULL");
+    if (req == OVL_REQUEST_NULL || ovl__req_lookup(req, &r) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_REQUEST, fname, "invalid or released request handle");
+
+    ovl__engine_lock();
+    if (r->cont_registered) {
+        ovl__engine_unlock();
+        return ovl__error(OVL_ERR_BUSY, fname, "the request already has a continuation");
+    }
+    r->cont = fn;
+    r->cont_arg = arg;
+    r->cont_registered = 1;
+    if (r->completed) {
+        /* Already finished: run at the next progress step, and hold back
+         * `done` so that ovl_wait still returns only after the callback. */
+        atomic_store(&r->done, 0);
+        ovl__engine_defer_callback(r);
+    }
+    ovl__engine_unlock();
+    return OVL_SUCCESS;
+}
+
+struct user_op {
+    struct ovl__op op;
+    ovl_mpi_continue_fn fn;
+    void *arg;
+};
+
+static void user_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct user_op *u = (struct user_op *)op;
+    struct ovl__tls *t = ovl__tls();
+    t->in_callback++;
+    u->fn(st, u->arg);
+    t->in_callback--;
+    atomic_fetch_add_explicit(&ovl__g.st_callbacks, 1, memory_order_relaxed);
+    free(u);
+}
+
+int ovl_continue_mpi(MPI_Request *mpireq, ovl_mpi_continue_fn fn, void *arg)
+{
+    static const char *fname = "ovl_continue_mpi";
+    int rc;
+    if ((rc = ovl__check_init(fname)))
+        return rc;
+    if (!mpireq || !fn)
+        return ovl__error(OVL_ERR_ARG, fname, "%s is NULL", mpireq ? "callback" : "request pointer");
+    if (*mpireq == MPI_REQUEST_NULL)
+        return ovl__error(OVL_ERR_ARG, fname, "request is MPI_REQUEST_NULL");
+    struct user_op *u = calloc(1, sizeof *u);
+    if (!u)
+        return ovl__error(OVL_ERR_NOMEM, fname, "no memory for the continuation");
+    u->op.mreq = *mpireq;
+    u->op.done = user_done;
+    u->op.ctx = u;
+    u->op.kind = OVL__OP_USER;
+    u->fn = fn;
+    u->arg = arg;
+    if ((rc = ovl__engine_add(&u->op)) != OVL_SUCCESS) {
+        free(u);
+        return ovl__error(rc, fname, "no memory to track the request");
+    }
+    *mpireq = MPI_REQUEST_NULL;
+    return OVL_SUCCESS;
+}

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Library lifetime: ovl_init duplicates the user's communicator (three
+ * times, so point-to-point messages, stream heads and stream fragments can
+ * never match each other or user traffic), resolves the configuration,
+ * checks that every rank agrees on what must agree, and starts the progress
+ * engine. ovl_finalize drains everything still in flight before freeing.
+ * Also the argument checks every front end shares.
+ */
+#include "ovl_internal.h"
+
+#include <sched.h>
+#include <stdlib.h>
+
+struct ovl__global ovl__g;
+
+int ovl_initialized(void)
+{
+    return atomic_load(&ovl__g.initialized) ? 1 : 0;
+}
+
+MPI_Comm ovl_comm(void)
+{
+    return atomic_load(&ovl__g.initialized) ? ovl__g.comm_msg : MPI_COMM_NULL;
+}
+
+int ovl__check_init(const char *fn)
+{
+    if (!atomic_load(&ovl__g.initialized))
+        return ovl__error(OVL_ERR_NOT_INIT, fn, "call ovl_init() first (or ovl was finalised)");
+    return OVL_SUCCESS;
+}
+
+int ovl__check_peer(const char *fn, int rank, int any_ok)
+{
+    if (any_ok && rank == MPI_ANY_SOURCE)
+        return OVL_SUCCESS;
+    if (rank < 0 || rank >= ovl__g.size)
+        return ovl__error(OVL_ERR_RANK, fn, "rank %d out of range (communicator size %d)", rank,
+                          ovl__g.size);
+    return OVL_SUCCESS;
+}
+
+int ovl__check_tag(const char *fn, int tag, int any_ok)
+{
+    if (any_ok && tag == MPI_ANY_TAG)
+        return OVL_SUCCESS;
+    if (tag < 0 || tag > ovl__g.tag_ub)
+        return ovl__error(OVL_ERR_TAG, fn, "tag %d out of range [0, %d]", tag, ovl__g.tag_ub);
+    return OVL_SUCCESS;
+}
+
+int ovl__check_not_in_callback(const char *fn)
+{
+    struct ovl__tls *t = ovl__tls();
+    if (t->in_callback || t->coro)
+        return ovl__error(OVL_ERR_IN_CALLBACK, fn,
+                          "blocking call from inside a continuation or marshal function");
+    return OVL_SUCCESS;
+}
+
+static void free_comms(void)
+{
+    MPI_Comm *c[] = {&ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        if (*c[i] != MPI_COMM_NULL)
+            MPI_Comm_free(c[i]);
+}
+
+int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
+{
+    static const char *fn = "ovl_init";
+    int flag = 0, rc;
+    if (atomic_load(&ovl__g.initialized))
+        return ovl__error(OVL_ERR_ALREADY_INIT, fn, "ovl_init() called twice");
+    MPI_Initialized(&flag);
+    if (!flag)
+        return ovl__error(OVL_ERR_ARG, fn, "MPI is not initialised: call MPI_Init first");
+    MPI_Finalized(&flag);
+    if (flag)
+        return ovl__error(OVL_ERR_ARG, fn, "MPI is already finalised");
+    if (comm == MPI_COMM_NULL)
+        return ovl__error(OVL_ERR_ARG, fn, "communicator is MPI_COMM_NULL");
+
+    ovl_config_t c;
+    if ((rc = ovl__config_resolve(cfg, &c)) != OVL_SUCCESS)
+        return rc;
+    MPI_Query_thread(&ovl__g.thread_level);
+    if (c.progress == OVL_PROGRESS_THREAD && ovl__g.thread_level < MPI_THREAD_MULTIPLE)
+        return ovl__error(OVL_ERR_THREAD, fn,
+                          "OVL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI provides "
+                          "level %d: start MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, "
+                          "...) or use OVL_PROGRESS=inline",
+                          ovl__g.thread_level);
+
+    ovl__g.comm_msg = ovl__g.comm_stream = ovl__g.comm_frag = MPI_COMM_NULL;
+    if ((rc = MPI_Comm_dup(comm, &ovl__g.comm_msg)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_stream)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_frag)) != MPI_SUCCESS) {
+        rc = ovl__mpi_error(rc, fn, "MPI_Comm_dup");
+        goto fail_comms;
+    }
+    MPI_Comm_set_errhandler(ovl__g.comm_msg, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ovl__g.comm_stream, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ovl__g.comm_frag, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &ovl__g.rank);
+    MPI_Comm_size(comm, &ovl__g.size);
+    int *ub = NULL;
+    MPI_Comm_get_attr(ovl__g.comm_msg, MPI_TAG_UB, &ub, &flag);
+    ovl__g.tag_ub = (flag && ub) ? *ub : 32767;
+
+    /* Fragment size must agree: receivers post fragment-sized buffers. */
+    unsigned long long fs[2] = {c.fragment_size, ~(unsigned long long)c.fragment_size}, fsr[2];
+    rc = MPI_Allreduce(fs, fsr, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
+    if (rc != MPI_SUCCESS) {
+        rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");
+        goto fail_comms;
+    }
+    if (fsr[0] != ~fsr[1]) {
+        rc = ovl__error(OVL_ERR_CONFIG, fn,
+                        "OVL_FRAGMENT_SIZE differs between ranks (this rank %zu, max %llu): set "
+                        "the same value everywhere",
+                        c.fragment_size, fsr[0]);
+        goto fail_comms;
+    }
+
+    ovl__g.sent_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.sent_to);
+    ovl__g.recvd_from = calloc((size_t)ovl__g.size, sizeof *ovl__g.recvd_from);
+    if (!ovl__g.sent_to || !ovl__g.recvd_from) {
+        rc = ovl__error(OVL_ERR_NOMEM, fn, "allocating per-rank counters");
+        goto fail_counts;
+    }
+    ovl__g.cfg = c;
+    atomic_store(&ovl__g.st_polls, 0);
+    atomic_store(&ovl__g.st_wakeups, 0);
+    atomic_store(&ovl__g.st_completions, 0);
+    atomic_store(&ovl__g.st_callbacks, 0);
+    atomic_store(&ovl__g.st_frag_sent, 0);
+    atomic_store(&ovl__g.st_frag_recv, 0);
+    atomic_store(&ovl__g.st_switches, 0);
+    if ((rc = ovl__req_table_init()) != OVL_SUCCESS)
+        goto fail_counts;
+    atomic_store(&ovl__g.initialized, 1);
+    if ((rc = ovl__engine_start()) != OVL_SUCCESS) {
+        atomic_store(&ovl__g.initialized, 0);
+        rc = ovl__error(rc, fn, "cannot start the progress thread");
+        goto fail_table;
+    }
+    ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u", ovl__g.size,
+              c.progress == OVL_PROGRESS_THREAD ? "thread" : "inline", c.fragment_size,
+              c.stream_window);
+    return OVL_SUCCESS;
+
+fail_table:
+    ovl__req_table_fini();
+fail_counts:
+    free(ovl__g.sent_to);
+    free(ovl__g.recvd_from);
+    ovl__g.sent_to = ovl__g.recvd_from = NULL;
+fail_comms:
+    free_comms();
+    return rc;
+}
+
+static void drive_until(int (*cond)(void))
+{
+    while (!cond())
+        if (ovl__engine_drive() < 0)
+            sched_yield();
+}
+
+static int sends_done(void)
+{
+    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active();
+}
+
+static unsigned long long *expected_from;
+
+static int receives_matched(void)
+{
+    /* Nothing posted could take a missing message: stop waiting for it
+     * (the program sent a message nobody receives). */
+    if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__stream_active())
+        return 1;
+    for (int p = 0; p < ovl__g.size; p++)
+        if (atomic_load(&ovl__g.recvd_from[p]) < expected_from[p])
+            return 0;
+    return 1;
+}
+
+static int nothing_in_flight(void)
+{
+    return ovl__engine_count(-1) == 0 && !ovl__stream_active();
+}
+
+int ovl_finalize(void)
+{
+    static const char *fn = "ovl_finalize";
+    int rc;
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
+        return rc;
+    /* 1. Everything this rank sends has left. */
+    drive_until(sends_done);
+    /* 2. Learn how many messages each peer sent here; receive them all. */
+    unsigned long long *sent = malloc((size_t)ovl__g.size * sizeof *sent);
+    expected_from = malloc((size_t)ovl__g.size * sizeof *expected_from);
+    if (!sent || !expected_from) {
+        free(sent);
+        free(expected_from);
+        expected_from = NULL;
+        return ovl__error(OVL_ERR_NOMEM, fn, "allocating drain counters");
+    }
+    for (int p = 0; p < ovl__g.size; p++)
+        sent[p] = atomic_load(&ovl__g.sent_to[p]);
+    rc = MPI_Alltoall(sent, 1, MPI_UNSIGNED_LONG_LONG, expected_from, 1, MPI_UNSIGNED_LONG_LONG,
+                      ovl__g.comm_msg);
+    free(sent);
+    if (rc == MPI_SUCCESS)
+        drive_until(receives_matched);
+    free(expected_from);
+    expected_from = NULL;
+    /* 3. Receives still posted can no longer match: cancel them. Their
+     *    requests complete with OVL_ERR_CANCELLED and continuations run. */
+    ovl__engine_cancel_receives();
+    drive_until(nothing_in_flight);
+
+    ovl__engine_stop();
+    atomic_store(&ovl__g.initialized, 0);
+    ovl__req_table_fini();
+    free(ovl__g.sent_to);
+    free(ovl__g.recvd_from);
+    ovl__g.sent_to = ovl__g.recvd_from = NULL;
+    MPI_Barrier(ovl__g.comm_msg);
+    free_comms();
+    return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, fn, "MPI_Alltoall");
+}
+
+int ovl_config_get(ovl_config_t *cfg)
+{
+    int rc;
+    if ((rc = ovl__check_init("ovl_config_get")))
+        return rc;
+    if (!cfg)
+        return ovl__error(OVL_ERR_ARG, "ovl_config_get", "cfg is NULL");
+    *cfg = ovl__g.cfg;
+    return OVL_SUCCESS;
+}
+
+int ovl_stats_get(ovl_stats_t *s)
+{
+    int rc;
+    if ((rc = ovl__check_init("ovl_stats_get")))
+        return rc;
+    if (!s)
+        return ovl__error(OVL_ERR_ARG, "ovl_stats_get", "stats is NULL");
+    s->polls = atomic_load(&ovl__g.st_polls);
+    s->thread_wakeups = atomic_load(&ovl__g.st_wakeups);
+    s->completions = atomic_load(&ovl__g.st_completions);
+    s->callbacks = atomic_load(&ovl__g.st_callbacks);
+    s->fragments_sent = atomic_load(&ovl__g.st_frag_sent);
+    s->fragments_received = atomic_load(&ovl__g.st_frag_recv);
+    s->coroutine_switches = atomic_load(&ovl__g.st_switches);
+    return OVL_SUCCESS;
+}

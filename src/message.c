@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Point-to-point messages: ovl_isend / ovl_irecv. Each is one MPI request on
+ * ovl's private communicator, handed to the progress engine, whose handler
+ * fills the ovl status and completes the request (running its continuation).
+ */
+#include "ovl_internal.h"
+
+static void msg_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__req *r = op->ctx;
+    int err = st->MPI_ERROR, cancelled = 0;
+    r->status.error = OVL_SUCCESS;
+    if (r->kind == OVL__REQ_RECV) {
+        MPI_Test_cancelled(st, &cancelled);
+        if (cancelled) {
+            r->status.error = OVL_ERR_CANCELLED;
+        } else {
+            MPI_Count n = 0;
+            MPI_Get_elements_x(st, MPI_BYTE, &n);
+            r->status.bytes = n > 0 ? (size_t)n : 0;
+            r->status.source = st->MPI_SOURCE;
+            r->status.tag = st->MPI_TAG;
+            if (st->MPI_SOURCE >= 0 && st->MPI_SOURCE < ovl__g.size)
+                atomic_fetch_add(&ovl__g.recvd_from[st->MPI_SOURCE], 1);
+        }
+    }
+    if (err != MPI_SUCCESS && !cancelled)
+        r->status.error = ovl__mpi_error(err, r->kind == OVL__REQ_RECV ? "ovl_irecv" : "ovl_isend",
+                                         "message transfer");
+    ovl__req_complete(r);
+}
+
+static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt,
+                     ovl_request_t *req)
+{
+    if (!req)
+        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
+    if (count < 0)
+        return ovl__error(OVL_ERR_ARG, fn, "negative count %d", count);
+    if (dt == MPI_DATATYPE_NULL)
+        return ovl__error(OVL_ERR_ARG, fn, "datatype is MPI_DATATYPE_NULL");
+    if (!buf && count > 0)
+        return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with count %d", count);
+    return OVL_SUCCESS;
+}
+
+static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt, int peer,
+                int tag, ovl_request_t *req)
+{
+    int rc;
+    if ((rc = ovl__check_init(fn)) || (rc = check_buf(fn, buf, count, dt, req)) ||
+        (rc = ovl__check_peer(fn, peer, kind == OVL__REQ_RECV)) ||
+        (rc = ovl__check_tag(fn, tag, kind == OVL__REQ_RECV)))
+        return rc;
+    int tsize = 0;
+    if (MPI_Type_size(dt, &tsize) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
+
+    struct ovl__req *r;
+    ovl_request_t h;
+    if (ovl__req_alloc(kind, &r, &h) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
+    r->status.tag = tag;
+    r->op.done = msg_done;
+    r->op.peer = peer;
+    if (kind == OVL__REQ_SEND) {
+        r->op.kind = OVL__OP_SEND;
+        r->status.source = ovl__g.rank;
+        r->status.bytes = (size_t)count * (size_t)tsize;
+        rc = MPI_Isend(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
+    } else {
+        r->op.kind = OVL__OP_RECV;
+        rc = MPI_Irecv(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
+    }
+    if (rc != MPI_SUCCESS) {
+        ovl__req_release(r);
+        return ovl__mpi_error(rc, fn, kind == OVL__REQ_SEND ? "MPI_Isend" : "MPI_Irecv");
+    }
+    if (kind == OVL__REQ_SEND)
+        atomic_fetch_add(&ovl__g.sent_to[peer], 1);
+    if ((rc = ovl__engine_add(&r->op)) != OVL_SUCCESS) {
+        /* The MPI request exists: finish it here rather than leak it. */
+        MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
+        ovl__req_release(r);
+        return ovl__error(rc, fn, "no memory to track the request");
+    }
+    *req = h;
+    return OVL_SUCCESS;
+}
+
+int ovl_isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+              ovl_request_t *req)
+{
+    return post("ovl_isend", OVL__REQ_SEND, (void *)(uintptr_t)buf, count, datatype, dest, tag,
+                req);
+}
+
+int ovl_irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+              ovl_request_t *req)
+{
+    return post("ovl_irecv", OVL__REQ_RECV, buf, count, datatype, source, tag, req);
+}

@@ -1,0 +1,408 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The progress engine: the one place where ovl polls MPI. It keeps every MPI
+ * request ovl has in flight (its own and those handed over with
+ * ovl_continue_mpi), tests them together with MPI_Testsome, runs each
+ * completed request's handler, then the continuations that were deferred
+ * and the marshal coroutines that became ready.
+ *
+ * Exactly one thread drives at a time (the `drive` mutex, taken with
+ * trylock, so a thread that finds another driving simply goes on). Progress
+ * happens inside ovl calls and, with OVL_PROGRESS=thread, in a background
+ * thread whose policy is made for machines where the application computes on
+ * every core:
+ *   - no work in flight: sleep on a condition variable (no CPU at all);
+ *   - work in flight: poll; after a poll that completed something keep
+ *     polling for OVL_SPIN_US, then sleep between polls with an interval that
+ *     doubles from 1 us up to OVL_POLL_MAX_US (timer slack set to 1 us so the
+ *     kernel honours short sleeps);
+ *   - any ovl call that posts work wakes the thread at once.
+ * MPI libraries do not offer a blocking wait that releases the CPU, so this
+ * bounded sleep is the compromise: the cost is about one wake-up per
+ * OVL_POLL_MAX_US while messages are in flight, the added latency at most
+ * that interval (docs/PERFORMANCE.md measures both).
+ */
+#include "ovl_internal.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+static struct {
+    pthread_mutex_t lock;  /* op arrays, deferred list, ready queue, continuations */
+    pthread_mutex_t drive; /* held by the thread driving progress */
+    MPI_Request *mreqs;
+    struct ovl__op **ops;
+    int n, cap;
+    /* Testsome outputs and the completed batch (drive lock) */
+    int *idx;
+    MPI_Status *sts;
+    struct ovl__op **batch;
+    MPI_Status *batch_sts;
+    int bcap;
+    struct ovl__req **deferred;
+    int ndef, capdef;
+    struct ovl__coro *ready_head, *ready_tail;
+    /* the progress thread */
+    pthread_t thread;
+    int thread_on;
+    int stop;
+    int posted;
+    pthread_cond_t cond;
+} E = {.lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER};
+
+void ovl__engine_lock(void)
+{
+    pthread_mutex_lock(&E.lock);
+}
+
+void ovl__engine_unlock(void)
+{
+    pthread_mutex_unlock(&E.lock);
+}
+
+/* engine lock held */
+static void wake_locked(void)
+{
+    E.posted = 1;
+    if (E.thread_on)
+        pthread_cond_signal(&E.cond);
+}
+
+void ovl__engine_wake(void)
+{
+    pthread_mutex_lock(&E.lock);
+    wake_locked();
+    pthread_mutex_unlock(&E.lock);
+}
+
+int ovl__engine_add(struct ovl__op *op)
+{
+    pthread_mutex_lock(&E.lock);
+    if (E.n == E.cap) {
+        int ncap = E.cap ? 2 * E.cap : 64;
+        MPI_Request *m = realloc(E.mreqs, (size_t)ncap * sizeof *m);
+        if (m)
+            E.mreqs = m;
+        struct ovl__op **o = m ? realloc(E.ops, (size_t)ncap * sizeof *o) : NULL;
+        if (!o) {
+            pthread_mutex_unlock(&E.lock);
+            return OVL_ERR_NOMEM;
+        }
+        E.ops = o;
+        E.cap = ncap;
+    }
+    E.mreqs[E.n] = op->mreq;
+    E.ops[E.n] = op;
+    E.n++;
+    wake_locked();
+    pthread_mutex_unlock(&E.lock);
+    return OVL_SUCCESS;
+}
+
+int ovl__engine_count(int kind)
+{
+    int c = 0;
+    pthread_mutex_lock(&E.lock);
+    for (int i = 0; i < E.n; i++)
+        if (kind < 0 || E.ops[i]->kind == kind)
+            c++;
+    pthread_mutex_unlock(&E.lock);
+    return c;
+}
+
+void ovl__engine_cancel_receives(void)
+{
+    pthread_mutex_lock(&E.lock);
+    for (int i = 0; i < E.n; i++)
+        if (E.ops[i]->kind != OVL__OP_SEND && E.mreqs[i] != MPI_REQUEST_NULL)
+            MPI_Cancel(&E.mreqs[i]);
+    pthread_mutex_unlock(&E.lock);
+}
+
+void ovl__engine_defer_callback(struct ovl__req *r)
+{
+    if (E.ndef == E.capdef) {
+        int ncap = E.capdef ? 2 * E.capdef : 16;
+        struct ovl__req **d = realloc(E.deferred, (size_t)ncap * sizeof *d);
+        if (!d)
+            abort(); /* cannot lose a continuation; 16+ pointers */
+        E.deferred = d;
+        E.capdef = ncap;
+    }
+    E.deferred[E.ndef++] = r;
+    wake_locked();
+}
+
+void ovl__engine_schedule_coro(struct ovl__coro *c)
+{
+    *ovl__coro_next(c) = NULL;
+    if (E.ready_tail)
+        *ovl__coro_next(E.ready_tail) = c;
+    else
+        E.ready_head = c;
+    E.ready_tail = c;
+    wake_locked();
+}
+
+static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
+{
+    struct ovl__tls *t = ovl__tls();
+    t->in_callback++;
+    fn(&r->status, arg);
+    t->in_callback--;
+    atomic_fetch_add_explicit(&ovl__g.st_callbacks, 1, memory_order_relaxed);
+}
+
+/* Publish completion of r: waiters may return, detached requests go. */
+static void publish(struct ovl__req *r)
+{
+    pthread_mutex_lock(&E.lock);
+    int detached = r->detached;
+    atomic_store_explicit(&r->done, 1, memory_order_release);
+    pthread_mutex_unlock(&E.lock);
+    if (detached)
+        ovl__req_release(r);
+}
+
+void ovl__req_complete(struct ovl__req *r)
+{
+    pthread_mutex_lock(&E.lock);
+    r->completed = 1;
+    ovl_continue_fn fn = r->cont;
+    void *arg = r->cont_arg;
+    r->cont = NULL;
+    pthread_mutex_unlock(&E.lock);
+    if (fn)
+        run_callback(r, fn, arg);
+    publish(r);
+}
+
+static int grow_batch(int need)
+{
+    if (need <= E.bcap)
+        return 0;
+    int ncap = E.bcap ? E.bcap : 64;
+    while (ncap < need)
+        ncap *= 2;
+    int *idx = realloc(E.idx, (size_t)ncap * sizeof *idx);
+    if (idx)
+        E.idx = idx;
+    MPI_Status *sts = idx ? realloc(E.sts, (size_t)ncap * sizeof *sts) : NULL;
+    if (sts)
+        E.sts = sts;
+    struct ovl__op **b = sts ? realloc(E.batch, (size_t)ncap * sizeof *b) : NULL;
+    if (b)
+        E.batch = b;
+    MPI_Status *bs = b ? realloc(E.batch_sts, (size_t)ncap * sizeof *bs) : NULL;
+    if (!bs)
+        return -1;
+    E.batch_sts = bs;
+    E.bcap = ncap;
+    return 0;
+}
+
+int ovl__engine_drive(void)
+{
+    if (pthread_mutex_trylock(&E.drive) != 0)
+        return -1;
+    int nb = 0;
+
+    pthread_mutex_lock(&E.lock);
+    if (E.n > 0 && grow_batch(E.n) == 0) {
+        int outcount = 0;
+        int rc = MPI_Testsome(E.n, E.mreqs, &outcount, E.idx, E.sts);
+        atomic_fetch_add_explicit(&ovl__g.st_polls, 1, memory_order_relaxed);
+        if (outcount != MPI_UNDEFINED && outcount > 0) {
+            for (int k = 0; k < outcount; k++) {
+                int i = E.idx[k];
+                E.batch[nb] = E.ops[i];
+                E.batch_sts[nb] = E.sts[k];
+                if (rc != MPI_ERR_IN_STATUS)
+                    E.batch_sts[nb].MPI_ERROR = MPI_SUCCESS;
+                E.ops[i]->mreq = MPI_REQUEST_NULL;
+                E.ops[i] = NULL;
+                nb++;
+            }
+            /* compact: keep the order of the survivors */
+            int w = 0;
+            for (int i = 0; i < E.n; i++) {
+                if (E.ops[i]) {
+                    E.ops[w] = E.ops[i];
+                    E.mreqs[w] = E.mreqs[i];
+                    w++;
+                }
+            }
+            E.n = w;
+        }
+    }
+    pthread_mutex_unlock(&E.lock);
+
+    for (int k = 0; k < nb; k++)
+        E.batch[k]->done(E.batch[k], &E.batch_sts[k]);
+    if (nb)
+        atomic_fetch_add_explicit(&ovl__g.st_completions, (unsigned long long)nb,
+                                  memory_order_relaxed);
+
+    /* Deferred continuations (registered after their operation completed). */
+    for (;;) {
+        pthread_mutex_lock(&E.lock);
+        if (E.ndef == 0) {
+            pthread_mutex_unlock(&E.lock);
+            break;
+        }
+        struct ovl__req *r = E.deferred[--E.ndef];
+        ovl_continue_fn fn = r->cont;
+        void *arg = r->cont_arg;
+        r->cont = NULL;
+        pthread_mutex_unlock(&E.lock);
+        if (fn)
+            run_callback(r, fn, arg);
+        publish(r);
+        nb++;
+    }
+
+    /* Marshal coroutines whose fragment arrived or whose buffer came free. */
+    for (;;) {
+        pthread_mutex_lock(&E.lock);
+        struct ovl__coro *c = E.ready_head;
+        if (c) {
+            E.ready_head = *ovl__coro_next(c);
+            if (!E.ready_head)
+                E.ready_tail = NULL;
+        }
+        pthread_mutex_unlock(&E.lock);
+        if (!c)
+            break;
+        ovl__stream_run(c);
+        nb++;
+    }
+
+    pthread_mutex_unlock(&E.drive);
+    return nb;
+}
+
+void ovl__engine_wait_flag(atomic_int *flag)
+{
+    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+        if (ovl__engine_drive() < 0)
+            sched_yield(); /* another thread is driving */
+    }
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static int has_work_locked(void)
+{
+    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL;
+}
+
+static void *progress_thread(void *unused)
+{
+    OVL__UNUSED(unused);
+    /* Short sleeps must stay short: the default 50 us timer slack would add
+     * up to 50 us to every poll interval. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
+    unsigned backoff = 0;
+    uint64_t last_activity = now_us();
+
+    pthread_mutex_lock(&E.lock);
+    while (!E.stop) {
+        E.posted = 0;
+        pthread_mutex_unlock(&E.lock);
+        int got = ovl__engine_drive();
+        pthread_mutex_lock(&E.lock);
+        if (E.stop)
+            break;
+        if (got > 0 || E.posted) {
+            last_activity = now_us();
+            backoff = 0;
+            continue;
+        }
+        if (!has_work_locked()) {
+            backoff = 0;
+            while (!E.stop && !E.posted && !has_work_locked())
+                pthread_cond_wait(&E.cond, &E.lock);
+            atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
+            last_activity = now_us();
+            continue;
+        }
+        if (now_us() - last_activity < spin_us)
+            continue;
+        backoff = backoff ? (backoff * 2 > max_us ? max_us : backoff * 2) : 1;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)backoff * 1000L;
+        while (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (!E.posted)
+            pthread_cond_timedwait(&E.cond, &E.lock, &ts);
+        atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&E.lock);
+    return NULL;
+}
+
+int ovl__engine_start(void)
+{
+    E.n = 0;
+    E.ndef = 0;
+    E.ready_head = E.ready_tail = NULL;
+    E.stop = 0;
+    E.posted = 0;
+    E.thread_on = 0;
+    if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD)
+        return OVL_SUCCESS;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&E.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc)
+        return OVL_ERR_NOMEM;
+    E.thread_on = 1;
+    if (pthread_create(&E.thread, NULL, progress_thread, NULL) != 0) {
+        E.thread_on = 0;
+        pthread_cond_destroy(&E.cond);
+        return OVL_ERR_NOMEM;
+    }
+    return OVL_SUCCESS;
+}
+
+void ovl__engine_stop(void)
+{
+    if (E.thread_on) {
+        pthread_mutex_lock(&E.lock);
+        E.stop = 1;
+        pthread_cond_signal(&E.cond);
+        pthread_mutex_unlock(&E.lock);
+        pthread_join(E.thread, NULL);
+        E.thread_on = 0;
+        pthread_cond_destroy(&E.cond);
+    }
+    free(E.mreqs);
+    free(E.ops);
+    free(E.idx);
+    free(E.sts);
+    free(E.batch);
+    free(E.batch_sts);
+    free(E.deferred);
+    E.mreqs = NULL;
+    E.ops = NULL;
+    E.idx = NULL;
+    E.sts = NULL;
+    E.batch = NULL;
+    E.batch_sts = NULL;
+    E.deferred = NULL;
+    E.n = E.cap = E.bcap = E.ndef = E.capdef = 0;
+}

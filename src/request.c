@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The request table. A handle is not a pointer: it packs a slot index and the
+ * slot's generation, so a stale copy of a released handle (double wait,
+ * double free) is recognised and rejected with OVL_ERR_REQUEST instead of
+ * touching memory that now belongs to another request. Slots live in chunks
+ * that never move until ovl_finalize, so lookups need no lock.
+ */
+#include "ovl_internal.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+
+#define CHUNK_BITS 10
+#define CHUNK_SLOTS (1u << CHUNK_BITS)
+#define MAX_CHUNKS 4096u /* 4 M live requests */
+
+static struct {
+    pthread_mutex_t lock;
+    struct ovl__req *_Atomic chunks[MAX_CHUNKS];
+    unsigned nchunks;
+    uint32_t *free_idx; /* stack of free slot indices */
+    unsigned nfree, cap_free;
+} tab = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline ovl_request_t make_handle(uint32_t idx, uint32_t gen)
+{
+    return (ovl_request_t)(uintptr_t)(((uint64_t)gen << 32) | (uint64_t)(idx + 1));
+}
+
+int ovl__req_table_init(void)
+{
+    tab.nchunks = 0;
+    tab.nfree = 0;
+    return OVL_SUCCESS;
+}
+
+void ovl__req_table_fini(void)
+{
+    pthread_mutex_lock(&tab.lock);
+    for (unsigned i = 0; i < tab.nchunks; i++) {
+        free(atomic_load(&tab.chunks[i]));
+        atomic_store(&tab.chunks[i], NULL);
+    }
+    tab.nchunks = 0;
+    free(tab.free_idx);
+    tab.free_idx = NULL;
+    tab.nfree = tab.cap_free = 0;
+    pthread_mutex_unlock(&tab.lock);
+}
+
+static struct ovl__req *slot(uint32_t idx)
+{
+    struct ovl__req *c = atomic_load(&tab.chunks[idx >> CHUNK_BITS]);
+    return c ? &c[idx & (CHUNK_SLOTS - 1)] : NULL;
+}
+
+static int grow(void)
+{
+    if (tab.nchunks == MAX_CHUNKS)
+        return OVL_ERR_NOMEM;
+    struct ovl__req *c = calloc(CHUNK_SLOTS, sizeof *c);
+    if (!c)
+        return OVL_ERR_NOMEM;
+    if (tab.cap_free < (tab.nchunks + 1) * CHUNK_SLOTS) {
+        unsigned ncap = (tab.nchunks + 1) * CHUNK_SLOTS;
+        uint32_t *f = realloc(tab.free_idx, ncap * sizeof *f);
+        if (!f) {
+            free(c);
+            return OVL_ERR_NOMEM;
+        }
+        tab.free_idx = f;
+        tab.cap_free = ncap;
+    }
+    uint32_t base = tab.nchunks * CHUNK_SLOTS;
+    for (uint32_t i = 0; i < CHUNK_SLOTS; i++) {
+        c[i].gen = 1;
+        tab.free_idx[tab.nfree++] = base + CHUNK_SLOTS - 1 - i;
+    }
+    atomic_store(&tab.chunks[tab.nchunks], c);
+    tab.nchunks++;
+    return OVL_SUCCESS;
+}
+
+int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle)
+{
+    pthread_mutex_lock(&tab.lock);
+    if (tab.nfree == 0 && grow() != OVL_SUCCESS) {
+        pthread_mutex_unlock(&tab.lock);
+        return OVL_ERR_NOMEM;
+    }
+    uint32_t idx = tab.free_idx[--tab.nfree];
+    struct ovl__req *r = slot(idx);
+    uint32_t gen = r->gen;
+    pthread_mutex_unlock(&tab.lock);
+
+    memset(&r->in_use, 0, sizeof *r - offsetof(struct ovl__req, in_use));
+    r->idx = idx;
+    r->in_use = 1;
+    r->kind = kind;
+    atomic_init(&r->done, 0);
+    r->status.source = MPI_PROC_NULL;
+    r->status.tag = MPI_ANY_TAG;
+    r->op.mreq = MPI_REQUEST_NULL;
+    r->op.ctx = r;
+    *out = r;
+    *handle = make_handle(idx, gen);
+    return OVL_SUCCESS;
+}
+
+int ovl__req_lookup(ovl_request_t h, struct ovl__req **out)
+{
+    uint64_t v = (uint64_t)(uintptr_t)h;
+    uint32_t idx1 = (uint32_t)(v & 0xffffffffu), gen = (uint32_t)(v >> 32);
+    if (idx1 == 0 || idx1 > MAX_CHUNKS * CHUNK_SLOTS)
+        return OVL_ERR_REQUEST;
+    struct ovl__req *r = slot(idx1 - 1);
+    if (!r || !r->in_use || r->gen != gen)
+        return OVL_ERR_REQUEST;
+    *out = r;
+    return OVL_SUCCESS;
+}
+
+void ovl__req_release(struct ovl__req *r)
+{
+    pthread_mutex_lock(&tab.lock);
+    r->in_use = 0;
+    r->gen++;
+    if (r->gen == 0)
+        r->gen = 1;
+    tab.free_idx[tab.nfree++] = r->idx;
+    pthread_mutex_unlock(&tab.lock);
+}
+
+/* ---- public request calls ------------------------------------------------ */
+
+static int take_status(struct ovl__req *r, ovl_status_t *status)
+{
+    int err = r->status.error;
+    if (status)
+        *status = r->status;
+    ovl__req_release(r);
+    return err;
+}
+
+static void empty_status(ovl_status_t *status)
+{
+    if (status) {
+        status->source = MPI_PROC_NULL;
+        status->tag = MPI_ANY_TAG;
+        status->bytes = 0;
+        status->error = OVL_SUCCESS;
+    }
+}
+
+static int lookup_checked(const char *fn, ovl_request_t h, struct ovl__req **r)
+{
+    if (ovl__req_lookup(h, r) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_REQUEST, fn,
+                          "request handle %p was never issued or was already released "
+                          "(waited on, tested complete or freed)",
+                          (void *)h);
+    if ((*r)->detached)
+        return ovl__error(OVL_ERR_REQUEST, fn, "request was already freed");
+    return OVL_SUCCESS;
+}
+
+int ovl_wait(ovl_request_t *req, ovl_status_t *status)
+{
+    static const char *fn = "ovl_wait";
+    int rc;
+    struct ovl__req *r;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req)
+        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
+    if (*req == OVL_REQUEST_NULL) {
+        empty_status(status);
+        return OVL_SUCCESS;
+    }
+    if ((rc = lookup_checked(fn, *req, &r)))
+        return rc;
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        if ((rc = ovl__check_not_in_callback(fn)))
+            return rc;
+        ovl__engine_wait_flag(&r->done);
+    }
+    *req = OVL_REQUEST_NULL;
+    return take_status(r, status);
+}
+
+int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
+{
+    static const char *fn = "ovl_test";
+    int rc;
+    struct ovl__req *r;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req || !flag)
+        return ovl__error(OVL_ERR_ARG, fn, "%s pointer is NULL", req ? "flag" : "request");
+    if (*req == OVL_REQUEST_NULL) {
+        empty_status(status);
+        *flag = 1;
+        return OVL_SUCCESS;
+    }
+    if ((rc = lookup_checked(fn, *req, &r)))
+        return rc;
+    if (!atomic_load_explicit(&r->done, memory_order_acquire))
+        ovl__engine_drive();
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        *flag = 0;
+        return OVL_SUCCESS;
+    }
+    *flag = 1;
+    *req = OVL_REQUEST_NULL;
+    return take_status(r, status);
+}
+
+int ovl_waitall(int count, ovl_request_t reqs[], ovl_status_t statuses[])
+{
+    static const char *fn = "ovl_waitall";
+    int rc, first = OVL_SUCCESS;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (count < 0)
+        return ovl__error(OVL_ERR_ARG, fn, "negative count %d", count);
+    if (count > 0 && !reqs)
+        return ovl__error(OVL_ERR_ARG, fn, "request array is NULL");
+    /* Validate every handle first so a bad one leaves the others untouched. */
+    for (int i = 0; i < count; i++) {
+        struct ovl__req *r;
+        if (reqs[i] != OVL_REQUEST_NULL && (rc = lookup_checked(fn, reqs[i], &r)))
+            return rc;
+    }
+    for (int i = 0; i < count; i++) {
+        rc = ovl_wait(&reqs[i], statuses ? &statuses[i] : OVL_STATUS_IGNORE);
+        if (rc != OVL_SUCCESS && first == OVL_SUCCESS)
+            first = rc;
+    }
+    return first;
+}
+
+int ovl_request_free(ovl_request_t *req)
+{
+    static const char *fn = "ovl_request_free";
+    int rc;
+    struct ovl__req *r;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req)
+        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
+    if (*req == OVL_REQUEST_NULL)
+        return ovl__error(OVL_ERR_REQUEST, fn, "request is OVL_REQUEST_NULL");
+    if ((rc = lookup_checked(fn, *req, &r)))
+        return rc;
+    ovl__engine_lock();
+    int done = atomic_load(&r->done);
+    if (!done)
+        r->detached = 1; /* released by the engine once complete */
+    ovl__engine_unlock();
+    if (done)
+        ovl__req_release(r);
+    *req = OVL_REQUEST_NULL;
+    return OVL_SUCCESS;
+}
+
+int ovl_progress(void)
+{
+    int rc;
+    if ((rc = ovl__check_init("ovl_progress")))
+        return rc;
+    ovl__engine_drive();
+    return OVL_SUCCESS;
+}

@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Marshal streams: messages whose contents a user function writes or reads
+ * value by value while the message is in flight (Strumpen's marshal
+ * threads). The marshal function runs as a coroutine (coro.c); the stream
+ * maps its bytes onto fixed-size fragments:
+ *
+ *   fragment = 16-byte header {magic, stream id, flags, sequence} + payload
+ *   fragment 0   on comm_stream, tag = user tag  (so streams match in MPI order)
+ *   fragment k>0 on comm_frag,   tag = stream id (private to this stream)
+ *   the last fragment carries OVL__F_LAST (and OVL__F_ABORT if the marshal
+ *   function failed); it may be short or empty.
+ *
+ * Both sides own a ring of OVL_STREAM_WINDOW fragment buffers; fragment k
+ * lives in slot k % window. Fragments are sent with MPI_Issend, which
+ * completes only once the receiver has matched it, so a slow receiver stops
+ * the sender after `window` fragments: memory stays bounded on both sides
+ * (the receiver's MPI never queues more than `window` unexpected fragments).
+ * The receiver pre-posts up to `window` receives and cancels those left over
+ * once the last fragment is in.
+ *
+ * Scheduling (engine lock): a completion handler that finds the coroutine
+ * WAITING makes it READY and queues it for the driver; if it is RUNNING it
+ * leaves a `kick`, which the thread that resumed it turns into a READY once
+ * the coroutine yields. A woken coroutine re-checks its condition, so
+ * spurious wake-ups are harmless and none is lost.
+ */
+#include "ovl_internal.h"
+
+#include <stdlib.h>
+
+#define OVL__HDR_MAGIC 0x534c564fu /* "OVLS" */
+#define OVL__HDR_BYTES 16u
+enum { OVL__F_LAST = 1u, OVL__F_ABORT = 2u };
+enum { FR_FREE, FR_FILLING, FR_INFLIGHT, FR_POSTED, FR_READY };
+
+struct frag_hdr {
+    uint32_t magic, sid, flags, seq;
+};
+
+struct frag {
+    struct ovl__op op;
+    struct ovl__stream *s;
+    char *buf;
+    int state;
+    size_t len; /* payload bytes */
+    uint32_t flags, seq;
+};
+
+struct ovl__stream {
+    struct ovl__req *req;
+    int is_send;
+    int peer, tag;
+    uint32_t sid;
+    ovl_marshal_fn fn;
+    void *arg;
+    struct ovl__coro *co;
+    int kick;
+    int fn_rc;
+    int err;        /* first transfer error */
+    int completing; /* completion claimed (engine lock) */
+    size_t payload_max;
+    unsigned window;
+    struct frag *frags;
+    unsigned nposted; /* fragments with an MPI request in flight */
+    size_t tell;      /* bytes written or read by the marshal function */
+    /* send side */
+    int cur;
+    uint32_t next_seq;
+    /* receive side */
+    unsigned head;
+    size_t rpos;
+    uint32_t next_post;
+    int last_seen;
+    int aborted;
+    size_t received; /* payload bytes arrived */
+};
+
+static atomic_uint next_sid;
+static atomic_int active_send, active_recv;
+
+int ovl__stream_active(void)
+{
+    return atomic_load(&active_send) + atomic_load(&active_recv);
+}
+
+/* ---- scheduling ----------------------------------------------------------- */
+
+/* engine lock held: a fragment event happened */
+static void wake_locked(struct ovl__stream *s)
+{
+    int *st = ovl__coro_state(s->co);
+    if (*st == OVL__CO_WAITING) {
+        *st = OVL__CO_READY;
+        ovl__engine_schedule_coro(s->co);
+    } else if (*st == OVL__CO_RUNNING) {
+        s->kick = 1;
+    }
+}
+
+static void finish(struct ovl__stream *s);
+
+/* engine lock held: claim completion once the coroutine is done and no
+ * fragment has a request in flight. Whoever claims it calls finish(); a
+ * thread that did not claim must not touch the stream after unlocking. */
+static int claim_locked(struct ovl__stream *s)
+{
+    if (s->completing || *ovl__coro_state(s->co) != OVL__CO_DONE || s->nposted != 0)
+        return 0;
+    s->completing = 1;
+    return 1;
+}
+
+/* Resume s's coroutine (state already RUNNING) and settle its state after. */
+static void run(struct ovl__stream *s)
+{
+    int finished = ovl__coro_resume(s->co);
+    ovl__engine_lock();
+    int *st = ovl__coro_state(s->co);
+    if (finished) {
+        *st = OVL__CO_DONE;
+    } else if (s->kick) {
+        s->kick = 0;
+        *st = OVL__CO_READY;
+        ovl__engine_schedule_coro(s->co);
+    } else {
+        *st = OVL__CO_WAITING;
+    }
+    int claim = claim_locked(s);
+    ovl__engine_unlock();
+    if (claim)
+        finish(s);
+}
+
+void ovl__stream_run(struct ovl__coro *c)
+{
+    struct ovl__stream *s = ovl__coro_owner(c);
+    ovl__engine_lock();
+    *ovl__coro_state(c) = OVL__CO_RUNNING;
+    ovl__engine_unlock();
+    run(s);
+}
+
+/* From the coroutine: park until a fragment event. */
+static void park(void)
+{
+    ovl__coro_yield();
+}
+
+/* ---- completion ------------------------------------------------------------ */
+
+static void finish(struct ovl__stream *s)
+{
+    struct ovl__req *r = s->req;
+    r->status.error = s->fn_rc < 0 ? s->fn_rc
+                      : s->err     ? s->err
+                      : s->aborted ? OVL_ERR_CANCELLED
+                                   : OVL_SUCCESS;
+    r->status.bytes = s->is_send ? s->tell : s->received;
+    r->status.source = s->is_send ? ovl__g.rank : s->peer;
+    r->status.tag = s->tag;
+    for (unsigned i = 0; i < s->window; i++)
+        free(s->frags[i].buf);
+    free(s->frags);
+    ovl__coro_destroy(s->co);
+    atomic_fetch_sub(s->is_send ? &active_send : &active_recv, 1);
+    r->stream = NULL;
+    free(s);
+    ovl__req_complete(r);
+}
+
+/* A fragment's request is over: wake the coroutine, maybe complete. */
+static void frag_settled(struct ovl__stream *s)
+{
+    ovl__engine_lock();
+    s->nposted--;
+    wake_locked(s);
+    int claim = claim_locked(s);
+    ovl__engine_unlock();
+    if (claim)
+        finish(s);
+}
+
+static void record_error(struct ovl__stream *s, int err, const char *what)
+{
+    int code = ovl__mpi_error(err, s->is_send ? "ovl_isend_stream" : "ovl_irecv_stream", what);
+    if (!s->err)
+        s->err = code;
+}
+
+/* ---- send side -------------------------------------------------------------- */
+
+static void send_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct frag *f = op->ctx;
+    struct ovl__stream *s = f->s;
+    if (st->MPI_ERROR != MPI_SUCCESS)
+        record_error(s, st->MPI_ERROR, "fragment send");
+    ovl__engine_lock();
+    f->state = FR_FREE;
+    ovl__engine_unlock();
+    frag_settled(s);
+}
+
+/* Post fragment f. Runs in the coroutine. */
+static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
+{
+    struct frag_hdr h = {OVL__HDR_MAGIC, s->sid, flags, s->next_seq};
+    memcpy(f->buf, &h, sizeof h);
+    f->seq = s->next_seq++;
+    f->op.done = send_done;
+    f->op.ctx = f;
+    f->op.kind = OVL__OP_SEND;
+    f->op.peer = s->peer;
+    int count = (int)(OVL__HDR_BYTES + f->len);
+    int rc = f->seq == 0 ? MPI_Issend(f->buf, count, MPI_BYTE, s->peer, s->tag,
+                                      ovl__g.comm_stream, &f->op.mreq)
+                         : MPI_Issend(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
+                                      ovl__g.comm_frag, &f->op.mreq);
+    if (rc != MPI_SUCCESS) {
+        record_error(s, rc, "MPI_Issend");
+        f->state = FR_FREE;
+        return;
+    }
+    ovl__engine_lock();
+    f->state = FR_INFLIGHT;
+    s->nposted++;
+    ovl__engine_unlock();
+    atomic_fetch_add_explicit(&ovl__g.st_frag_sent, 1, memory_order_relaxed);
+    if (ovl__engine_add(&f->op) != OVL_SUCCESS) {
+        /* cannot track it: complete it here */
+        MPI_Status st;
+        MPI_Wait(&f->op.mreq, &st);
+        f->op.mreq = MPI_REQUEST_NULL;
+        send_done(&f->op, &st);
+    }
+}
+
+/* Get a buffer to fill, parking while the whole window is in flight. */
+static int acquire(struct ovl__stream *s, struct frag **out)
+{
+    for (;;) {
+        ovl__engine_lock();
+        struct frag *f = NULL;
+        for (unsigned i = 0; i < s->window && !f; i++)
+            if (s->frags[i].state == FR_FREE)
+                f = &s->frags[i];
+        if (f)
+            f->state = FR_FILLING;
+        ovl__engine_unlock();
+        if (f) {
+            if (!f->buf && !(f->buf = malloc(OVL__HDR_BYTES + s->payload_max))) {
+                f->state = FR_FREE;
+                return ovl__error(OVL_ERR_NOMEM, "ovl_stream_write", "no memory for a fragment");
+            }
+            f->len = 0;
+            *out = f;
+            return OVL_SUCCESS;
+        }
+        park();
+    }
+}
+
+static void send_body(void *arg)
+{
+    struct ovl__stream *s = arg;
+    s->fn_rc = s->fn((ovl_stream_t)s, s->arg);
+    if (s->fn_rc > 0)
+        s->fn_rc = OVL_SUCCESS;
+    struct frag *f;
+    if (s->cur >= 0) {
+        f = &s->frags[s->cur];
+    } else if (acquire(s, &f) != OVL_SUCCESS) {
+        if (!s->err)
+            s->err = OVL_ERR_NOMEM;
+        return;
+    }
+    s->cur = -1;
+    send_frag(s, f, OVL__F_LAST | (s->fn_rc < 0 ? OVL__F_ABORT : 0u));
+}
+
+int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
+{
+    static const char *fn = "ovl_stream_write";
+    struct ovl__stream *s = (struct ovl__stream *)stream;
+    struct ovl__coro *c = ovl__tls()->coro;
+    if (!s || !c || ovl__coro_owner(c) != s || !s->is_send)
+        return ovl__error(OVL_ERR_ARG, fn, "not inside this send stream's marshal function");
+    if (!data && bytes)
+        return ovl__error(OVL_ERR_ARG, fn, "data is NULL");
+    if (s->err)
+        return s->err;
+    const char *p = data;
+    while (bytes) {
+        struct frag *f;
+        if (s->cur < 0) {
+            int rc = acquire(s, &f);
+            if (rc)
+                return rc;
+            s->cur = (int)(f - s->frags);
+        }
+        f = &s->frags[s->cur];
+        size_t n = s->payload_max - f->len;
+        if (n > bytes)
+            n = bytes;
+        memcpy(f->buf + OVL__HDR_BYTES + f->len, p, n);
+        f->len += n;
+        p += n;
+        bytes -= n;
+        s->tell += n;
+        if (f->len == s->payload_max) {
+            s->cur = -1;
+            send_frag(s, f, 0);
+            if (s->err)
+                return s->err;
+        }
+    }
+    return OVL_SUCCESS;
+}
+
+/* ---- receive side ------------------------------------------------------------ */
+
+static void recv_done(struct ovl__op *op, MPI_Status *st);
+
+/* Post a receive for fragment `seq` into f. Called with no lock. */
+static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
+{
+    if (!f->buf && !(f->buf = malloc(OVL__HDR_BYTES + s->payload_max)))
+        return OVL_ERR_NOMEM;
+    f->seq = seq;
+    f->op.done = recv_done;
+    f->op.ctx = f;
+    f->op.kind = OVL__OP_RECV;
+    f->op.peer = s->peer;
+    int count = (int)(OVL__HDR_BYTES + s->payload_max);
+    int rc = seq == 0 ? MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
+                                  &f->op.mreq)
+                      : MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
+                                  ovl__g.comm_frag, &f->op.mreq);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, "ovl_irecv_stream", "MPI_Irecv");
+    ovl__engine_lock();
+    f->state = FR_POSTED;
+    s->nposted++;
+    ovl__engine_unlock();
+    if (ovl__engine_add(&f->op) != OVL_SUCCESS) {
+        MPI_Cancel(&f->op.mreq);
+        MPI_Wait(&f->op.mreq, MPI_STATUS_IGNORE);
+        ovl__engine_lock();
+        f->state = FR_FREE;
+        s->nposted--;
+        ovl__engine_unlock();
+        return OVL_ERR_NOMEM;
+    }
+    return OVL_SUCCESS;
+}
+
+/* Post the next fragment's receive into f (if the message is not over). */
+static void repost(struct ovl__stream *s, struct frag *f)
+{
+    ovl__engine_lock();
+    int more = !s->last_seen && !s->err;
+    f->state = FR_FREE;
+    ovl__engine_unlock();
+    if (more) {
+        int rc = post_recv(s, f, s->next_post++);
+        if (rc && !s->err)
+            s->err = rc;
+    }
+}
+
+static void recv_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct frag *f = op->ctx;
+    struct ovl__stream *s = f->s;
+    int cancelled = 0, first = f->seq == 0;
+    MPI_Test_cancelled(st, &cancelled);
+    struct frag_hdr h = {0, 0, 0, 0};
+    int count = 0;
+    if (!cancelled && st->MPI_ERROR == MPI_SUCCESS) {
+        MPI_Get_count(st, MPI_BYTE, &count);
+        if (count >= (int)OVL__HDR_BYTES)
+            memcpy(&h, f->buf, sizeof h);
+        if (h.magic != OVL__HDR_MAGIC || h.seq != f->seq)
+            record_error(s, MPI_ERR_OTHER, "stream fragment check (not an ovl stream message?)");
+    } else if (!cancelled) {
+        record_error(s, st->MPI_ERROR, "fragment receive");
+    }
+    int post_more = 0;
+    ovl__engine_lock(); /* nposted still counts this fragment: s stays alive */
+    if (cancelled || s->err) {
+        f->state = FR_FREE;
+        if (first || s->err) {
+            /* Nothing more will come: let the reader see the end. */
+            if (cancelled && first)
+                s->aborted = 1;
+            s->last_seen = 1;
+            f->state = FR_READY;
+            f->len = 0;
+            f->flags = OVL__F_LAST;
+        }
+    } else {
+        f->state = FR_READY;
+        f->len = (size_t)count - OVL__HDR_BYTES;
+        f->flags = h.flags;
+        s->received += f->len;
+        if (first) {
+            s->peer = st->MPI_SOURCE;
+            s->tag = st->MPI_TAG;
+            s->sid = h.sid;
+            post_more = !(h.flags & OVL__F_LAST);
+        }
+        if (h.flags & OVL__F_LAST) {
+            s->last_seen = 1;
+            if (h.flags & OVL__F_ABORT)
+                s->aborted = 1;
+        }
+    }
+    int cancel_rest = s->last_seen;
+    ovl__engine_unlock();
+    if (!cancelled && first && st->MPI_ERROR == MPI_SUCCESS && s->peer >= 0 &&
+        s->peer < ovl__g.size)
+        atomic_fetch_add(&ovl__g.recvd_from[s->peer], 1);
+    if (!cancelled)
+        atomic_fetch_add_explicit(&ovl__g.st_frag_recv, 1, memory_order_relaxed);
+    if (post_more) {
+        /* The stream id is known now: pre-post the rest of the window. */
+        for (unsigned i = 1; i < s->window; i++) {
+            int rc = post_recv(s, &s->frags[i], s->next_post++);
+            if (rc && !s->err)
+                s->err = rc;
+        }
+    }
+    if (cancel_rest) {
+        /* Receives posted beyond the last fragment can never match. */
+        ovl__engine_lock();
+        for (unsigned i = 0; i < s->window; i++)
+            if (s->frags[i].state == FR_POSTED && s->frags[i].op.mreq != MPI_REQUEST_NULL)
+                MPI_Cancel(&s->frags[i].op.mreq);
+        ovl__engine_unlock();
+    }
+    frag_settled(s);
+}
+
+/* Read up to `bytes` into data (NULL: discard). Runs in the coroutine. */
+static int read_bytes(struct ovl__stream *s, char *data, size_t bytes)
+{
+    while (bytes) {
+        struct frag *f = &s->frags[s->head];
+        ovl__engine_lock();
+        int ready = f->state == FR_READY;
+        ovl__engine_unlock();
+        if (!ready) {
+            park();
+            continue;
+        }
+        size_t n = f->len - s->rpos;
+        if (n > bytes)
+            n = bytes;
+        if (data) {
+            memcpy(data, f->buf + OVL__HDR_BYTES + s->rpos, n);
+            data += n;
+        }
+        s->rpos += n;
+        s->tell += n;
+        bytes -= n;
+        if (s->rpos == f->len) {
+            if (f->flags & OVL__F_LAST)
+                return bytes ? OVL_ERR_EOF : OVL_SUCCESS;
+            s->rpos = 0;
+            s->head = (s->head + 1) % s->window;
+            repost(s, f);
+        }
+    }
+    return OVL_SUCCESS;
+}
+
+static void recv_body(void *arg)
+{
+    struct ovl__stream *s = arg;
+    s->fn_rc = s->fn((ovl_stream_t)s, s->arg);
+    if (s->fn_rc > 0)
+        s->fn_rc = OVL_SUCCESS;
+    /* Receive and discard whatever the unmarshal function left. */
+    size_t tell = s->tell;
+    while (read_bytes(s, NULL, SIZE_MAX / 2) == OVL_SUCCESS)
+        ;
+    s->tell = tell;
+}
+
+int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
+{
+    static const char *fn = "ovl_stream_read";
+    struct ovl__stream *s = (struct ovl__stream *)stream;
+    struct ovl__coro *c = ovl__tls()->coro;
+    if (!s || !c || ovl__coro_owner(c) != s || s->is_send)
+        return ovl__error(OVL_ERR_ARG, fn, "not inside this receive stream's unmarshal function");
+    if (!data && bytes)
+        return ovl__error(OVL_ERR_ARG, fn, "data is NULL");
+    int rc = read_bytes(s, data, bytes);
+    if (rc == OVL_ERR_EOF) {
+        if (s->aborted)
+            return ovl__error(OVL_ERR_CANCELLED, fn, "the message was cancelled or aborted by the sender");
+        if (s->err)
+            return s->err;
+    }
+    return rc;
+}
+
+size_t ovl_stream_tell(ovl_stream_t stream)
+{
+    return stream ? ((struct ovl__stream *)stream)->tell : 0;
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn mf, void *arg,
+                  ovl_request_t *req)
+{
+    int rc;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req || !mf)
+        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL", req ? "marshal function" : "request pointer");
+    if ((rc = ovl__check_peer(fn, peer, !is_send)) || (rc = ovl__check_tag(fn, tag, !is_send)))
+        return rc;
+    if (ovl__tls()->coro)
+        return ovl__error(OVL_ERR_IN_CALLBACK, fn, "cannot start a stream inside a marshal function");
+
+    struct ovl__stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a stream");
+    s->window = ovl__g.cfg.stream_window;
+    s->payload_max = ovl__g.cfg.fragment_size - OVL__HDR_BYTES;
+    s->frags = calloc(s->window, sizeof *s->frags);
+    if (!s->frags)
+        goto nomem;
+    for (unsigned i = 0; i < s->window; i++)
+        s->frags[i].s = s;
+    s->is_send = is_send;
+    s->peer = peer;
+    s->tag = tag;
+    s->fn = mf;
+    s->arg = arg;
+    s->cur = -1;
+    if (ovl__coro_create(ovl__g.cfg.stack_size, is_send ? send_body : recv_body, s, &s->co))
+        goto nomem;
+    ovl__coro_set_owner(s->co, s);
+
+    ovl_request_t h;
+    if (ovl__req_alloc(is_send ? OVL__REQ_SSEND : OVL__REQ_SRECV, &s->req, &h)) {
+        ovl__coro_destroy(s->co);
+        goto nomem;
+    }
+    s->req->stream = s;
+    atomic_fetch_add(is_send ? &active_send : &active_recv, 1);
+    *req = h;
+    if (is_send) {
+        s->sid = atomic_fetch_add(&next_sid, 1) % ((unsigned)ovl__g.tag_ub + 1u);
+        atomic_fetch_add(&ovl__g.sent_to[peer], 1);
+        /* Run the marshal function until it first waits (errors from here on
+         * are reported through the request). */
+        run(s);
+        return OVL_SUCCESS;
+    }
+    /* Receive: start the unmarshal function first (it parks at once, the
+     * first fragment not being posted yet), so that from here on only the
+     * thread driving progress resumes it and posts its fragment receives. */
+    s->next_post = 1;
+    run(s);
+    if ((rc = post_recv(s, &s->frags[0], 0)) != OVL_SUCCESS) {
+        /* Not posted: complete the request with the error at once. */
+        ovl__engine_lock();
+        s->last_seen = 1;
+        s->err = rc;
+        s->frags[0].state = FR_READY;
+        s->frags[0].len = 0;
+        s->frags[0].flags = OVL__F_LAST;
+        s->nposted++; /* balanced by frag_settled */
+        ovl__engine_unlock();
+        frag_settled(s);
+    }
+    return OVL_SUCCESS;
+
+nomem:
+    free(s->frags);
+    free(s);
+    return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a stream");
+}
+
+int ovl_isend_stream(int dest, int tag, ovl_marshal_fn fn, void *arg, ovl_request_t *req)
+{
+    return create("ovl_isend_stream", 1, dest, tag, fn, arg, req);
+}
+
+int ovl_irecv_stream(int source, int tag, ovl_marshal_fn fn, void *arg, ovl_request_t *req)
+{
+    return create("ovl_irecv_stream", 0, source, tag, fn, arg, req);
+}
