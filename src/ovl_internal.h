@@ -68,8 +68,8 @@ enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER };
 struct ovl__req {
     uint32_t gen;   /* generation; a handle is valid while its gen matches */
     uint32_t idx;   /* slot index in the request table */
-    int in_use;     /* first field cleared by ovl__req_alloc */
-    int kind;       /* enum ovl__req_kind */
+    int in_use;     /* atomic access: lookups race with releases */
+    int kind;       /* enum ovl__req_kind; first field cleared by ovl__req_alloc */
     /* Completion. `done` is set once the operation has completed and its
      * continuation (if any) has run: ovl_wait returning implies both. */
     atomic_int done;

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+_Static_assert(sizeof(uintptr_t) >= 8, "handles pack index and generation in 64 bits");
+
 #define CHUNK_BITS 10
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
 #define MAX_CHUNKS 4096u /* 4 M live requests */
@@ -94,9 +96,10 @@ int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle)
     uint32_t gen = r->gen;
     pthread_mutex_unlock(&tab.lock);
 
-    memset(&r->in_use, 0, sizeof *r - offsetof(struct ovl__req, in_use));
+    memset((char *)r + offsetof(struct ovl__req, kind), 0,
+           sizeof *r - offsetof(struct ovl__req, kind));
     r->idx = idx;
-    r->in_use = 1;
+    __atomic_store_n(&r->in_use, 1, __ATOMIC_RELEASE);
     r->kind = kind;
     atomic_init(&r->done, 0);
     r->status.source = MPI_PROC_NULL;
@@ -115,7 +118,10 @@ int ovl__req_lookup(ovl_request_t h, struct ovl__req **out)
     if (idx1 == 0 || idx1 > MAX_CHUNKS * CHUNK_SLOTS)
         return OVL_ERR_REQUEST;
     struct ovl__req *r = slot(idx1 - 1);
-    if (!r || !r->in_use || r->gen != gen)
+    /* Atomic loads: a stale handle may be looked up while another thread
+     * releases the slot; the answer is then simply "invalid". */
+    if (!r || !__atomic_load_n(&r->in_use, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) != gen)
         return OVL_ERR_REQUEST;
     *out = r;
     return OVL_SUCCESS;
@@ -124,10 +130,9 @@ int ovl__req_lookup(ovl_request_t h, struct ovl__req **out)
 void ovl__req_release(struct ovl__req *r)
 {
     pthread_mutex_lock(&tab.lock);
-    r->in_use = 0;
-    r->gen++;
-    if (r->gen == 0)
-        r->gen = 1;
+    uint32_t gen = r->gen + 1;
+    __atomic_store_n(&r->gen, gen ? gen : 1u, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->in_use, 0, __ATOMIC_RELEASE);
     tab.free_idx[tab.nfree++] = r->idx;
     pthread_mutex_unlock(&tab.lock);
 }

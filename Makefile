@@ -1,0 +1,52 @@
+# The two entry points (see README.md):
+#   make demo   install what is missing, build, run the headline demonstration
+#   make test   install what is missing, build with -Werror, run the whole suite
+#               (normal build, then ASan+UBSan build), and check formatting
+# Other targets: build, bench, test-tsan, format, format-check, clean.
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+BUILD_TSAN ?= build-tsan
+JOBS       ?= 2
+CTEST_ARGS ?= --output-on-failure -j2
+
+.PHONY: all deps build demo test test-default test-asan test-tsan format format-check clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DOVL_WERROR=ON
+	cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	@scripts/demo $(BUILD)
+
+test: deps format-check test-default test-asan
+
+test-default:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DOVL_WERROR=ON
+	cmake --build $(BUILD) -j$(JOBS)
+	ctest --test-dir $(BUILD) $(CTEST_ARGS)
+
+test-asan:
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Asan -DOVL_WERROR=ON -DOVL_BUILD_BENCH=OFF
+	cmake --build $(BUILD_ASAN) -j$(JOBS)
+	ctest --test-dir $(BUILD_ASAN) $(CTEST_ARGS) -LE cluster
+
+test-tsan: deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Tsan -DOVL_WERROR=ON -DOVL_BUILD_BENCH=OFF
+	cmake --build $(BUILD_TSAN) -j$(JOBS)
+	ctest --test-dir $(BUILD_TSAN) $(CTEST_ARGS) -LE cluster
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: ok"
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
