@@ -9,7 +9,7 @@ BUILD_TSAN ?= build-tsan
 JOBS       ?= 2
 CTEST_ARGS ?= --output-on-failure -j2
 
-.PHONY: all deps build demo test test-default test-asan test-tsan format format-check clean
+.PHONY: all deps build demo test test-default test-asan test-tsan build-openmpi format format-check clean
 
 all: build
 
@@ -23,7 +23,7 @@ build: deps
 demo: build
 	@scripts/demo $(BUILD)
 
-test: deps format-check test-default test-asan
+test: deps format-check test-default test-asan build-openmpi
 
 test-default:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DOVL_WERROR=ON
@@ -40,6 +40,15 @@ test-tsan: deps
 	cmake --build $(BUILD_TSAN) -j$(JOBS)
 	ctest --test-dir $(BUILD_TSAN) $(CTEST_ARGS) -LE cluster
 
+# Open MPI must build too: checked whenever its compiler wrapper is installed
+# (`OVL_MPI=openmpi scripts/install-deps`).
+build-openmpi:
+	@if command -v mpicc.openmpi >/dev/null 2>&1; then \
+	  cmake -S . -B build-openmpi -DMPI_C_COMPILER=mpicc.openmpi -DOVL_WERROR=ON \
+	    -DMPIEXEC_EXECUTABLE=$$(command -v mpiexec.openmpi) -DOVL_BUILD_TESTS=OFF && \
+	  cmake --build build-openmpi -j$(JOBS) && echo "build-openmpi: ok"; \
+	else echo "build-openmpi: skipped (mpicc.openmpi not installed)"; fi
+
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 
 format:
@@ -49,4 +58,4 @@ format-check:
 	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: ok"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-openmpi
