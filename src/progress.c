@@ -167,10 +167,10 @@ static void publish(struct ovl__req *r)
         ovl__req_release(r);
 }
 
-void ovl__req_complete(struct ovl__req *r)
+/* Entered with the engine lock held; releases it. Takes the continuation
+ * under the lock, so it runs exactly once, then publishes completion. */
+static void run_continuation_and_publish(struct ovl__req *r)
 {
-    pthread_mutex_lock(&E.lock);
-    r->completed = 1;
     ovl_continue_fn fn = r->cont;
     void *arg = r->cont_arg;
     r->cont = NULL;
@@ -178,6 +178,13 @@ void ovl__req_complete(struct ovl__req *r)
     if (fn)
         run_callback(r, fn, arg);
     publish(r);
+}
+
+void ovl__req_complete(struct ovl__req *r)
+{
+    pthread_mutex_lock(&E.lock);
+    r->completed = 1;
+    run_continuation_and_publish(r);
 }
 
 static int grow_batch(int need)
@@ -253,14 +260,7 @@ int ovl__engine_drive(void)
             pthread_mutex_unlock(&E.lock);
             break;
         }
-        struct ovl__req *r = E.deferred[--E.ndef];
-        ovl_continue_fn fn = r->cont;
-        void *arg = r->cont_arg;
-        r->cont = NULL;
-        pthread_mutex_unlock(&E.lock);
-        if (fn)
-            run_callback(r, fn, arg);
-        publish(r);
+        run_continuation_and_publish(E.deferred[--E.ndef]);
         nb++;
     }
 
