@@ -171,7 +171,7 @@ static void drive_until(int (*cond)(void))
 
 static int sends_done(void)
 {
-    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active();
+    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active_sends();
 }
 
 static unsigned long long *expected_from;
@@ -212,8 +212,17 @@ int ovl_finalize(void)
     }
     for (int p = 0; p < ovl__g.size; p++)
         sent[p] = atomic_load(&ovl__g.sent_to[p]);
-    rc = MPI_Alltoall(sent, 1, MPI_UNSIGNED_LONG_LONG, expected_from, 1, MPI_UNSIGNED_LONG_LONG,
-                      ovl__g.comm_msg);
+    /* Not a blocking MPI_Alltoall: a peer may still need this rank's
+     * progress (stream fragment receives to re-post) to finish its sends. */
+    MPI_Request a2a = MPI_REQUEST_NULL;
+    rc = MPI_Ialltoall(sent, 1, MPI_UNSIGNED_LONG_LONG, expected_from, 1, MPI_UNSIGNED_LONG_LONG,
+                       ovl__g.comm_msg, &a2a);
+    for (int done = 0; rc == MPI_SUCCESS;) {
+        if ((rc = MPI_Test(&a2a, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
+            break;
+        if (ovl__engine_drive() < 0)
+            sched_yield();
+    }
     free(sent);
     if (rc == MPI_SUCCESS)
         drive_until(receives_matched);
@@ -232,7 +241,7 @@ int ovl_finalize(void)
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
     MPI_Barrier(ovl__g.comm_msg);
     free_comms();
-    return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, fn, "MPI_Alltoall");
+    return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, fn, "MPI_Ialltoall");
 }
 
 int ovl_config_get(ovl_config_t *cfg)

@@ -63,7 +63,9 @@ struct ovl__op {
     int kind;     /* OVL__OP_* below: finalize needs to tell sends from receives */
     int peer;     /* for receives: the source asked for */
 };
-enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER };
+/* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
+ * arriving; finalize must let it complete rather than cancel it. */
+enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER, OVL__OP_FRAG };
 
 struct ovl__req {
     uint32_t gen;   /* generation; a handle is valid while its gen matches */
@@ -140,6 +142,8 @@ struct ovl__coro **ovl__coro_next(struct ovl__coro *c);
 /* Resume a stream's coroutine and handle what follows (driver only). */
 void ovl__stream_run(struct ovl__coro *c);
 int ovl__stream_active(void);
+/* Send streams not yet complete (finalize's first step waits for these). */
+int ovl__stream_active_sends(void);
 /* Per-peer message counts for finalize's drain. */
 
 /* ---- init.c: global state ---------------------------------------------- */

@@ -117,7 +117,8 @@ void ovl__engine_cancel_receives(void)
 {
     pthread_mutex_lock(&E.lock);
     for (int i = 0; i < E.n; i++)
-        if (E.ops[i]->kind != OVL__OP_SEND && E.mreqs[i] != MPI_REQUEST_NULL)
+        if ((E.ops[i]->kind == OVL__OP_RECV || E.ops[i]->kind == OVL__OP_USER) &&
+            E.mreqs[i] != MPI_REQUEST_NULL)
             MPI_Cancel(&E.mreqs[i]);
     pthread_mutex_unlock(&E.lock);
 }
@@ -211,6 +212,28 @@ static int grow_batch(int need)
     return 0;
 }
 
+/* MPI_Testsome with the errors of completed requests returned in their
+ * statuses. MPICH 4.0 raises them on MPI_COMM_WORLD's error handler (MPI-4
+ * says MPI_COMM_SELF) whatever the request's communicator, so with the
+ * default handler a truncated receive would abort the program instead of
+ * completing with OVL_ERR_TRUNCATE. Engine lock held. */
+static int testsome_errors_return(int *outcount)
+{
+    MPI_Errhandler world = MPI_ERRHANDLER_NULL, self = MPI_ERRHANDLER_NULL;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+    MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    int rc = MPI_Testsome(E.n, E.mreqs, outcount, E.idx, E.sts);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+    MPI_Errhandler *h[] = { &world, &self };
+    for (int i = 0; i < 2; i++)
+        if (*h[i] != MPI_ERRORS_ARE_FATAL && *h[i] != MPI_ERRORS_RETURN)
+            MPI_Errhandler_free(h[i]);
+    return rc;
+}
+
 int ovl__engine_drive(void)
 {
     if (pthread_mutex_trylock(&E.drive) != 0)
@@ -220,7 +243,7 @@ int ovl__engine_drive(void)
     pthread_mutex_lock(&E.lock);
     if (E.n > 0 && grow_batch(E.n) == 0) {
         int outcount = 0;
-        int rc = MPI_Testsome(E.n, E.mreqs, &outcount, E.idx, E.sts);
+        int rc = testsome_errors_return(&outcount);
         atomic_fetch_add_explicit(&ovl__g.st_polls, 1, memory_order_relaxed);
         if (outcount != MPI_UNDEFINED && outcount > 0) {
             for (int k = 0; k < outcount; k++) {

@@ -23,7 +23,11 @@ static struct {
     unsigned nchunks;
     uint32_t *free_idx; /* stack of free slot indices */
     unsigned nfree, cap_free;
-} tab = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    /* Generation of fresh slots. Raised past every generation handed out
+     * before ovl_finalize, so a handle kept across finalize and a new
+     * ovl_init never matches a new request in the same slot. */
+    uint32_t first_gen;
+} tab = {.lock = PTHREAD_MUTEX_INITIALIZER, .first_gen = 1};
 
 static inline ovl_request_t make_handle(uint32_t idx, uint32_t gen)
 {
@@ -40,6 +44,14 @@ int ovl__req_table_init(void)
 void ovl__req_table_fini(void)
 {
     pthread_mutex_lock(&tab.lock);
+    uint32_t max_gen = tab.first_gen;
+    for (unsigned i = 0; i < tab.nchunks; i++) {
+        struct ovl__req *c = atomic_load(&tab.chunks[i]);
+        for (uint32_t k = 0; k < CHUNK_SLOTS; k++)
+            if (c[k].gen > max_gen)
+                max_gen = c[k].gen;
+    }
+    tab.first_gen = max_gen + 1 ? max_gen + 1 : 1;
     for (unsigned i = 0; i < tab.nchunks; i++) {
         free(atomic_load(&tab.chunks[i]));
         atomic_store(&tab.chunks[i], NULL);
@@ -76,7 +88,7 @@ static int grow(void)
     }
     uint32_t base = tab.nchunks * CHUNK_SLOTS;
     for (uint32_t i = 0; i < CHUNK_SLOTS; i++) {
-        c[i].gen = 1;
+        c[i].gen = tab.first_gen;
         tab.free_idx[tab.nfree++] = base + CHUNK_SLOTS - 1 - i;
     }
     atomic_store(&tab.chunks[tab.nchunks], c);

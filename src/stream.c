@@ -84,6 +84,11 @@ int ovl__stream_active(void)
     return atomic_load(&active_send) + atomic_load(&active_recv);
 }
 
+int ovl__stream_active_sends(void)
+{
+    return atomic_load(&active_send);
+}
+
 /* ---- scheduling ----------------------------------------------------------- */
 
 /* engine lock held: a fragment event happened */
@@ -330,7 +335,7 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     f->seq = seq;
     f->op.done = recv_done;
     f->op.ctx = f;
-    f->op.kind = OVL__OP_RECV;
+    f->op.kind = seq == 0 ? OVL__OP_RECV : OVL__OP_FRAG;
     f->op.peer = s->peer;
     int count = (int)(OVL__HDR_BYTES + s->payload_max);
     int rc = seq == 0 ? MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,

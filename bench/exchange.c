@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The two-rank exchange behind latency-hiding and overview (exchange.h).
+ *
+ * Every rep starts with a barrier and is timed on each rank from just after
+ * it; times are combined with MAX over the ranks, daxpy counts averaged.
+ * Warm-up reps run the same code and are thrown away.
+ *
+ * The daxpy loops read the clock once per daxpy in every mode (dedicated and
+ * overlapped), so both pay the same per-iteration cost and the ratio of the
+ * counts measures only what communication takes away.
+ */
+#include "exchange.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XCHG_TAG 7
+
+static struct {
+    size_t payload, n; /* bytes, doubles */
+    double *sbuf, *rbuf;
+    char *pack_s, *pack_r; /* mpi-poll-marshal message buffers */
+    int peer;
+} X;
+
+/* One exchange in flight. */
+struct xchg {
+    const struct xchg_variant *v;
+    ovl_request_t oreq[2];
+    MPI_Request mreq[2];
+    double t0, t_done[2];
+    int trigger; /* XT_SEND, XT_RECV, or -1 */
+    atomic_int stop;
+    struct cb {
+        struct xchg *x;
+        int which;
+    } cb[2];
+};
+
+void xchg_setup(size_t payload)
+{
+    X.payload = payload;
+    X.n = payload / sizeof(double);
+    X.peer = 1 - bench_rank;
+    size_t bytes = X.n * sizeof(double) + 64;
+    X.sbuf = malloc(bytes);
+    X.rbuf = malloc(bytes);
+    X.pack_s = malloc(bytes);
+    X.pack_r = malloc(bytes);
+    if (!X.sbuf || !X.rbuf || !X.pack_s || !X.pack_r)
+        bench_fail("out of memory for %zu-byte buffers", payload);
+    for (size_t i = 0; i < X.n; i++) {
+        X.sbuf[i] = (double)i + 0.5 * bench_rank;
+        X.rbuf[i] = -1;
+    }
+    memset(X.pack_s, 0, bytes);
+    memset(X.pack_r, 0, bytes);
+}
+
+void xchg_teardown(void)
+{
+    free(X.sbuf);
+    free(X.rbuf);
+    free(X.pack_s);
+    free(X.pack_r);
+    memset(&X, 0, sizeof X);
+}
+
+/* ---- marshalling: one double at a time (the paper's Table 2) -------------------- */
+
+static int marshal(ovl_stream_t s, void *arg)
+{
+    const double *v = arg;
+    for (size_t i = 0; i < X.n; i++) {
+        int rc = ovl_stream_write_double(s, v[i]);
+        if (rc != OVL_SUCCESS)
+            return rc;
+    }
+    return OVL_SUCCESS;
+}
+
+static int unmarshal(ovl_stream_t s, void *arg)
+{
+    double *v = arg;
+    for (size_t i = 0; i < X.n; i++) {
+        int rc = ovl_stream_read_double(s, &v[i]);
+        if (rc != OVL_SUCCESS)
+            return rc;
+    }
+    return OVL_SUCCESS;
+}
+
+/* The hand-written equivalent for MPI: copy each double into / out of a byte
+ * buffer. volatile-free but through memcpy of 8 bytes, as a marshaller of a
+ * dynamic structure would. */
+static void pack(void)
+{
+    for (size_t i = 0; i < X.n; i++)
+        memcpy(X.pack_s + i * sizeof(double), &X.sbuf[i], sizeof(double));
+}
+
+static void unpack(void)
+{
+    for (size_t i = 0; i < X.n; i++)
+        memcpy(&X.rbuf[i], X.pack_r + i * sizeof(double), sizeof(double));
+}
+
+/* ---- one exchange -------------------------------------------------------------- */
+
+static void on_done(const ovl_status_t *st, void *arg)
+{
+    struct cb *c = arg;
+    struct xchg *x = c->x;
+    x->t_done[c->which] = bench_now();
+    if (st->error != OVL_SUCCESS)
+        bench_fail("exchange %s failed: %s", c->which == XT_SEND ? "send" : "recv",
+                   ovl_strerror(st->error));
+    if (c->which == x->trigger)
+        atomic_store_explicit(&x->stop, 1, memory_order_release);
+}
+
+static int is_mpi(const struct xchg_variant *v)
+{
+    return v->kind == XK_MPI_POLL || v->kind == XK_MPI_POLL_MARSHAL;
+}
+
+/* Post both messages (receive first, as in the paper). With @p cont, ovl
+ * variants get a continuation on each request recording its completion time
+ * and raising `stop` for the trigger. */
+static void xchg_start(struct xchg *x, const struct xchg_variant *v, int trigger, int cont)
+{
+    x->v = v;
+    x->trigger = trigger;
+    x->t_done[0] = x->t_done[1] = 0;
+    atomic_store(&x->stop, 0);
+    for (int i = 0; i < 2; i++) {
+        x->cb[i].x = x;
+        x->cb[i].which = i;
+        x->oreq[i] = OVL_REQUEST_NULL;
+        x->mreq[i] = MPI_REQUEST_NULL;
+    }
+    int cnt = (int)X.n;
+    switch (v->kind) {
+    case XK_OVL:
+        BENCH_OVL(ovl_irecv(X.rbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, &x->oreq[XT_RECV]));
+        if (cont)
+            BENCH_OVL(ovl_continue(x->oreq[XT_RECV], on_done, &x->cb[XT_RECV]));
+        BENCH_OVL(ovl_isend(X.sbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, &x->oreq[XT_SEND]));
+        if (cont)
+            BENCH_OVL(ovl_continue(x->oreq[XT_SEND], on_done, &x->cb[XT_SEND]));
+        break;
+    case XK_OVL_MARSHAL:
+        BENCH_OVL(ovl_irecv_stream(X.peer, XCHG_TAG, unmarshal, X.rbuf, &x->oreq[XT_RECV]));
+        if (cont)
+            BENCH_OVL(ovl_continue(x->oreq[XT_RECV], on_done, &x->cb[XT_RECV]));
+        BENCH_OVL(ovl_isend_stream(X.peer, XCHG_TAG, marshal, X.sbuf, &x->oreq[XT_SEND]));
+        if (cont)
+            BENCH_OVL(ovl_continue(x->oreq[XT_SEND], on_done, &x->cb[XT_SEND]));
+        break;
+    case XK_MPI_POLL:
+        BENCH_MPI(MPI_Irecv(X.rbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
+                            &x->mreq[XT_RECV]));
+        BENCH_MPI(MPI_Isend(X.sbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
+                            &x->mreq[XT_SEND]));
+        break;
+    case XK_MPI_POLL_MARSHAL:
+        BENCH_MPI(MPI_Irecv(X.pack_r, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG,
+                            MPI_COMM_WORLD, &x->mreq[XT_RECV]));
+        pack();
+        BENCH_MPI(MPI_Isend(X.pack_s, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG,
+                            MPI_COMM_WORLD, &x->mreq[XT_SEND]));
+        break;
+    }
+}
+
+/* MPI kinds: the request @p which has completed (found by MPI_Test/Wait). */
+static void mpi_completed(struct xchg *x, int which)
+{
+    if (which == XT_RECV && x->v->kind == XK_MPI_POLL_MARSHAL)
+        unpack(); /* the data is usable only after this */
+    x->t_done[which] = bench_now();
+}
+
+/* Complete whatever is still in flight. */
+static void xchg_finish(struct xchg *x)
+{
+    if (!is_mpi(x->v)) {
+        BENCH_OVL(ovl_waitall(2, x->oreq, OVL_STATUS_IGNORE));
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (x->mreq[i] != MPI_REQUEST_NULL) {
+            BENCH_MPI(MPI_Wait(&x->mreq[i], MPI_STATUS_IGNORE));
+            mpi_completed(x, i);
+        }
+    }
+}
+
+/* ---- measurements ---------------------------------------------------------------- */
+
+static void sync_start(void)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static double max_over_ranks(double v)
+{
+    double m;
+    MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+static double mean_over_ranks(double v)
+{
+    double s;
+    MPI_Allreduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return s / bench_size;
+}
+
+/* Seconds of one exchange with nothing else to do. */
+static double one_alone(const struct xchg_variant *v)
+{
+    struct xchg x;
+    sync_start();
+    double t0 = bench_now();
+    xchg_start(&x, v, -1, 0);
+    xchg_finish(&x);
+    return max_over_ranks(bench_now() - t0);
+}
+
+double xchg_transfer_time(const struct xchg_variant *v, int reps, int warmup)
+{
+    double *t = malloc((size_t)reps * sizeof *t);
+    if (!t)
+        bench_fail("out of memory");
+    for (int r = -warmup; r < reps; r++) {
+        double s = one_alone(v);
+        if (r >= 0)
+            t[r] = s;
+    }
+    struct bench_stat st = bench_stat_of(t, reps);
+    free(t);
+    return st.med;
+}
+
+/* One overlapped rep: daxpy until the trigger's completion is seen. */
+static void one_overlapped(const struct xchg_variant *v, int trigger, double *count,
+                           double *comm, double *loop, double *wakeups)
+{
+    struct xchg x;
+    ovl_stats_t s0, s1;
+    BENCH_OVL(ovl_stats_get(&s0));
+    sync_start();
+    x.t0 = bench_now();
+    xchg_start(&x, v, trigger, 1);
+    long n = 0;
+    double l0 = bench_now(), l1 = l0;
+    if (!is_mpi(v)) {
+        /* the paper's loop: a continuation ends it */
+        while (!atomic_load_explicit(&x.stop, memory_order_acquire)) {
+            bench_daxpy();
+            n++;
+            l1 = bench_now();
+        }
+    } else {
+        const long k = v->k;
+        for (long i = 1;; i++) {
+            bench_daxpy();
+            n++;
+            l1 = bench_now();
+            if (i % k == 0) {
+                int flag = 0;
+                BENCH_MPI(MPI_Test(&x.mreq[trigger], &flag, MPI_STATUS_IGNORE));
+                if (flag) {
+                    mpi_completed(&x, trigger);
+                    break;
+                }
+            }
+        }
+    }
+    xchg_finish(&x);
+    BENCH_OVL(ovl_stats_get(&s1));
+    double done = x.t_done[0] > x.t_done[1] ? x.t_done[0] : x.t_done[1];
+    *count = mean_over_ranks((double)n);
+    *comm = max_over_ranks(done - x.t0);
+    *loop = mean_over_ranks(l1 - l0);
+    *wakeups = (double)(s1.thread_wakeups - s0.thread_wakeups);
+}
+
+void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_result *out)
+{
+    size_t nb = (size_t)reps * sizeof(double);
+    double *t = malloc(nb), *d = malloc(nb), *c = malloc(nb), *m = malloc(nb), *l = malloc(nb);
+    if (!t || !d || !c || !m || !l)
+        bench_fail("out of memory");
+    memset(out, 0, sizeof *out);
+    out->payload = X.payload;
+    out->reps = reps;
+
+    /* (a) the exchange alone */
+    for (int r = -warmup; r < reps; r++) {
+        double s = one_alone(v);
+        if (r >= 0)
+            t[r] = s * 1e3;
+    }
+    out->transfer_ms = bench_stat_of(t, reps);
+    double T = out->transfer_ms.med * 1e-3;
+
+    /* (b) dedicated: daxpy for exactly the transfer time, both ranks at once */
+    for (int r = -warmup; r < reps; r++) {
+        sync_start();
+        double n = mean_over_ranks((double)bench_daxpy_for(T));
+        if (r >= 0)
+            d[r] = n;
+    }
+    out->dedicated = bench_stat_of(d, reps);
+
+    /* (c) overlapped, loop stopped by the send, then by the receive */
+    for (int trig = 0; trig < 2; trig++) {
+        double wk = 0;
+        for (int r = -warmup; r < reps; r++) {
+            double cnt, comm, loop, w;
+            one_overlapped(v, trig, &cnt, &comm, &loop, &w);
+            if (r >= 0) {
+                c[r] = cnt;
+                m[r] = comm * 1e3;
+                l[r] = loop * 1e3;
+                wk += w;
+            }
+        }
+        /* cpu share: daxpy rate inside the loop vs dedicated rate, from medians */
+        out->ovl_daxpy[trig] = bench_stat_of(c, reps);
+        out->comm_ms[trig] = bench_stat_of(m, reps);
+        out->loop_ms[trig] = bench_stat_of(l, reps);
+        out->wakeups[trig] = wk / reps;
+        out->util[trig] = out->dedicated.med > 0 ? out->ovl_daxpy[trig].med / out->dedicated.med
+                                                 : 0;
+        double ded_rate = out->dedicated.med / (out->transfer_ms.med > 0 ? out->transfer_ms.med : 1);
+        double ovl_rate = out->ovl_daxpy[trig].med /
+                          (out->loop_ms[trig].med > 0 ? out->loop_ms[trig].med : 1);
+        out->cpu_share[trig] = ded_rate > 0 ? ovl_rate / ded_rate : 0;
+    }
+    free(t);
+    free(d);
+    free(c);
+    free(m);
+    free(l);
+}
+
+double xchg_fixed_work(const struct xchg_variant *v, long work, int blocking)
+{
+    struct xchg x;
+    sync_start();
+    double t0 = bench_now();
+    if (!v) {
+        for (long i = 0; i < work; i++)
+            bench_daxpy();
+        return max_over_ranks(bench_now() - t0);
+    }
+    xchg_start(&x, v, -1, 0);
+    if (blocking)
+        xchg_finish(&x);
+    if (!blocking && is_mpi(v)) {
+        int open = 2;
+        for (long i = 1; i <= work; i++) {
+            bench_daxpy();
+            if (open && i % v->k == 0) {
+                for (int j = 0; j < 2; j++) {
+                    int flag = 0;
+                    if (x.mreq[j] == MPI_REQUEST_NULL)
+                        continue;
+                    BENCH_MPI(MPI_Test(&x.mreq[j], &flag, MPI_STATUS_IGNORE));
+                    if (flag) {
+                        mpi_completed(&x, j);
+                        open--;
+                    }
+                }
+            }
+        }
+    } else {
+        for (long i = 0; i < work; i++)
+            bench_daxpy();
+    }
+    if (!blocking)
+        xchg_finish(&x);
+    return max_over_ranks(bench_now() - t0);
+}
+
+long xchg_dedicated(double seconds, int reps)
+{
+    double *d = malloc((size_t)reps * sizeof *d);
+    if (!d)
+        bench_fail("out of memory");
+    for (int r = 0; r < reps; r++) {
+        sync_start();
+        d[r] = mean_over_ranks((double)bench_daxpy_for(seconds));
+    }
+    struct bench_stat st = bench_stat_of(d, reps);
+    free(d);
+    return (long)(st.med + 0.5);
+}
+
+double xchg_daxpy_ns(void)
+{
+    sync_start();
+    const double secs = 0.05;
+    long n = bench_daxpy_for(secs);
+    return mean_over_ranks(secs * 1e9 / (double)(n ? n : 1));
+}

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * ovl-bench latency-hiding: the paper's benchmark (Strumpen 1995, section 5,
+ * Tables 1-3). Two ranks exchange two messages of equal payload; per payload
+ * and variant it measures
+ *   (a) the transfer time of the exchange alone (median of reps),
+ *   (b) the dedicated daxpy count: daxpys that fit in that time,
+ *   (c) the daxpys done while the exchange runs, the loop ended by the
+ *       send's (then the receive's) completion,
+ * and reports the useful CPU utilisation (c)/(b) next to the communication
+ * time with and without the overlapped loop.
+ */
+#include "exchange.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const CMD = "latency-hiding";
+
+static const char HELP[] =
+    "Usage: ovl-bench latency-hiding [options]   (exactly 2 ranks)\n"
+    "\n"
+    "The latency-hiding benchmark of Strumpen (1995), section 5: both ranks exchange\n"
+    "one message of each payload at the same time. For each variant and payload:\n"
+    "  transfer    ms for the exchange alone (median over reps)\n"
+    "  dedicated   daxpys (y = a*x + y, n = 1000) that fit in that time\n"
+    "  send/recv   daxpys done while the exchange runs, loop stopped by the send's\n"
+    "              / receive's completion (an ovl continuation, or MPI_Test)\n"
+    "  util        send/recv count divided by dedicated: useful CPU utilisation\n"
+    "  comm        communication time while daxpy runs, relative to alone\n"
+    "\n"
+    "Variants:\n"
+    "  ovl             ovl_isend/ovl_irecv + ovl_continue, progress thread on\n"
+    "  ovl-marshal     ovl_isend_stream/ovl_irecv_stream writing/reading each double\n"
+    "                  with ovl_stream_write_double/read_double\n"
+    "  mpi-poll-K      MPI_Isend/MPI_Irecv, MPI_Test every K daxpys\n"
+    "  mpi-poll-marshal-K  the same with a hand-written pack/unpack loop (--marshal)\n"
+    "\n"
+    "Options:\n"
+    "  --sizes LIST     payloads, e.g. 4k,64k,1m (default 4k,8k,...,1m)\n"
+    "  --reps N         measured reps per point (default 20)\n"
+    "  --warmup N       discarded reps before them (default 2)\n"
+    "  --variants LIST  any of ovl,ovl-marshal,mpi-poll,mpi-poll-marshal\n"
+    "                   (default ovl,ovl-marshal,mpi-poll)\n"
+    "  --poll-k LIST    K values of the mpi-poll variants (default 1,10,100)\n"
+    "  --marshal        add the mpi-poll-marshal variants\n"
+    "  --csv FILE       write one row per (variant, payload) with all raw numbers\n"
+    "  --help           this text\n"
+    "\n"
+    "The ovl variants take OVL_POLL_MAX_US, OVL_SPIN_US, OVL_FRAGMENT_SIZE and\n"
+    "OVL_STREAM_WINDOW from the environment (docs/ENV.md); OVL_PROGRESS is forced\n"
+    "to thread.\n";
+
+struct lh_opts {
+    size_t *sizes;
+    int nsizes;
+    int reps, warmup;
+    const char *csv;
+    struct xchg_variant *var;
+    int nvar;
+};
+
+static void add_variant(struct lh_opts *o, enum xchg_kind kind, const char *name, long k)
+{
+    struct xchg_variant *v = realloc(o->var, (size_t)(o->nvar + 1) * sizeof *v);
+    if (!v)
+        bench_fail("out of memory");
+    o->var = v;
+    v = &o->var[o->nvar++];
+    memset(v, 0, sizeof *v);
+    v->kind = kind;
+    v->k = k;
+    if (k > 0)
+        snprintf(v->name, sizeof v->name, "%s-%ld", name, k);
+    else
+        snprintf(v->name, sizeof v->name, "%s", name);
+}
+
+static void parse(int argc, char **argv, struct lh_opts *o)
+{
+    const char *sizes = "4k,8k,16k,32k,64k,128k,256k,512k,1m";
+    const char *variants = "ovl,ovl-marshal,mpi-poll";
+    const char *pollk = "1,10,100";
+    int marshal = 0;
+    o->reps = 20;
+    o->warmup = 2;
+    o->csv = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            bench_help_exit(HELP);
+        else if (!strcmp(a, "--sizes"))
+            sizes = bench_optarg(CMD, argc, argv, &i);
+        else if (!strcmp(a, "--reps"))
+            o->reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1,
+                                            100000);
+        else if (!strcmp(a, "--warmup"))
+            o->warmup = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0,
+                                              1000);
+        else if (!strcmp(a, "--csv"))
+            o->csv = bench_optarg(CMD, argc, argv, &i);
+        else if (!strcmp(a, "--variants"))
+            variants = bench_optarg(CMD, argc, argv, &i);
+        else if (!strcmp(a, "--poll-k"))
+            pollk = bench_optarg(CMD, argc, argv, &i);
+        else if (!strcmp(a, "--marshal"))
+            marshal = 1;
+        else
+            bench_usage_error(CMD, "unknown option '%s'", a);
+    }
+    o->nsizes = bench_parse_size_list(CMD, "--sizes", sizes, &o->sizes);
+    for (int i = 0; i < o->nsizes; i++)
+        if (o->sizes[i] % sizeof(double) || o->sizes[i] > (1u << 30))
+            bench_usage_error(CMD, "--sizes: %zu is not a multiple of 8 bytes up to 1g",
+                              o->sizes[i]);
+    long *k;
+    int nk = bench_parse_long_list(CMD, "--poll-k", pollk, 1, 1000000, &k);
+
+    char *copy = strdup(variants), *save = NULL;
+    if (!copy)
+        bench_fail("out of memory");
+    int want_mpm = marshal;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "ovl"))
+            add_variant(o, XK_OVL, "ovl", 0);
+        else if (!strcmp(t, "ovl-marshal"))
+            add_variant(o, XK_OVL_MARSHAL, "ovl-marshal", 0);
+        else if (!strcmp(t, "mpi-poll"))
+            for (int j = 0; j < nk; j++)
+                add_variant(o, XK_MPI_POLL, "mpi-poll", k[j]);
+        else if (!strcmp(t, "mpi-poll-marshal"))
+            want_mpm = 1;
+        else
+            bench_usage_error(CMD, "--variants: unknown variant '%s' (ovl, ovl-marshal, "
+                                   "mpi-poll, mpi-poll-marshal)", t);
+    }
+    if (want_mpm)
+        for (int j = 0; j < nk; j++)
+            add_variant(o, XK_MPI_POLL_MARSHAL, "mpi-poll-marshal", k[j]);
+    free(copy);
+    free(k);
+    if (o->nvar == 0)
+        bench_usage_error(CMD, "--variants: nothing to run");
+}
+
+static void csv_stat(FILE *f, struct bench_stat s)
+{
+    fprintf(f, ",%.6g,%.6g,%.6g", s.med, s.min, s.max);
+}
+
+static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int reps, int warmup)
+{
+    printf("ovl-bench latency-hiding: 2 ranks on %d host%s; medians of %d reps (%d warm-up "
+           "discarded)\n",
+           hosts, hosts == 1 ? "" : "s", reps, warmup);
+    printf("ovl: progress thread, poll_max_us %u, spin_us %u, fragment %zu B, window %u; "
+           "one daxpy (n=%d) + clock read = %.0f ns\n",
+           c->poll_max_us, c->spin_us, c->fragment_size, c->stream_window, BENCH_DAXPY_N,
+           daxpy_ns);
+    printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); comm = "
+           "communication time with daxpy / alone\n\n");
+    printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "variant", "payload", "transfer",
+           "dedicated", "daxpy", "daxpy", "util", "util", "comm", "comm");
+    printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "", "", "ms", "daxpy", "(send)",
+           "(recv)", "send", "recv", "send", "recv");
+}
+
+int bench_latency_hiding(int argc, char **argv)
+{
+    struct lh_opts o = {0};
+    parse(argc, argv, &o);
+    bench_require_two_ranks(CMD);
+    FILE *csv = bench_csv_open(CMD, o.csv);
+
+    ovl_config_t cfg = {.field_mask = OVL_CONFIG_FIELD_PROGRESS,
+                        .progress = OVL_PROGRESS_THREAD};
+    bench_ovl_init(&cfg);
+    ovl_config_t eff;
+    BENCH_OVL(ovl_config_get(&eff));
+    int hosts = bench_hosts();
+    double dns = xchg_daxpy_ns();
+
+    if (bench_rank == 0) {
+        print_header(hosts, &eff, dns, o.reps, o.warmup);
+        if (csv)
+            fprintf(csv, "bench,variant,payload_bytes,hosts,reps,warmup,poll_max_us,spin_us,"
+                         "fragment_size,stream_window,daxpy_ns,"
+                         "transfer_ms_med,transfer_ms_min,transfer_ms_max,"
+                         "dedicated_med,dedicated_min,dedicated_max,"
+                         "send_daxpy_med,send_daxpy_min,send_daxpy_max,"
+                         "recv_daxpy_med,recv_daxpy_min,recv_daxpy_max,"
+                         "util_send,util_recv,"
+                         "comm_send_ms_med,comm_send_ms_min,comm_send_ms_max,"
+                         "comm_recv_ms_med,comm_recv_ms_min,comm_recv_ms_max,"
+                         "loop_send_ms_med,loop_recv_ms_med,"
+                         "cpu_share_send,cpu_share_recv,wakeups_send,wakeups_recv\n");
+    }
+    for (int s = 0; s < o.nsizes; s++) {
+        xchg_setup(o.sizes[s]);
+        for (int vi = 0; vi < o.nvar; vi++) {
+            const struct xchg_variant *v = &o.var[vi];
+            struct lh_result r;
+            lh_measure(v, o.reps, o.warmup, &r);
+            if (bench_rank != 0)
+                continue;
+            char sz[32];
+            double tm = r.transfer_ms.med;
+            printf("%-20s %8s %10.3f %9.0f %9.0f %9.0f %6.1f%% %6.1f%% %6.2f %6.2f\n", v->name,
+                   bench_fmt_size(r.payload, sz, sizeof sz), tm, r.dedicated.med,
+                   r.ovl_daxpy[0].med, r.ovl_daxpy[1].med, 100 * r.util[0], 100 * r.util[1],
+                   tm > 0 ? r.comm_ms[0].med / tm : 0, tm > 0 ? r.comm_ms[1].med / tm : 0);
+            fflush(stdout);
+            if (!csv)
+                continue;
+            fprintf(csv, "latency-hiding,%s,%zu,%d,%d,%d,%u,%u,%zu,%u,%.1f", v->name, r.payload,
+                    hosts, o.reps, o.warmup, eff.poll_max_us, eff.spin_us, eff.fragment_size,
+                    eff.stream_window, dns);
+            csv_stat(csv, r.transfer_ms);
+            csv_stat(csv, r.dedicated);
+            csv_stat(csv, r.ovl_daxpy[0]);
+            csv_stat(csv, r.ovl_daxpy[1]);
+            fprintf(csv, ",%.4f,%.4f", r.util[0], r.util[1]);
+            csv_stat(csv, r.comm_ms[0]);
+            csv_stat(csv, r.comm_ms[1]);
+            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f\n", r.loop_ms[0].med, r.loop_ms[1].med,
+                    r.cpu_share[0], r.cpu_share[1], r.wakeups[0], r.wakeups[1]);
+        }
+        xchg_teardown();
+    }
+    if (bench_rank == 0)
+        printf("(daxpy checksum %.3g)\n", bench_daxpy_checksum());
+    bench_ovl_finalize();
+    bench_csv_close(csv, o.csv);
+    free(o.sizes);
+    free(o.var);
+    return 0;
+}

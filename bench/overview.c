@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * ovl-bench overview: what `make demo` runs. A short summary (well under a
+ * minute) a user reads in ten seconds: plain MPI against ovl on the paper's
+ * exchange at a few payloads. It is a table of sub-benchmarks; to grow it,
+ * add a function and a row to `subs` below.
+ */
+#include "exchange.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const CMD = "overview";
+
+static const char HELP[] =
+    "Usage: ovl-bench overview [options]   (exactly 2 ranks; what 'make demo' runs)\n"
+    "\n"
+    "A short comparison of plain MPI and ovl on the paper's exchange (both ranks\n"
+    "send each other one message at the same time):\n"
+    "  compute+exchange  time to exchange AND do daxpy work that takes as long as\n"
+    "                    the transfer: MPI blocking (exchange, then compute),\n"
+    "                    MPI_Test polling every K daxpys, ovl, ovl with marshalling;\n"
+    "                    speedup over blocking (ideal: 2x)\n"
+    "  useful-cpu        useful CPU utilisation during the exchange (the paper's\n"
+    "                    ratio, loop stopped by the send / by the receive)\n"
+    "\n"
+    "Options:\n"
+    "  --sizes LIST   payloads (default 64k,256k,1m)\n"
+    "  --reps N       measured reps per point (default 10, 2 warm-up before)\n"
+    "  --poll-k K     MPI_Test period of the mpi-poll variant (default 10)\n"
+    "  --csv FILE     one row per (sub-benchmark, variant, payload)\n"
+    "  --help         this text\n";
+
+struct ov_ctx {
+    size_t *sizes;
+    int nsizes;
+    int reps, warmup;
+    long k;
+    FILE *csv;
+};
+
+static struct xchg_variant variant(enum xchg_kind kind, const char *name, long k)
+{
+    struct xchg_variant v;
+    memset(&v, 0, sizeof v);
+    v.kind = kind;
+    v.k = k;
+    if (k > 0)
+        snprintf(v.name, sizeof v.name, "%s-%ld", name, k);
+    else
+        snprintf(v.name, sizeof v.name, "%s", name);
+    return v;
+}
+
+static double median_fixed(const struct xchg_variant *v, long work, int blocking,
+                           const struct ov_ctx *c)
+{
+    double *t = malloc((size_t)c->reps * sizeof *t);
+    if (!t)
+        bench_fail("out of memory");
+    for (int r = -c->warmup; r < c->reps; r++) {
+        double s = xchg_fixed_work(v, work, blocking);
+        if (r >= 0)
+            t[r] = s;
+    }
+    double m = bench_stat_of(t, c->reps).med;
+    free(t);
+    return m;
+}
+
+/* ---- sub-benchmark: compute + exchange -------------------------------------------- */
+
+static void sub_compute_exchange(const struct ov_ctx *c)
+{
+    struct xchg_variant mpi = variant(XK_MPI_POLL, "mpi-poll", c->k);
+    struct xchg_variant ovl = variant(XK_OVL, "ovl", 0);
+    struct xchg_variant ovm = variant(XK_OVL_MARSHAL, "ovl-marshal", 0);
+    if (bench_rank == 0) {
+        printf("compute+exchange: exchange one message each way AND do daxpy work that alone "
+               "takes the MPI transfer time\n");
+        printf("(ms, median of %d; speedup = MPI blocking time / time; ideal 2.00x)\n",
+               c->reps);
+        printf("%8s %9s %8s | %9s | %16s | %16s | %16s\n", "payload", "transfer", "compute",
+               "blocking", mpi.name, "ovl", "ovl-marshal");
+    }
+    for (int s = 0; s < c->nsizes; s++) {
+        xchg_setup(c->sizes[s]);
+        double T = xchg_transfer_time(&mpi, c->reps, c->warmup);
+        long W = xchg_dedicated(T, 3);
+        double tc = median_fixed(NULL, W, 0, c);
+        double tb = median_fixed(&mpi, W, 1, c);
+        const struct xchg_variant *vs[3] = {&mpi, &ovl, &ovm};
+        double tv[3];
+        for (int i = 0; i < 3; i++)
+            tv[i] = median_fixed(vs[i], W, 0, c);
+        xchg_teardown();
+        if (bench_rank != 0)
+            continue;
+        char sz[32];
+        printf("%8s %9.3f %8.3f | %9.3f", bench_fmt_size(c->sizes[s], sz, sizeof sz), T * 1e3,
+               tc * 1e3, tb * 1e3);
+        for (int i = 0; i < 3; i++)
+            printf(" | %8.3f %5.2fx ", tv[i] * 1e3, tb / tv[i]);
+        printf("\n");
+        if (c->csv) {
+            fprintf(c->csv, "overview,compute+exchange,mpi-blocking,%zu,%.6g,%.6g,%.6g,1.0,,\n",
+                    c->sizes[s], T * 1e3, tc * 1e3, tb * 1e3);
+            for (int i = 0; i < 3; i++)
+                fprintf(c->csv, "overview,compute+exchange,%s,%zu,%.6g,%.6g,%.6g,%.4f,,\n",
+                        vs[i]->name, c->sizes[s], T * 1e3, tc * 1e3, tv[i] * 1e3, tb / tv[i]);
+        }
+    }
+    if (bench_rank == 0)
+        printf("\n");
+}
+
+/* ---- sub-benchmark: useful CPU during the exchange -------------------------------- */
+
+static void sub_useful_cpu(const struct ov_ctx *c)
+{
+    struct xchg_variant vs[3] = {variant(XK_MPI_POLL, "mpi-poll", c->k),
+                                 variant(XK_OVL, "ovl", 0),
+                                 variant(XK_OVL_MARSHAL, "ovl-marshal", 0)};
+    if (bench_rank == 0) {
+        printf("useful-cpu: daxpys done during the exchange / daxpys in the same time on a "
+               "dedicated CPU\n");
+        printf("(the paper's utilisation, loop stopped by the send / by the receive; "
+               "median of %d)\n",
+               c->reps);
+        printf("%8s %9s | %17s | %17s | %17s\n", "payload", "transfer", vs[0].name, vs[1].name,
+               vs[2].name);
+    }
+    for (int s = 0; s < c->nsizes; s++) {
+        xchg_setup(c->sizes[s]);
+        struct lh_result r[3];
+        for (int i = 0; i < 3; i++)
+            lh_measure(&vs[i], c->reps, c->warmup, &r[i]);
+        xchg_teardown();
+        if (bench_rank != 0)
+            continue;
+        char sz[32];
+        printf("%8s %9.3f", bench_fmt_size(c->sizes[s], sz, sizeof sz),
+               r[1].transfer_ms.med);
+        for (int i = 0; i < 3; i++)
+            printf(" | %6.1f%% / %5.1f%%", 100 * r[i].util[0], 100 * r[i].util[1]);
+        printf("\n");
+        for (int i = 0; c->csv && i < 3; i++)
+            fprintf(c->csv, "overview,useful-cpu,%s,%zu,%.6g,,,,%.4f,%.4f\n", vs[i].name,
+                    c->sizes[s], r[i].transfer_ms.med, r[i].util[0], r[i].util[1]);
+    }
+    if (bench_rank == 0)
+        printf("\n");
+}
+
+/* The sub-benchmarks, in the order they print. */
+static const struct {
+    const char *name;
+    void (*run)(const struct ov_ctx *c);
+} subs[] = {
+    {"compute+exchange", sub_compute_exchange},
+    {"useful-cpu", sub_useful_cpu},
+};
+
+int bench_overview(int argc, char **argv)
+{
+    struct ov_ctx c = {.reps = 10, .warmup = 2, .k = 10};
+    const char *sizes = "64k,256k,1m", *csvpath = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            bench_help_exit(HELP);
+        else if (!strcmp(a, "--sizes"))
+            sizes = bench_optarg(CMD, argc, argv, &i);
+        else if (!strcmp(a, "--reps"))
+            c.reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 10000);
+        else if (!strcmp(a, "--poll-k"))
+            c.k = bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1000000);
+        else if (!strcmp(a, "--csv"))
+            csvpath = bench_optarg(CMD, argc, argv, &i);
+        else
+            bench_usage_error(CMD, "unknown option '%s'", a);
+    }
+    c.nsizes = bench_parse_size_list(CMD, "--sizes", sizes, &c.sizes);
+    for (int i = 0; i < c.nsizes; i++)
+        if (c.sizes[i] % sizeof(double) || c.sizes[i] > (1u << 30))
+            bench_usage_error(CMD, "--sizes: %zu is not a multiple of 8 bytes up to 1g",
+                              c.sizes[i]);
+    bench_require_two_ranks(CMD);
+    c.csv = bench_csv_open(CMD, csvpath);
+
+    ovl_config_t cfg = {.field_mask = OVL_CONFIG_FIELD_PROGRESS,
+                        .progress = OVL_PROGRESS_THREAD};
+    bench_ovl_init(&cfg);
+    ovl_config_t eff;
+    BENCH_OVL(ovl_config_get(&eff));
+    int hosts = bench_hosts();
+    double t0 = bench_now();
+    if (bench_rank == 0) {
+        printf("ovl-bench overview: 2 ranks on %d host%s%s; ovl progress thread (poll_max_us "
+               "%u, spin_us %u), fragment %zu B\n\n",
+               hosts, hosts == 1 ? "" : "s",
+               hosts == 1 ? " (shared memory: copies use the computing CPUs, little to hide)"
+                          : "",
+               eff.poll_max_us, eff.spin_us, eff.fragment_size);
+        if (c.csv)
+            fprintf(c.csv, "bench,sub,variant,payload_bytes,transfer_ms,compute_ms,time_ms,"
+                           "speedup,util_send,util_recv\n");
+    }
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+        subs[i].run(&c);
+    if (bench_rank == 0)
+        printf("overview took %.1f s; details: ovl-bench latency-hiding, ovl-bench "
+               "callback-latency, docs/PERFORMANCE.md\n",
+               bench_now() - t0);
+    bench_ovl_finalize();
+    bench_csv_close(c.csv, csvpath);
+    free(c.sizes);
+    return 0;
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Turn an ovl-bench CSV into a PNG.
+
+    bench/plot.py CSV [-o PNG] [--title TEXT]
+
+The kind of plot follows the CSV's `bench` column:
+  latency-hiding    useful CPU utilisation vs payload, one line per variant
+                    (send- and receive-triggered panels, plus comm time ratio)
+  callback-latency  added callback delay (p50/p90/p99) vs poll interval, with
+                    the CPU the progress thread costs on a second axis
+  overview          speedup over MPI blocking and utilisation per payload
+Plots are made only from the CSV, never by hand (docs/PERFORMANCE.md).
+"""
+import argparse
+import csv
+import os
+import sys
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:  # pragma: no cover - depends on the machine
+    sys.stderr.write(
+        "plot.py: matplotlib is missing (pip install matplotlib, or apt-get install "
+        "python3-matplotlib and run with /usr/bin/python3)\n"
+    )
+    sys.exit(1)
+
+UTIL_TARGET = {"plain": 0.90, "marshal": 0.75}
+CALLBACK_TARGET_US = 50.0
+
+
+def fnum(s):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def size_label(b):
+    b = int(b)
+    if b >= 1 << 20 and b % (1 << 20) == 0:
+        return f"{b >> 20}M"
+    if b >= 1024 and b % 1024 == 0:
+        return f"{b >> 10}k"
+    return str(b)
+
+
+def by_variant(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r["variant"], []).append(r)
+    for v in out.values():
+        v.sort(key=lambda r: int(r["payload_bytes"]))
+    return out
+
+
+OTHER_COLORS = ["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray", "tab:olive",
+                "tab:cyan", "tab:pink"]
+_assigned = {}
+
+
+def style(name):
+    """ovl variants in blue/orange, every other variant its own colour."""
+    if name.startswith("ovl-marshal"):
+        return dict(color="tab:orange", marker="s", lw=2.2)
+    if name.startswith("ovl"):
+        return dict(color="tab:blue", marker="o", lw=2.5)
+    if name not in _assigned:
+        _assigned[name] = OTHER_COLORS[len(_assigned) % len(OTHER_COLORS)]
+    ls = ":" if "marshal" in name else "--"
+    return dict(color=_assigned[name], marker="x" if "marshal" in name else ".", ls=ls, lw=1.2)
+
+
+def plot_latency_hiding(rows, out, title):
+    hosts = rows[0].get("hosts", "?")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    vs = by_variant(rows)
+    top = max([110.0] + [100 * fnum(r[k]) * 1.05 for r in rows for k in ("util_send", "util_recv")
+                         if fnum(r[k]) == fnum(r[k])])
+    for ax, key, what in ((axes[0], "util_send", "send"), (axes[1], "util_recv", "receive")):
+        for name, rs in vs.items():
+            x = [int(r["payload_bytes"]) for r in rs]
+            y = [100 * fnum(r[key]) for r in rs]
+            ax.plot(x, y, label=name, **style(name))
+        ax.axhline(100 * UTIL_TARGET["plain"], color="tab:blue", lw=0.8, ls="-.")
+        ax.axhline(100 * UTIL_TARGET["marshal"], color="tab:orange", lw=0.8, ls="-.")
+        ax.set_title(f"loop stopped by the {what}")
+        ax.set_ylabel("useful CPU utilisation [%]")
+        ax.set_ylim(0, min(top, 250))
+    for name, rs in vs.items():
+        x = [int(r["payload_bytes"]) for r in rs]
+        y = [fnum(r["comm_send_ms_med"]) / fnum(r["transfer_ms_med"]) for r in rs]
+        axes[2].plot(x, y, label=name, **style(name))
+    axes[2].axhline(1.0, color="k", lw=0.8)
+    axes[2].set_title("communication time: overlapped / alone (send-stopped)")
+    axes[2].set_ylabel("ratio")
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ticks = sorted({int(r["payload_bytes"]) for r in rows})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([size_label(t) for t in ticks], rotation=45)
+        ax.set_xlabel("payload per message [bytes]")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title or f"latency hiding, 2 ranks on {hosts} host(s) "
+                 f"(dash-dot: targets 90 % plain, 75 % marshal)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def plot_callback_latency(rows, out, title):
+    ovl = sorted((r for r in rows if r["mode"] == "ovl-thread"),
+                 key=lambda r: fnum(r["poll_max_us"]))
+    if not ovl:
+        sys.exit("plot.py: no ovl-thread rows in the CSV")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    x = [fnum(r["poll_max_us"]) for r in ovl]
+    for q, m in (("p50", "o"), ("p90", "s"), ("p99", "^")):
+        ax.plot(x, [fnum(r[f"added_{q}_us"]) for r in ovl], marker=m, label=f"added delay {q}")
+    ax.axhline(CALLBACK_TARGET_US, color="r", ls="-.", lw=0.8, label="target 50 us")
+    ax.set_xscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{int(v)}" for v in x])
+    ax.set_xlabel("progress thread poll_max_us (OVL_POLL_MAX_US)")
+    ax.set_ylabel("callback delay after completion [us]")
+    ax.grid(alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot(x, [100 * fnum(r["cpu_cost"]) for r in ovl], color="k", ls="--", marker="x",
+             label="CPU cost (right)")
+    spin = [r for r in rows if r["mode"] == "spin-thread"]
+    if spin:
+        ax2.axhline(100 * fnum(spin[0]["cpu_cost"]), color="gray", ls=":",
+                    label=f"spin-thread CPU cost ({100 * fnum(spin[0]['cpu_cost']):.0f} %)")
+    ax2.set_ylabel("CPU taken from the main thread's daxpy [%]")
+    ax2.set_ylim(bottom=0)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    hosts = rows[0].get("hosts", "?")
+    ax.set_title(title or f"callback delay vs poll interval, 2 ranks on {hosts} host(s)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def plot_overview(rows, out, title):
+    ce = [r for r in rows if r["sub"] == "compute+exchange"]
+    uc = [r for r in rows if r["sub"] == "useful-cpu"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for ax, sub, key, ylabel in ((axes[0], ce, "speedup", "speedup over MPI blocking"),
+                                 (axes[1], uc, "util_send", "useful CPU (send-stopped) [%]")):
+        vs = by_variant(sub)
+        sizes = sorted({int(r["payload_bytes"]) for r in sub})
+        w = 0.8 / max(1, len(vs))
+        for i, (name, rs) in enumerate(vs.items()):
+            val = {int(r["payload_bytes"]): fnum(r[key]) for r in rs}
+            y = [val.get(s, float("nan")) * (100 if key.startswith("util") else 1)
+                 for s in sizes]
+            ax.bar([j + i * w for j in range(len(sizes))], y, w, label=name,
+                   color=style(name)["color"])
+        ax.set_xticks([j + w * (len(vs) - 1) / 2 for j in range(len(sizes))])
+        ax.set_xticklabels([size_label(s) for s in sizes])
+        ax.set_xlabel("payload per message")
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].axhline(2.0, color="k", ls="-.", lw=0.8)
+    fig.suptitle(title or "ovl-bench overview")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+KINDS = {
+    "latency-hiding": plot_latency_hiding,
+    "callback-latency": plot_callback_latency,
+    "overview": plot_overview,
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv", help="CSV written by ovl-bench --csv")
+    ap.add_argument("-o", "--output", help="PNG to write (default: CSV name with .png)")
+    ap.add_argument("--title", help="plot title")
+    a = ap.parse_args(argv)
+    try:
+        with open(a.csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        sys.exit(f"plot.py: {e}")
+    if not rows or "bench" not in rows[0]:
+        sys.exit(f"plot.py: {a.csv}: not an ovl-bench CSV (no 'bench' column or no rows)")
+    kind = rows[0]["bench"]
+    if kind not in KINDS:
+        sys.exit(f"plot.py: {a.csv}: unknown benchmark kind '{kind}'")
+    out = a.output or os.path.splitext(a.csv)[0] + ".png"
+    KINDS[kind](rows, out, a.title)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

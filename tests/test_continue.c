@@ -1,0 +1,486 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_continue: continuations.
+ *  - a continuation runs exactly once, on sends and on receives, registered
+ *    before completion (the receive's data is in place when it runs) and
+ *    after completion (then never inside ovl_continue itself, and always
+ *    before ovl_wait / ovl_test report completion);
+ *  - a second ovl_continue on a request -> OVL_ERR_BUSY (before and after
+ *    the first ran); NULL fn -> OVL_ERR_ARG; stale handle -> OVL_ERR_REQUEST;
+ *  - continuations that post new operations: a token ring of N hops where
+ *    each receive continuation posts the next receive and the next send
+ *    (fire-and-forget); inside a continuation ovl_wait / ovl_waitall /
+ *    ovl_finalize -> OVL_ERR_IN_CALLBACK while ovl_test / ovl_progress work;
+ *  - ovl_request_free right after ovl_continue: the callback still runs;
+ *  - ovl_continue_mpi on the user's own MPI_Irecv / MPI_Isend on
+ *    MPI_COMM_WORLD: *mpireq becomes MPI_REQUEST_NULL, the callback gets the
+ *    right MPI_Status, exactly once; invalid arguments -> OVL_ERR_ARG and
+ *    the request is left alone;
+ *  - callbacks never run concurrently with each other; with
+ *    OVL_PROGRESS=inline they run on the calling thread;
+ *  - OVL_PROGRESS=thread only: callbacks run while the application makes
+ *    no ovl call at all.
+ * Pairs: rank r works with r^1; the ring uses every rank.
+ */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int peer, thread_mode;
+static pthread_t main_thread;
+static atomic_int active;           /* callbacks running right now */
+static atomic_int in_continue_call; /* main thread is inside ovl_continue */
+
+/* Every callback brackets itself with these. */
+static void cb_enter(void)
+{
+    int was = atomic_fetch_add(&active, 1);
+    CHECKF(was == 0, "%d other callbacks running at the same time", was);
+    if (atomic_load(&in_continue_call))
+        CHECKF(!pthread_equal(pthread_self(), main_thread), "continuation ran inside ovl_continue");
+    if (!thread_mode)
+        CHECKF(pthread_equal(pthread_self(), main_thread),
+               "inline progress ran a callback on another thread");
+}
+
+static void cb_leave(void)
+{
+    atomic_fetch_sub(&active, 1);
+}
+
+/* ovl_continue, flagging the call so callbacks can tell they are inside. */
+static int continue_flagged(ovl_request_t r, ovl_continue_fn fn, void *arg)
+{
+    atomic_store(&in_continue_call, 1);
+    int rc = ovl_continue(r, fn, arg);
+    atomic_store(&in_continue_call, 0);
+    return rc;
+}
+
+/* ---- a counting continuation -------------------------------------------- */
+
+struct counted {
+    atomic_int runs;
+    ovl_status_t st;
+    const void *buf; /* receives: data to verify at callback time */
+    size_t n;
+    uint64_t key;
+    size_t bad;
+};
+
+static void counted_cb(const ovl_status_t *st, void *arg)
+{
+    cb_enter();
+    struct counted *c = arg;
+    c->st = *st;
+    c->bad = c->buf ? th_verify(c->buf, c->n, c->key, 0) : TH_OK;
+    atomic_fetch_add(&c->runs, 1);
+    cb_leave();
+}
+
+static void never_cb(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    (void)arg;
+    th_fail(__FILE__, __LINE__, "never_cb", "a continuation whose registration failed ran");
+}
+
+static void sync_peer(void)
+{
+    CHECK_MPI(MPI_Sendrecv(NULL, 0, MPI_BYTE, peer, 999, NULL, 0, MPI_BYTE, peer, 999,
+                           MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+}
+
+static uint64_t key_of(int src, int tag)
+{
+    return (uint64_t)src << 20 | (uint64_t)tag;
+}
+
+static void before_completion(void)
+{
+    enum { SMALL = 1000, BIG = 1 << 20 };
+    static char small_out[SMALL], small_in[SMALL], big_out[BIG], big_in[BIG];
+    static struct counted c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = (struct counted){ .buf = NULL };
+    c[0] = (struct counted){ .buf = small_in, .n = SMALL, .key = key_of(peer, 1) };
+    c[3] = (struct counted){ .buf = big_in, .n = BIG, .key = key_of(peer, 2) };
+    th_fill(small_out, SMALL, key_of(th_rank, 1), 0);
+    th_fill(big_out, BIG, key_of(th_rank, 2), 0);
+    ovl_request_t q[4];
+
+    /* The peer sends tag 1 only after the sync: this receive is certainly
+     * still pending when its continuation is registered. */
+    CHECK_OK(ovl_irecv(small_in, SMALL, MPI_CHAR, peer, 1, &q[0]));
+    CHECK_OK(continue_flagged(q[0], counted_cb, &c[0]));
+    EXPECT_ERR(ovl_continue(q[0], counted_cb, &c[0]), OVL_ERR_BUSY);
+    EXPECT_ERR(ovl_continue(q[0], NULL, NULL), OVL_ERR_ARG);
+    CHECK_OK(ovl_isend(big_out, BIG, MPI_CHAR, peer, 2, &q[1]));
+    CHECK_OK(continue_flagged(q[1], counted_cb, &c[1]));
+    for (int i = 0; i < 10; i++)
+        th_progress();
+    CHECK(atomic_load(&c[0].runs) == 0);
+    sync_peer();
+    CHECK_OK(ovl_isend(small_out, SMALL, MPI_CHAR, peer, 1, &q[2]));
+    CHECK_OK(continue_flagged(q[2], counted_cb, &c[2]));
+    CHECK_OK(ovl_irecv(big_in, BIG, MPI_CHAR, peer, 2, &q[3]));
+    CHECK_OK(continue_flagged(q[3], counted_cb, &c[3]));
+
+    ovl_status_t st;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(ovl_wait(&q[i], &st));
+        /* ovl_wait returns only after the continuation has run */
+        CHECKF(atomic_load(&c[i].runs) == 1, "request %d: continuation ran %d times", i,
+               atomic_load(&c[i].runs));
+        CHECK(memcmp(&st, &c[i].st, sizeof st) == 0);
+        CHECK(c[i].bad == TH_OK);
+        CHECK(c[i].st.error == OVL_SUCCESS);
+    }
+    CHECK(c[0].st.source == peer && c[0].st.tag == 1 && c[0].st.bytes == SMALL);
+    CHECK(c[1].st.source == th_rank && c[1].st.tag == 2 && c[1].st.bytes == BIG);
+    CHECK(c[2].st.source == th_rank && c[2].st.tag == 1 && c[2].st.bytes == SMALL);
+    CHECK(c[3].st.source == peer && c[3].st.tag == 2 && c[3].st.bytes == BIG);
+    for (int i = 0; i < 20; i++)
+        th_progress();
+    for (int i = 0; i < 4; i++)
+        CHECK(atomic_load(&c[i].runs) == 1);
+    EXPECT_ERR(ovl_continue(q[0], counted_cb, &c[0]), OVL_ERR_REQUEST);
+}
+
+static unsigned long long completions(void)
+{
+    ovl_stats_t s;
+    CHECK_OK(ovl_stats_get(&s));
+    return (unsigned long long)s.completions;
+}
+
+/* Post one send and one receive with the peer and make sure the engine has
+ * completed both (its completion counter says so) before returning. */
+static void post_and_complete(ovl_request_t *s, ovl_request_t *r, char *out, char *in, int n,
+                              int tag)
+{
+    th_fill(out, (size_t)n, key_of(th_rank, tag), 0);
+    unsigned long long base = completions();
+    CHECK_OK(ovl_irecv(in, n, MPI_CHAR, peer, tag, r));
+    CHECK_OK(ovl_isend(out, n, MPI_CHAR, peer, tag, s));
+    /* inline: drive it here; thread: the progress thread does it */
+    TH_WAIT_UNTIL(completions() >= base + 2, 30, {
+        if (!thread_mode)
+            th_progress();
+    });
+}
+
+static void after_completion(void)
+{
+    static char out[3][500], in[3][500];
+    struct counted c[4];
+    ovl_request_t s, r;
+    ovl_status_t st;
+
+    /* completed, then registered, then waited */
+    post_and_complete(&s, &r, out[0], in[0], 500, 10);
+    c[0] = (struct counted){ .buf = in[0], .n = 500, .key = key_of(peer, 10) };
+    c[1] = (struct counted){ .buf = NULL };
+    CHECK_OK(continue_flagged(r, counted_cb, &c[0]));
+    CHECK_OK(continue_flagged(s, counted_cb, &c[1]));
+    if (!thread_mode) /* nobody drives progress now: not run yet */
+        CHECK(atomic_load(&c[0].runs) == 0 && atomic_load(&c[1].runs) == 0);
+    EXPECT_ERR(ovl_continue(r, counted_cb, &c[0]), OVL_ERR_BUSY);
+    CHECK_OK(ovl_wait(&r, &st));
+    CHECK(atomic_load(&c[0].runs) == 1);
+    CHECK(c[0].bad == TH_OK && c[0].st.source == peer && c[0].st.tag == 10);
+    CHECK(st.source == peer && st.tag == 10 && st.bytes == 500 && st.error == OVL_SUCCESS);
+    CHECK_OK(ovl_wait(&s, &st));
+    CHECK(atomic_load(&c[1].runs) == 1);
+    CHECK(c[1].st.bytes == 500 && c[1].st.source == th_rank && st.bytes == 500);
+
+    /* completed, registered, the callback runs at the next progress step;
+     * the request stays valid (and busy) until waited on */
+    post_and_complete(&s, &r, out[1], in[1], 300, 11);
+    c[2] = (struct counted){ .buf = in[1], .n = 300, .key = key_of(peer, 11) };
+    CHECK_OK(continue_flagged(r, counted_cb, &c[2]));
+    TH_WAIT_UNTIL(atomic_load(&c[2].runs) == 1, 30, th_progress());
+    EXPECT_ERR(ovl_continue(r, counted_cb, &c[2]), OVL_ERR_BUSY);
+    CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+    CHECK(atomic_load(&c[2].runs) == 1 && c[2].bad == TH_OK);
+
+    /* completed, registered, then polled with ovl_test */
+    post_and_complete(&s, &r, out[2], in[2], 200, 12);
+    c[3] = (struct counted){ .buf = in[2], .n = 200, .key = key_of(peer, 12) };
+    CHECK_OK(continue_flagged(r, counted_cb, &c[3]));
+    int flag = 0;
+    double t0 = th_now();
+    while (!flag) {
+        CHECK_OK(ovl_test(&r, &flag, &st));
+        if (flag)
+            CHECK(atomic_load(&c[3].runs) == 1); /* before ovl_test says done */
+        CHECKF(th_now() - t0 < 30, "ovl_test never completed");
+    }
+    CHECK(st.tag == 12 && st.bytes == 200 && c[3].bad == TH_OK);
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+}
+
+/* ---- a ring of continuations ------------------------------------------- */
+
+#define HOPS_PER_RANK 40
+#define RING_TAG      50
+
+struct token {
+    uint32_t hop;
+    uint32_t from;
+    uint8_t pad[56];
+};
+
+static int ring_hops;
+static struct token *tok_in, *tok_out;
+static atomic_int ring_recvd, ring_sent, ring_in_cb_checked;
+
+static void ring_send_cb(const ovl_status_t *st, void *arg)
+{
+    cb_enter();
+    (void)arg;
+    CHECK(st->error == OVL_SUCCESS && st->bytes == sizeof(struct token));
+    atomic_fetch_add(&ring_sent, 1);
+    cb_leave();
+}
+
+static void ring_recv_cb(const ovl_status_t *st, void *arg);
+
+static void ring_post_recv(int hop)
+{
+    ovl_request_t r;
+    int left = (th_rank + th_size - 1) % th_size;
+    CHECK_OK(ovl_irecv(&tok_in[hop], sizeof(struct token), MPI_BYTE, left, RING_TAG, &r));
+    CHECK_OK(ovl_continue(r, ring_recv_cb, &tok_in[hop]));
+    CHECK_OK(ovl_request_free(&r));
+}
+
+static void ring_send(int hop)
+{
+    ovl_request_t s;
+    struct token *t = &tok_out[hop];
+    t->hop = (uint32_t)hop;
+    t->from = (uint32_t)th_rank;
+    th_fill(t->pad, sizeof t->pad, (uint64_t)hop, 0);
+    CHECK_OK(ovl_isend(t, sizeof *t, MPI_BYTE, (th_rank + 1) % th_size, RING_TAG, &s));
+    CHECK_OK(ovl_continue(s, ring_send_cb, NULL));
+    CHECK_OK(ovl_request_free(&s));
+}
+
+static void ring_recv_cb(const ovl_status_t *st, void *arg)
+{
+    cb_enter();
+    struct token *t = arg;
+    int left = (th_rank + th_size - 1) % th_size;
+    int hop = (int)(t - tok_in);
+    CHECK(st->error == OVL_SUCCESS && st->source == left && st->tag == RING_TAG);
+    CHECK(st->bytes == sizeof *t);
+    CHECKF(t->hop == (uint32_t)hop && t->from == (uint32_t)left, "token %u from %u in slot %d",
+           t->hop, t->from, hop);
+    CHECK(th_verify(t->pad, sizeof t->pad, (uint64_t)hop, 0) == TH_OK);
+
+    /* the next token this rank will see: post its receive first */
+    if (hop + th_size <= ring_hops) {
+        if (!atomic_exchange(&ring_in_cb_checked, 1)) {
+            /* once: blocking calls are refused in here, the others work */
+            ovl_request_t r, copy;
+            int next = hop + th_size;
+            CHECK_OK(ovl_irecv(&tok_in[next], sizeof *t, MPI_BYTE, left, RING_TAG, &r));
+            copy = r;
+            EXPECT_ERR(ovl_wait(&r, OVL_STATUS_IGNORE), OVL_ERR_IN_CALLBACK);
+            CHECK(r == copy);
+            EXPECT_ERR(ovl_waitall(1, &r, NULL), OVL_ERR_IN_CALLBACK);
+            EXPECT_ERR(ovl_finalize(), OVL_ERR_IN_CALLBACK);
+            CHECK(ovl_initialized());
+            CHECK_OK(ovl_progress());
+            int flag = 1;
+            CHECK_OK(ovl_test(&r, &flag, OVL_STATUS_IGNORE));
+            CHECK(flag == 0 && r == copy); /* the token is still on its way round */
+            CHECK_OK(ovl_continue(r, ring_recv_cb, &tok_in[next]));
+            CHECK_OK(ovl_request_free(&r));
+        } else {
+            ring_post_recv(hop + th_size);
+        }
+    }
+    if (hop < ring_hops)
+        ring_send(hop + 1);
+    atomic_fetch_add(&ring_recvd, 1);
+    cb_leave();
+}
+
+static void ring(void)
+{
+    ring_hops = HOPS_PER_RANK * th_size;
+    tok_in = calloc((size_t)ring_hops + 1, sizeof *tok_in);
+    tok_out = calloc((size_t)ring_hops + 1, sizeof *tok_out);
+    CHECK(tok_in && tok_out);
+    /* rank r first sees hop r (rank 0: hop size) */
+    ring_post_recv(th_rank == 0 ? th_size : th_rank);
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    if (th_rank == 0)
+        ring_send(1);
+    TH_WAIT_UNTIL(atomic_load(&ring_recvd) == HOPS_PER_RANK, 30, th_progress());
+    int sends = HOPS_PER_RANK - (th_rank == ring_hops % th_size ? 1 : 0) + (th_rank == 0);
+    TH_WAIT_UNTIL(atomic_load(&ring_sent) == sends, 30, th_progress());
+    CHECK(atomic_load(&ring_in_cb_checked) == 1);
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    for (int i = 0; i < 10; i++)
+        th_progress();
+    CHECK(atomic_load(&ring_recvd) == HOPS_PER_RANK && atomic_load(&ring_sent) == sends);
+    free(tok_in);
+    free(tok_out);
+}
+
+/* ---- fire and forget ------------------------------------------------------- */
+
+static void fire_and_forget(void)
+{
+    enum { N = 5000 };
+    static char out[N], in[N];
+    static struct counted cs, cr;
+    cs = (struct counted){ .buf = NULL };
+    cr = (struct counted){ .buf = in, .n = N, .key = key_of(peer, 60) };
+    th_fill(out, N, key_of(th_rank, 60), 0);
+    ovl_request_t s, r;
+    CHECK_OK(ovl_irecv(in, N, MPI_CHAR, peer, 60, &r));
+    CHECK_OK(ovl_continue(r, counted_cb, &cr));
+    CHECK_OK(ovl_request_free(&r));
+    CHECK(r == OVL_REQUEST_NULL);
+    CHECK_OK(ovl_isend(out, N, MPI_CHAR, peer, 60, &s));
+    CHECK_OK(ovl_continue(s, counted_cb, &cs));
+    CHECK_OK(ovl_request_free(&s));
+    TH_WAIT_UNTIL(atomic_load(&cs.runs) == 1 && atomic_load(&cr.runs) == 1, 30, th_progress());
+    CHECK(cr.bad == TH_OK && cr.st.source == peer && cr.st.bytes == N && cr.st.tag == 60);
+    CHECK(cs.st.error == OVL_SUCCESS && cs.st.bytes == N);
+}
+
+/* ---- plain MPI requests ------------------------------------------------------ */
+
+struct mpi_counted {
+    atomic_int runs;
+    MPI_Status st;
+    int count;
+    const void *buf;
+    size_t n;
+    uint64_t key;
+    size_t bad;
+};
+
+static void mpi_cb(MPI_Status *st, void *arg)
+{
+    cb_enter();
+    struct mpi_counted *m = arg;
+    m->st = *st;
+    MPI_Get_count(st, MPI_CHAR, &m->count);
+    m->bad = m->buf ? th_verify(m->buf, m->n, m->key, 0) : TH_OK;
+    atomic_fetch_add(&m->runs, 1);
+    cb_leave();
+}
+
+static void mpi_never_cb(MPI_Status *st, void *arg)
+{
+    (void)st;
+    (void)arg;
+    th_fail(__FILE__, __LINE__, "mpi_never_cb", "a callback given to a failed call ran");
+}
+
+static void continue_mpi(void)
+{
+    enum { N = 100000 };
+    static char out[N], in[N];
+    static struct mpi_counted ms, mr;
+    ms = (struct mpi_counted){ .buf = NULL };
+    mr = (struct mpi_counted){ .buf = in, .n = N, .key = key_of(peer, 77) };
+    th_fill(out, N, key_of(th_rank, 77), 0);
+
+    /* invalid arguments leave the request alone */
+    MPI_Request rq = MPI_REQUEST_NULL, sq = MPI_REQUEST_NULL;
+    EXPECT_ERR(ovl_continue_mpi(NULL, mpi_never_cb, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_continue_mpi(&rq, mpi_never_cb, NULL), OVL_ERR_ARG);
+    CHECK_MPI(MPI_Irecv(in, N, MPI_CHAR, peer, 77, MPI_COMM_WORLD, &rq));
+    MPI_Request saved = rq;
+    EXPECT_ERR(ovl_continue_mpi(&rq, NULL, NULL), OVL_ERR_ARG);
+    CHECK(rq == saved);
+
+    CHECK_OK(ovl_continue_mpi(&rq, mpi_cb, &mr));
+    CHECK(rq == MPI_REQUEST_NULL);
+    CHECK_MPI(MPI_Isend(out, N, MPI_CHAR, peer, 77, MPI_COMM_WORLD, &sq));
+    CHECK_OK(ovl_continue_mpi(&sq, mpi_cb, &ms));
+    CHECK(sq == MPI_REQUEST_NULL);
+    TH_WAIT_UNTIL(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1, 30, th_progress());
+    CHECK(mr.st.MPI_SOURCE == peer && mr.st.MPI_TAG == 77 && mr.count == N);
+    CHECK(mr.bad == TH_OK);
+    for (int i = 0; i < 20; i++)
+        th_progress();
+    CHECK(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1);
+    ovl_stats_t s;
+    CHECK_OK(ovl_stats_get(&s));
+    CHECK(s.callbacks >= 2);
+}
+
+/* ---- progress thread: no ovl calls needed ------------------------------------ */
+
+static void without_ovl_calls(void)
+{
+    enum { N = 200000 };
+    static char out[N], in[N], mout[N], min[N];
+    static struct counted cs, cr;
+    static struct mpi_counted ms, mr;
+    cs = (struct counted){ .buf = NULL };
+    cr = (struct counted){ .buf = in, .n = N, .key = key_of(peer, 80) };
+    ms = (struct mpi_counted){ .buf = NULL };
+    mr = (struct mpi_counted){ .buf = min, .n = N, .key = key_of(peer, 81) };
+    th_fill(out, N, key_of(th_rank, 80), 0);
+    th_fill(mout, N, key_of(th_rank, 81), 0);
+    ovl_request_t s, r;
+    MPI_Request msq, mrq;
+    CHECK_OK(ovl_irecv(in, N, MPI_CHAR, peer, 80, &r));
+    CHECK_OK(ovl_continue(r, counted_cb, &cr));
+    CHECK_OK(ovl_isend(out, N, MPI_CHAR, peer, 80, &s));
+    CHECK_OK(ovl_continue(s, counted_cb, &cs));
+    CHECK_MPI(MPI_Irecv(min, N, MPI_CHAR, peer, 81, MPI_COMM_WORLD, &mrq));
+    CHECK_OK(ovl_continue_mpi(&mrq, mpi_cb, &mr));
+    CHECK_MPI(MPI_Isend(mout, N, MPI_CHAR, peer, 81, MPI_COMM_WORLD, &msq));
+    CHECK_OK(ovl_continue_mpi(&msq, mpi_cb, &ms));
+    /* Spin without calling ovl: only the progress thread can run them. */
+    double t0 = th_now();
+    while (!(atomic_load(&cs.runs) && atomic_load(&cr.runs) && atomic_load(&ms.runs) &&
+             atomic_load(&mr.runs))) {
+        CHECKF(th_now() - t0 < 10, "callbacks did not run without ovl calls: %d %d %d %d",
+               atomic_load(&cs.runs), atomic_load(&cr.runs), atomic_load(&ms.runs),
+               atomic_load(&mr.runs));
+    }
+    CHECK(cr.bad == TH_OK && mr.bad == TH_OK && mr.count == N && mr.st.MPI_SOURCE == peer);
+    CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+    CHECK(atomic_load(&cs.runs) == 1 && atomic_load(&cr.runs) == 1);
+    CHECK(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1);
+}
+
+int main(int argc, char **argv)
+{
+    th_init(&argc, &argv, "test_continue", NULL);
+    CHECKF(th_size % 2 == 0, "needs an even number of ranks, got %d", th_size);
+    peer = th_rank ^ 1;
+    main_thread = pthread_self();
+    ovl_config_t cfg;
+    CHECK_OK(ovl_config_get(&cfg));
+    thread_mode = cfg.progress == OVL_PROGRESS_THREAD;
+
+    EXPECT_ERR(ovl_continue(OVL_REQUEST_NULL, never_cb, NULL), OVL_ERR_REQUEST);
+    before_completion();
+    after_completion();
+    ring();
+    fire_and_forget();
+    continue_mpi();
+    if (thread_mode)
+        without_ovl_calls();
+    else if (th_rank == 0)
+        printf("test_continue: callbacks-without-ovl-calls check needs OVL_PROGRESS=thread: "
+               "not applicable here\n");
+    CHECK(atomic_load(&active) == 0);
+    return th_finish();
+}

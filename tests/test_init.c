@@ -1,0 +1,457 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_init: the library's lifetime and configuration.
+ *  - every call before ovl_init and after ovl_finalize returns
+ *    OVL_ERR_NOT_INIT (and writes no output argument);
+ *  - ovl_init(MPI_COMM_NULL) -> OVL_ERR_ARG, a second ovl_init ->
+ *    OVL_ERR_ALREADY_INIT (the running session is unaffected);
+ *  - bad values through ovl_config_t::field_mask and through OVL_*
+ *    environment variables -> OVL_ERR_CONFIG, leaving ovl uninitialised;
+ *    fields set in the config win over the environment; fields whose bit is
+ *    not in field_mask are ignored; a fragment size that differs between
+ *    ranks -> OVL_ERR_CONFIG on every rank;
+ *  - ovl_config_get reflects config and environment;
+ *  - ovl_strerror is non-empty and distinct for every code, and says
+ *    something for unknown codes; ovl_error_detail names the failing
+ *    function, is per thread, and is empty on a thread that saw no error;
+ *  - OVL_VERBOSE / verbose: 0 prints nothing, 1 prints errors, 2 info too;
+ *  - init -> finalize -> init works again (several times), on
+ *    MPI_COMM_WORLD and on a split communicator.
+ */
+#include "harness.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FORGED ((ovl_request_t)(uintptr_t)0xdead0000beefull)
+
+static void cb_noop(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    (void)arg;
+}
+
+static int marshal_noop(ovl_stream_t s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    return OVL_SUCCESS;
+}
+
+static void mpi_cb_noop(MPI_Status *st, void *arg)
+{
+    (void)st;
+    (void)arg;
+}
+
+/* The call fails with OVL_ERR_NOT_INIT and the detail names the function. */
+#define EXPECT_NOT_INIT(call, fname)                                                \
+    do {                                                                            \
+        EXPECT_ERR(call, OVL_ERR_NOT_INIT);                                         \
+        CHECKF(strstr(ovl_error_detail(), fname) != NULL, "detail \"%s\" lacks %s", \
+               ovl_error_detail(), fname);                                          \
+    } while (0)
+
+static void expect_everything_not_init(void)
+{
+    ovl_request_t r = FORGED, rs[2] = { FORGED, OVL_REQUEST_NULL };
+    ovl_status_t st = { .source = 77, .tag = 77, .bytes = 77, .error = 77 };
+    ovl_config_t cfg = { .field_mask = 0 };
+    ovl_stats_t stats = { .polls = 77 };
+    int flag = 77;
+    char buf[8] = "abcdefg";
+
+    CHECK(ovl_initialized() == 0);
+    CHECK(ovl_comm() == MPI_COMM_NULL);
+    EXPECT_NOT_INIT(ovl_finalize(), "ovl_finalize");
+    EXPECT_NOT_INIT(ovl_config_get(&cfg), "ovl_config_get");
+    CHECK(cfg.field_mask == 0);
+    EXPECT_NOT_INIT(ovl_stats_get(&stats), "ovl_stats_get");
+    CHECK(stats.polls == 77);
+    EXPECT_NOT_INIT(ovl_progress(), "ovl_progress");
+    EXPECT_NOT_INIT(ovl_isend(buf, 1, MPI_CHAR, 0, 0, &r), "ovl_isend");
+    CHECK(r == FORGED);
+    EXPECT_NOT_INIT(ovl_irecv(buf, 1, MPI_CHAR, 0, 0, &r), "ovl_irecv");
+    CHECK(r == FORGED);
+    EXPECT_NOT_INIT(ovl_isend_stream(0, 0, marshal_noop, NULL, &r), "ovl_isend_stream");
+    EXPECT_NOT_INIT(ovl_irecv_stream(0, 0, marshal_noop, NULL, &r), "ovl_irecv_stream");
+    CHECK(r == FORGED);
+    EXPECT_NOT_INIT(ovl_wait(&r, &st), "ovl_wait");
+    CHECK(r == FORGED && st.source == 77 && st.error == 77);
+    ovl_request_t null = OVL_REQUEST_NULL;
+    EXPECT_NOT_INIT(ovl_wait(&null, &st), "ovl_wait");
+    EXPECT_NOT_INIT(ovl_wait(NULL, &st), "ovl_wait");
+    EXPECT_NOT_INIT(ovl_test(&r, &flag, &st), "ovl_test");
+    CHECK(flag == 77 && r == FORGED);
+    EXPECT_NOT_INIT(ovl_waitall(2, rs, NULL), "ovl_waitall");
+    CHECK(rs[0] == FORGED);
+    EXPECT_NOT_INIT(ovl_request_free(&r), "ovl_request_free");
+    CHECK(r == FORGED);
+    EXPECT_NOT_INIT(ovl_continue(r, cb_noop, NULL), "ovl_continue");
+
+    /* ovl_continue_mpi must leave the user's MPI request alone. */
+    MPI_Request mreq = MPI_REQUEST_NULL;
+    CHECK_MPI(MPI_Irecv(buf, 1, MPI_CHAR, th_rank, 4242, MPI_COMM_WORLD, &mreq));
+    EXPECT_NOT_INIT(ovl_continue_mpi(&mreq, mpi_cb_noop, NULL), "ovl_continue_mpi");
+    CHECK(mreq != MPI_REQUEST_NULL);
+    MPI_Status mst;
+    CHECK_MPI(MPI_Cancel(&mreq));
+    CHECK_MPI(MPI_Wait(&mreq, &mst));
+    int cancelled = 0;
+    MPI_Test_cancelled(&mst, &cancelled);
+    CHECK(cancelled);
+
+    /* The stream calls are only valid inside marshal functions. */
+    EXPECT_ERR(ovl_stream_write(NULL, buf, 1), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_stream_read(NULL, buf, 1), OVL_ERR_ARG);
+    CHECK(ovl_stream_tell(NULL) == 0);
+}
+
+static void check_strerror(void)
+{
+    const char *msg[19];
+    for (int c = 0; c >= -18; c--) {
+        msg[-c] = ovl_strerror(c);
+        CHECKF(msg[-c] != NULL && msg[-c][0] != '\0', "ovl_strerror(%d) empty", c);
+        for (int d = 0; d > c; d--)
+            CHECKF(strcmp(msg[-c], msg[-d]) != 0, "codes %d and %d share \"%s\"", c, d, msg[-c]);
+    }
+    CHECK(OVL_SUCCESS == 0 && OVL_ERR_ARG == -1 && OVL_ERR_INTERNAL == -18);
+    const int unknown[] = { 1, 42, -19, -1000, INT_MIN, INT_MAX };
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *m = ovl_strerror(unknown[i]);
+        CHECKF(m != NULL && m[0] != '\0', "ovl_strerror(%d) empty", unknown[i]);
+        CHECKF(strcmp(m, ovl_strerror(OVL_SUCCESS)) != 0, "unknown %d reads as success",
+               unknown[i]);
+    }
+}
+
+/* ---- error details are per thread ---------------------------------------- */
+
+static void *detail_thread(void *arg)
+{
+    int *ok = arg;
+    char buf[4];
+    ovl_request_t r;
+    /* A thread that saw no error has an empty detail. */
+    ok[0] = ovl_error_detail() != NULL && ovl_error_detail()[0] == '\0';
+    ok[1] = ovl_isend(buf, 1, MPI_CHAR, -5, 0, &r) == OVL_ERR_RANK;
+    ok[2] = strstr(ovl_error_detail(), "ovl_isend") != NULL;
+    return NULL;
+}
+
+static void check_detail_per_thread(void)
+{
+    char buf[4];
+    ovl_request_t r;
+    EXPECT_ERR(ovl_irecv(buf, 1, MPI_CHAR, 0, -7, &r), OVL_ERR_TAG);
+    char mine[256];
+    snprintf(mine, sizeof mine, "%s", ovl_error_detail());
+    CHECKF(strstr(mine, "ovl_irecv") != NULL, "detail \"%s\"", mine);
+    pthread_t t;
+    int ok[3] = { 0, 0, 0 };
+    CHECK(pthread_create(&t, NULL, detail_thread, ok) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(ok[0]);
+    CHECK(ok[1]);
+    CHECK(ok[2]);
+    CHECKF(strcmp(ovl_error_detail(), mine) == 0, "other thread changed \"%s\" to \"%s\"", mine,
+           ovl_error_detail());
+}
+
+/* ---- configuration --------------------------------------------------------- */
+
+/* Environment variables this test changes, and their values at start. */
+static const char *const env_names[] = { "OVL_PROGRESS",      "OVL_POLL_MAX_US",   "OVL_SPIN_US",
+                                         "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",
+                                         "OVL_VERBOSE" };
+#define NENV (sizeof env_names / sizeof env_names[0])
+static char *env_saved[NENV];
+
+static void env_save(void)
+{
+    for (size_t i = 0; i < NENV; i++) {
+        const char *v = getenv(env_names[i]);
+        env_saved[i] = v ? strdup(v) : NULL;
+    }
+}
+
+static void env_restore(void)
+{
+    for (size_t i = 0; i < NENV; i++) {
+        if (env_saved[i])
+            setenv(env_names[i], env_saved[i], 1);
+        else
+            unsetenv(env_names[i]);
+    }
+}
+
+static ovl_progress_mode_t variant_progress(void)
+{
+    const char *p = getenv("OVL_PROGRESS");
+    return p && strcmp(p, "thread") == 0 ? OVL_PROGRESS_THREAD : OVL_PROGRESS_INLINE;
+}
+
+/* ovl_init with this environment variable set must fail with CONFIG. */
+static void expect_env_rejected(const char *name, const char *value)
+{
+    setenv(name, value, 1);
+    int rc = ovl_init(MPI_COMM_WORLD, NULL);
+    CHECKF(rc == OVL_ERR_CONFIG, "%s=\"%s\" gave %s", name, value, th_code_name(rc));
+    CHECKF(strstr(ovl_error_detail(), name) != NULL, "%s=\"%s\": detail \"%s\"", name, value,
+           ovl_error_detail());
+    CHECK(!ovl_initialized());
+    CHECK(ovl_comm() == MPI_COMM_NULL);
+    env_restore();
+}
+
+static void expect_cfg_rejected(const ovl_config_t *c, const char *what)
+{
+    int rc = ovl_init(MPI_COMM_WORLD, c);
+    CHECKF(rc == OVL_ERR_CONFIG, "config %s gave %s", what, th_code_name(rc));
+    CHECK(!ovl_initialized());
+}
+
+static void check_config(void)
+{
+    ovl_config_t c;
+
+    /* bad values in the config */
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = 7 };
+    expect_cfg_rejected(&c, "progress=7");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 12 };
+    expect_cfg_rejected(&c, "fragment_size=12");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 63 };
+    expect_cfg_rejected(&c, "fragment_size=63");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE,
+                        .fragment_size = ((size_t)64 << 20) + 1 };
+    expect_cfg_rejected(&c, "fragment_size=64M+1");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW, .stream_window = 0 };
+    expect_cfg_rejected(&c, "stream_window=0");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW, .stream_window = 100000 };
+    expect_cfg_rejected(&c, "stream_window=100000");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STACK_SIZE, .stack_size = 100 };
+    expect_cfg_rejected(&c, "stack_size=100");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_MAX_US, .poll_max_us = 0 };
+    expect_cfg_rejected(&c, "poll_max_us=0");
+
+    /* bad values in the environment */
+    env_save();
+    expect_env_rejected("OVL_PROGRESS", "bogus");
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "12");
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "abc");
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "64x");
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "-5");
+    expect_env_rejected("OVL_STREAM_WINDOW", "0");
+    expect_env_rejected("OVL_STREAM_WINDOW", "two");
+    expect_env_rejected("OVL_POLL_MAX_US", "fast");
+    expect_env_rejected("OVL_SPIN_US", "1.5");
+    expect_env_rejected("OVL_STACK_SIZE", "1");
+    expect_env_rejected("OVL_VERBOSE", "loud");
+
+    /* Fields whose bit is not in field_mask are ignored. */
+    c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+    ovl_config_t got;
+    CHECK_OK(ovl_config_get(&got));
+    const char *fs_env = getenv("OVL_FRAGMENT_SIZE");
+    CHECK(got.fragment_size == (fs_env ? strtoull(fs_env, NULL, 10) : 65536u));
+    CHECK(got.progress == variant_progress());
+    CHECK(got.stream_window >= 1);
+    EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
+    CHECK_OK(ovl_finalize());
+
+    /* Valid environment values show up in ovl_config_get. */
+    setenv("OVL_FRAGMENT_SIZE", "8k", 1);
+    setenv("OVL_STREAM_WINDOW", "3", 1);
+    setenv("OVL_STACK_SIZE", "1m", 1);
+    setenv("OVL_POLL_MAX_US", "100", 1);
+    setenv("OVL_SPIN_US", "5", 1);
+    setenv("OVL_VERBOSE", "0", 1);
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+    CHECK_OK(ovl_config_get(&got));
+    CHECK(got.fragment_size == 8192);
+    CHECK(got.stream_window == 3);
+    CHECK(got.stack_size == (size_t)1 << 20);
+    CHECK(got.poll_max_us == 100);
+    CHECK(got.spin_us == 5);
+    CHECK(got.verbose == 0);
+    CHECK(got.progress == variant_progress());
+    CHECK_OK(ovl_finalize());
+    env_restore();
+
+    /* Config fields win over (even invalid) environment values. */
+    setenv("OVL_FRAGMENT_SIZE", "12", 1);
+    setenv("OVL_PROGRESS", "bogus", 1);
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_PROGRESS,
+                        .fragment_size = 4096,
+                        .progress = variant_progress() };
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+    CHECK_OK(ovl_config_get(&got));
+    CHECK(got.fragment_size == 4096);
+    CHECK(got.progress == variant_progress());
+    CHECK_OK(ovl_finalize());
+    env_restore();
+
+    /* Every field through the config. */
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
+                                      OVL_CONFIG_FIELD_SPIN_US | OVL_CONFIG_FIELD_FRAGMENT_SIZE |
+                                      OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
+                                      OVL_CONFIG_FIELD_VERBOSE,
+                        .progress = variant_progress(),
+                        .poll_max_us = 77,
+                        .spin_us = 3,
+                        .fragment_size = 64,
+                        .stream_window = 1,
+                        .stack_size = 65536,
+                        .verbose = 1 };
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+    CHECK_OK(ovl_config_get(&got));
+    CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
+    CHECK(got.fragment_size == 64 && got.stream_window == 1 && got.stack_size == 65536);
+    CHECK(got.verbose == 1);
+    CHECK_OK(ovl_finalize());
+
+    /* The fragment size must agree on every rank: all of them refuse. */
+    if (th_size > 1) {
+        c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE,
+                            .fragment_size = th_rank == 0 ? 4096 : 8192 };
+        int rc = ovl_init(MPI_COMM_WORLD, &c);
+        CHECKF(rc == OVL_ERR_CONFIG, "mismatched fragment sizes gave %s", th_code_name(rc));
+        CHECK(!ovl_initialized());
+        CHECK(ovl_comm() == MPI_COMM_NULL);
+    }
+}
+
+/* ---- verbosity: what ovl prints on stderr --------------------------------- */
+
+/* Run an init / bad call / finalize cycle at `verbose`, capturing stderr. */
+static size_t captured_stderr(int verbose, char *out, size_t cap)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    CHECK(saved >= 0 && tmp != NULL);
+    dup2(fileno(tmp), 2);
+    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = verbose };
+    int rc_init = ovl_init(MPI_COMM_WORLD, &c);
+    char buf[4];
+    ovl_request_t r;
+    int rc_bad = ovl_isend(buf, 1, MPI_CHAR, th_size + 3, 0, &r);
+    int rc_fin = ovl_finalize();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK_OK(rc_init);
+    EXPECT_ERR(rc_bad, OVL_ERR_RANK);
+    CHECK_OK(rc_fin);
+    rewind(tmp);
+    size_t n = fread(out, 1, cap - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    return n;
+}
+
+static void check_verbose(void)
+{
+    char out[4096];
+    size_t n = captured_stderr(0, out, sizeof out);
+    CHECKF(n == 0, "verbose=0 printed \"%.300s\"", out);
+    n = captured_stderr(1, out, sizeof out);
+    CHECKF(strstr(out, "ovl: error") != NULL && strstr(out, "ovl_isend") != NULL,
+           "verbose=1 printed \"%.300s\"", out);
+    CHECKF(strstr(out, "initialised") == NULL, "verbose=1 printed info \"%.300s\"", out);
+    n = captured_stderr(2, out, sizeof out);
+    CHECKF(strstr(out, "ovl: error") != NULL && strstr(out, "initialised") != NULL,
+           "verbose=2 printed \"%.300s\"", out);
+}
+
+/* ---- a working session ------------------------------------------------------ */
+
+/* Ring exchange over ovl's communicator, byte-checked. */
+static void ring_exchange(int round)
+{
+    int rank, size;
+    MPI_Comm_rank(ovl_comm(), &rank);
+    MPI_Comm_size(ovl_comm(), &size);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    char out[1000], in[1000];
+    uint64_t key_out = (uint64_t)round << 32 | (uint64_t)rank;
+    uint64_t key_in = (uint64_t)round << 32 | (uint64_t)left;
+    th_fill(out, sizeof out, key_out, 0);
+    memset(in, 0, sizeof in);
+    ovl_request_t r[2];
+    ovl_status_t st[2];
+    CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, left, round, &r[0]));
+    CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, right, round, &r[1]));
+    CHECK_OK(ovl_waitall(2, r, st));
+    CHECK(r[0] == OVL_REQUEST_NULL && r[1] == OVL_REQUEST_NULL);
+    CHECK(st[0].source == left && st[0].tag == round && st[0].bytes == sizeof in);
+    CHECK(st[0].error == OVL_SUCCESS && st[1].error == OVL_SUCCESS);
+    CHECK(th_verify(in, sizeof in, key_in, 0) == TH_OK);
+}
+
+int main(int argc, char **argv)
+{
+    int provided = th_init_mpi(&argc, &argv, "test_init", MPI_THREAD_MULTIPLE);
+    CHECK(provided == MPI_THREAD_MULTIPLE);
+
+    check_strerror();
+    expect_everything_not_init();
+
+    EXPECT_ERR(ovl_init(MPI_COMM_NULL, NULL), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "ovl_init") != NULL);
+    CHECK(!ovl_initialized());
+
+    check_config();
+    expect_everything_not_init();
+    check_verbose();
+
+    /* A normal session; a second ovl_init is refused and harms nothing. */
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+    CHECK(ovl_initialized() == 1);
+    CHECK(ovl_comm() != MPI_COMM_NULL && ovl_comm() != MPI_COMM_WORLD);
+    int cmp = MPI_UNEQUAL;
+    MPI_Comm_compare(ovl_comm(), MPI_COMM_WORLD, &cmp);
+    CHECK(cmp == MPI_CONGRUENT);
+    EXPECT_ERR(ovl_init(MPI_COMM_WORLD, NULL), OVL_ERR_ALREADY_INIT);
+    CHECK(strstr(ovl_error_detail(), "ovl_init") != NULL);
+    EXPECT_ERR(ovl_init(MPI_COMM_NULL, NULL), OVL_ERR_ALREADY_INIT);
+    CHECK(ovl_initialized() == 1);
+    ring_exchange(1);
+    EXPECT_ERR(ovl_stats_get(NULL), OVL_ERR_ARG);
+    check_detail_per_thread();
+    CHECK_OK(ovl_finalize());
+    expect_everything_not_init();
+
+    /* Re-initialisation, with fresh statistics each time. */
+    for (int round = 2; round < 5; round++) {
+        CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+        ovl_stats_t s;
+        CHECK_OK(ovl_stats_get(&s));
+        CHECK(s.completions == 0 && s.callbacks == 0 && s.fragments_sent == 0);
+        ring_exchange(round);
+        CHECK_OK(ovl_stats_get(&s));
+        CHECK(s.completions >= 2);
+        CHECK_OK(ovl_finalize());
+        CHECK(!ovl_initialized());
+    }
+
+    /* On a sub-communicator: ranks and collectives are those of the split. */
+    MPI_Comm half;
+    CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, th_rank % 2, th_rank, &half));
+    CHECK_OK(ovl_init(half, NULL));
+    int hs = 0, os = 0;
+    MPI_Comm_size(half, &hs);
+    MPI_Comm_size(ovl_comm(), &os);
+    CHECK(hs == os);
+    ring_exchange(9);
+    CHECK_OK(ovl_finalize());
+    MPI_Comm_free(&half);
+
+    expect_everything_not_init();
+    return th_finish();
+}

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_message: point-to-point messages, data checked byte for byte.
+ *  - all-to-all including self, several tags per pair, all in flight at
+ *    once, random sizes from 0 B to 4 MB (log-uniform, plus both ends
+ *    exactly); every status checked (source, tag, bytes, error), receive
+ *    buffers larger than the message stay untouched beyond it;
+ *  - MPI derived datatypes: a strided vector sent and received as a vector
+ *    (gaps untouched) and as contiguous doubles;
+ *  - OVL_ANY_SOURCE / OVL_ANY_TAG receives report the real source and tag;
+ *  - truncation (eager and rendezvous sizes): ovl_wait returns
+ *    OVL_ERR_TRUNCATE and status.error matches;
+ *  - an ovl_test polling loop to completion; ovl_waitall of many small
+ *    messages.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BYTES ((size_t)4 << 20)
+#define NTAGS     5
+#define SLACK     64 /* receive buffers are this much larger than the message */
+
+static uint64_t msg_key(int round, int src, int dst, int tag)
+{
+    return ((uint64_t)round << 48) ^ ((uint64_t)src << 32) ^ ((uint64_t)dst << 16) ^ (uint64_t)tag;
+}
+
+/* Size of the message src -> dst on tag: both ends derive it. */
+static size_t msg_size(int round, int src, int dst, int tag)
+{
+    if (round == 0 && tag == 0)
+        return (src + dst) % 2 ? MAX_BYTES : 0; /* the extremes, every run */
+    th_rng_t r;
+    th_rng_init(&r, msg_key(round, src, dst, tag), 0x5123, 0);
+    return th_size_log(&r, MAX_BYTES);
+}
+
+static void all_to_all(int round)
+{
+    int n = th_size * NTAGS;
+    char **out = calloc((size_t)n, sizeof *out), **in = calloc((size_t)n, sizeof *in);
+    ovl_request_t *q = calloc((size_t)(2 * n), sizeof *q);
+    ovl_status_t *st = calloc((size_t)(2 * n), sizeof *st);
+    CHECK(out && in && q && st);
+
+    /* post every receive and every send, in a rank-dependent order */
+    for (int k = 0; k < n; k++) {
+        int i = (k + th_rank * NTAGS) % n;
+        int peer = i / NTAGS, tag = 100 * round + i % NTAGS;
+        size_t rs = msg_size(round, peer, th_rank, tag);
+        in[i] = malloc(rs + SLACK);
+        CHECK(in[i] != NULL);
+        memset(in[i], 0xa5, rs + SLACK);
+        CHECK_OK(ovl_irecv(in[i], (int)(rs + SLACK), MPI_BYTE, peer, tag, &q[i]));
+    }
+    for (int k = 0; k < n; k++) {
+        int i = (n - 1 - k + th_rank) % n;
+        int peer = i / NTAGS, tag = 100 * round + i % NTAGS;
+        size_t ss = msg_size(round, th_rank, peer, tag);
+        out[i] = malloc(ss ? ss : 1);
+        CHECK(out[i] != NULL);
+        th_fill(out[i], ss, msg_key(round, th_rank, peer, tag), 0);
+        CHECK_OK(ovl_isend(out[i], (int)ss, MPI_BYTE, peer, tag, &q[n + i]));
+    }
+    CHECK_OK(ovl_waitall(2 * n, q, st));
+    for (int i = 0; i < n; i++) {
+        int peer = i / NTAGS, tag = 100 * round + i % NTAGS;
+        size_t rs = msg_size(round, peer, th_rank, tag), ss = msg_size(round, th_rank, peer, tag);
+        CHECK(q[i] == OVL_REQUEST_NULL && q[n + i] == OVL_REQUEST_NULL);
+        CHECKF(st[i].source == peer && st[i].tag == tag && st[i].bytes == rs &&
+                   st[i].error == OVL_SUCCESS,
+               "recv from %d tag %d: status {%d, %d, %zu, %d}, expected %zu bytes", peer, tag,
+               st[i].source, st[i].tag, st[i].bytes, st[i].error, rs);
+        size_t bad = th_verify(in[i], rs, msg_key(round, peer, th_rank, tag), 0);
+        CHECKF(bad == TH_OK, "from %d tag %d (%zu bytes): byte %zu differs", peer, tag, rs, bad);
+        for (size_t j = rs; j < rs + SLACK; j++)
+            CHECKF((unsigned char)in[i][j] == 0xa5, "byte %zu past the message written", j);
+        CHECK(st[n + i].bytes == ss && st[n + i].error == OVL_SUCCESS);
+        CHECK(st[n + i].source == th_rank && st[n + i].tag == tag);
+        free(in[i]);
+        free(out[i]);
+    }
+    free(out);
+    free(in);
+    free(q);
+    free(st);
+}
+
+static void derived_datatypes(void)
+{
+    enum { NB = 1000, BL = 3, STRIDE = 5 };
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    MPI_Datatype vec;
+    CHECK_MPI(MPI_Type_vector(NB, BL, STRIDE, MPI_DOUBLE, &vec));
+    CHECK_MPI(MPI_Type_commit(&vec));
+    double *src = malloc(sizeof(double) * NB * STRIDE);
+    double *dst_vec = malloc(sizeof(double) * NB * STRIDE);
+    double *dst_flat = malloc(sizeof(double) * NB * BL);
+    CHECK(src && dst_vec && dst_flat);
+    for (int i = 0; i < NB * STRIDE; i++)
+        src[i] = i % STRIDE < BL ? th_rank * 1e6 + i : -1.0;
+    for (int i = 0; i < NB * STRIDE; i++)
+        dst_vec[i] = -7.0;
+    ovl_request_t q[4];
+    ovl_status_t st[4];
+    CHECK_OK(ovl_irecv(dst_vec, 1, vec, left, 7, &q[0]));
+    CHECK_OK(ovl_irecv(dst_flat, NB * BL, MPI_DOUBLE, left, 8, &q[1]));
+    CHECK_OK(ovl_isend(src, 1, vec, right, 7, &q[2]));
+    CHECK_OK(ovl_isend(src, 1, vec, right, 8, &q[3]));
+    CHECK_OK(ovl_waitall(4, q, st));
+    size_t bytes = sizeof(double) * NB * BL;
+    CHECK(st[0].bytes == bytes && st[1].bytes == bytes && st[2].bytes == bytes);
+    CHECK(st[0].source == left && st[1].source == left && st[1].tag == 8);
+    for (int i = 0; i < NB * STRIDE; i++) {
+        double want = i % STRIDE < BL ? left * 1e6 + i : -7.0;
+        CHECKF(memcmp(&dst_vec[i], &want, sizeof want) == 0, "vector element %d: %g != %g", i,
+               dst_vec[i], want);
+    }
+    for (int b = 0; b < NB; b++)
+        for (int j = 0; j < BL; j++) {
+            double want = left * 1e6 + b * STRIDE + j;
+            CHECK(memcmp(&dst_flat[b * BL + j], &want, sizeof want) == 0);
+        }
+    MPI_Type_free(&vec);
+    free(src);
+    free(dst_vec);
+    free(dst_flat);
+}
+
+static void wildcards(void)
+{
+    /* Only these messages are in flight now (every earlier one completed). */
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    size_t n = 100 + (size_t)th_rank * 37, nl = 100 + (size_t)left * 37;
+    char out[400], in[400];
+    th_fill(out, n, 0xa11 + (uint64_t)th_rank, 0);
+    ovl_request_t rr, rs;
+    ovl_status_t st;
+    CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, OVL_ANY_SOURCE, OVL_ANY_TAG, &rr));
+    CHECK_OK(ovl_isend(out, (int)n, MPI_CHAR, right, 500 + th_rank, &rs));
+    CHECK_OK(ovl_wait(&rr, &st));
+    CHECKF(st.source == left && st.tag == 500 + left && st.bytes == nl && st.error == 0,
+           "status {%d, %d, %zu, %d}", st.source, st.tag, st.bytes, st.error);
+    CHECK(th_verify(in, nl, 0xa11 + (uint64_t)left, 0) == TH_OK);
+    CHECK_OK(ovl_wait(&rs, &st));
+
+    /* any source, given tag; given source, any tag */
+    CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, OVL_ANY_SOURCE, 600, &rr));
+    CHECK_OK(ovl_isend(out, (int)n, MPI_CHAR, right, 600, &rs));
+    CHECK_OK(ovl_wait(&rr, &st));
+    CHECK(st.source == left && st.tag == 600 && st.bytes == nl);
+    CHECK_OK(ovl_wait(&rs, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, left, OVL_ANY_TAG, &rr));
+    CHECK_OK(ovl_isend(out, (int)n, MPI_CHAR, right, 601, &rs));
+    CHECK_OK(ovl_wait(&rr, &st));
+    CHECK(st.source == left && st.tag == 601 && st.bytes == nl);
+    CHECK(th_verify(in, nl, 0xa11 + (uint64_t)left, 0) == TH_OK);
+    CHECK_OK(ovl_wait(&rs, OVL_STATUS_IGNORE));
+}
+
+static void truncation(void)
+{
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    const size_t sizes[] = { 100, (size_t)1 << 20 }; /* eager, rendezvous */
+    for (int k = 0; k < 2; k++) {
+        size_t n = sizes[k];
+        /* The buffer has room for the whole message although the receive
+         * says n/2: Open MPI 4.1 (ob1) writes a truncated rendezvous
+         * message past the count, which must not corrupt the heap here. */
+        char *out = malloc(n), *in = malloc(n);
+        CHECK(out && in);
+        memset(in, 0x3c, n);
+        th_fill(out, n, 0x7c + (uint64_t)k, 0);
+        ovl_request_t rr, rs;
+        ovl_status_t st = { .error = 1 };
+        CHECK_OK(ovl_irecv(in, (int)(n / 2), MPI_CHAR, left, 700 + k, &rr));
+        CHECK_OK(ovl_isend(out, (int)n, MPI_CHAR, right, 700 + k, &rs));
+        EXPECT_ERR(ovl_wait(&rr, &st), OVL_ERR_TRUNCATE);
+        CHECK(rr == OVL_REQUEST_NULL);
+        CHECK(st.error == OVL_ERR_TRUNCATE);
+        ovl_status_t sst;
+        int rc = ovl_wait(&rs, &sst);
+        /* The sender's side is not specified by MPI; it must complete. */
+        CHECKF(rc == OVL_SUCCESS || rc == OVL_ERR_TRUNCATE || rc == OVL_ERR_MPI, "send: %s",
+               th_code_name(rc));
+        CHECK(rs == OVL_REQUEST_NULL);
+        size_t past = 0;
+        for (size_t i = n / 2; i < n; i++)
+            past += (unsigned char)in[i] != 0x3c;
+        if (past)
+            printf("test_message: NOTE: rank %d: the MPI library wrote %zu bytes past the "
+                   "receive count of a truncated %zu-byte message (an MPI bug, not ovl's)\n",
+                   th_rank, past, n);
+        free(out);
+        free(in);
+    }
+    /* Messages after a truncated one are fine. */
+    wildcards();
+}
+
+static void test_polling(void)
+{
+    enum { N = 8, LEN = 20000 };
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    static char out[N][LEN], in[N][LEN];
+    ovl_request_t q[2 * N];
+    for (int i = 0; i < N; i++) {
+        th_fill(out[i], LEN, 0x9011 + (uint64_t)(th_rank * N + i), 0);
+        CHECK_OK(ovl_irecv(in[i], LEN, MPI_CHAR, left, 800 + i, &q[i]));
+        CHECK_OK(ovl_isend(out[i], LEN, MPI_CHAR, right, 800 + i, &q[N + i]));
+    }
+    int left_to_do = 2 * N;
+    double t0 = th_now();
+    while (left_to_do > 0) {
+        for (int i = 0; i < 2 * N; i++) {
+            if (q[i] == OVL_REQUEST_NULL)
+                continue;
+            int flag = -1;
+            ovl_status_t st;
+            CHECK_OK(ovl_test(&q[i], &flag, &st));
+            CHECK(flag == 0 || flag == 1);
+            if (flag) {
+                CHECK(q[i] == OVL_REQUEST_NULL);
+                CHECK(st.error == OVL_SUCCESS && st.bytes == LEN && st.tag == 800 + i % N);
+                if (i < N) {
+                    CHECK(st.source == left);
+                    CHECK(th_verify(in[i], LEN, 0x9011 + (uint64_t)(left * N + i), 0) == TH_OK);
+                }
+                left_to_do--;
+            } else {
+                CHECK(q[i] != OVL_REQUEST_NULL);
+            }
+        }
+        CHECKF(th_now() - t0 < 30, "ovl_test loop: %d requests still pending", left_to_do);
+    }
+}
+
+static void waitall_many(void)
+{
+    enum { N = 500 };
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    static uint32_t out[N][4], in[N][4];
+    static ovl_request_t q[2 * N];
+    static ovl_status_t st[2 * N];
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < 4; j++)
+            out[i][j] = (uint32_t)(th_rank * 1000003 + i * 4 + j);
+        CHECK_OK(ovl_irecv(in[i], 4, MPI_UINT32_T, left, i % 7, &q[i]));
+    }
+    for (int i = 0; i < N; i++)
+        CHECK_OK(ovl_isend(out[i], 4, MPI_UINT32_T, right, i % 7, &q[N + i]));
+    CHECK_OK(ovl_waitall(2 * N, q, st));
+    for (int i = 0; i < N; i++) {
+        CHECK(st[i].source == left && st[i].tag == i % 7 && st[i].bytes == 16);
+        /* same source and tag arrive in order: message i lands in in[i] */
+        for (int j = 0; j < 4; j++)
+            CHECK(in[i][j] == (uint32_t)(left * 1000003 + i * 4 + j));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    th_init(&argc, &argv, "test_message", NULL);
+    for (int round = 0; round < 2; round++)
+        all_to_all(round);
+    derived_datatypes();
+    wildcards();
+    truncation();
+    test_polling();
+    waitall_many();
+    return th_finish();
+}
