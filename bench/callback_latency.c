@@ -24,6 +24,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,7 +218,23 @@ struct cl_point {
     struct bench_stat lat; /* us, measured messages */
     double rate;           /* daxpy/s of rank 1's main thread (0: none) */
     double wakeups_per_s;
+    double helper_cpu;     /* CPU of rank 1's other threads / elapsed (progress thread) */
 };
+
+static double tv_s(struct timeval t)
+{
+    return (double)t.tv_sec + 1e-6 * (double)t.tv_usec;
+}
+
+/* CPU seconds of the whole process and of the calling thread. */
+static void cpu_times(double *proc, double *self)
+{
+    struct rusage p, t;
+    getrusage(RUSAGE_SELF, &p);
+    getrusage(RUSAGE_THREAD, &t);
+    *proc = tv_s(p.ru_utime) + tv_s(p.ru_stime);
+    *self = tv_s(t.ru_utime) + tv_s(t.ru_stime);
+}
 
 /* Run one mode on both ranks; rank 0 returns the receiver's numbers. */
 static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
@@ -237,7 +254,8 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
     S.lat_us = calloc((size_t)total, sizeof *S.lat_us);
     if (!S.lat_us)
         bench_fail("out of memory");
-    double rate = 0, secs = 0, wps = 0;
+    double rate = 0, secs = 0, wps = 0, helper = 0;
+    double p0, m0, p1, m1;
     ovl_stats_t s0, s1;
 
     if (bench_rank == 1 && mode == CL_OVL_THREAD)
@@ -263,16 +281,22 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
             spin_receive(&S);
             break;
         case CL_SPIN_THREAD:
+            cpu_times(&p0, &m0);
             if (pthread_create(&th, NULL, spin_thread_main, &S) != 0)
                 bench_fail("pthread_create failed");
             rate = compute_until_done(&S, &secs);
             pthread_join(th, NULL);
+            cpu_times(&p1, &m1);
+            helper = secs > 0 ? ((p1 - p0) - (m1 - m0)) / secs : 0;
             break;
         case CL_OVL_THREAD:
             BENCH_OVL(ovl_stats_get(&s0));
+            cpu_times(&p0, &m0);
             rate = compute_until_done(&S, &secs);
+            cpu_times(&p1, &m1);
             BENCH_OVL(ovl_stats_get(&s1));
             wps = secs > 0 ? (double)(s1.thread_wakeups - s0.thread_wakeups) / secs : 0;
+            helper = secs > 0 ? ((p1 - p0) - (m1 - m0)) / secs : 0;
             break;
         }
     }
@@ -280,20 +304,21 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
     bench_ovl_finalize();
 
     /* rank 1 -> rank 0: the measured one-way times and the rate */
-    double extra[2] = {rate, wps};
+    double extra[3] = {rate, wps, helper};
     int n = mode == CL_BASELINE ? 0 : o->reps;
     if (bench_rank == 1) {
         MPI_Send(S.lat_us + o->warmup, n, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
-        MPI_Send(extra, 2, MPI_DOUBLE, 0, 2, MPI_COMM_WORLD);
+        MPI_Send(extra, 3, MPI_DOUBLE, 0, 2, MPI_COMM_WORLD);
     } else {
         MPI_Recv(S.lat_us, n, MPI_DOUBLE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Recv(extra, 2, MPI_DOUBLE, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(extra, 3, MPI_DOUBLE, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         pt->mode = mode;
         pt->poll_us = mode == CL_OVL_THREAD ? (long)eff.poll_max_us : 0;
         pt->spin_us = eff.spin_us;
         pt->lat = bench_stat_of(S.lat_us, n);
         pt->rate = extra[0];
         pt->wakeups_per_s = extra[1];
+        pt->helper_cpu = extra[2];
     }
     free(S.lat_us);
 }
@@ -337,16 +362,16 @@ int bench_callback_latency(int argc, char **argv)
         printf("one-way = seen - sent; added = quantile - mpi-spin quantile; cpu cost = 1 - "
                "main-thread daxpy rate / baseline (%.0f daxpy/s)\n\n",
                base->rate);
-        printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %10s\n", "mode", "poll",
+        printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "mode", "poll",
                "spin", "p50", "p90", "p99", "max", "+p50", "+p90", "+p99", "cpu cost",
-               "wakeups/s");
-        printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %10s\n", "", "us", "us",
-               "us", "us", "us", "us", "us", "us", "us", "", "");
+               "helper", "wakeups");
+        printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "", "us", "us",
+               "us", "us", "us", "us", "us", "us", "us", "", "cpu", "/s");
         if (csv)
             fprintf(csv, "bench,mode,poll_max_us,spin_us,msgs,gap_us,hosts,same_clock,"
                          "lat_p50_us,lat_p90_us,lat_p99_us,lat_min_us,lat_max_us,lat_mean_us,"
                          "added_p50_us,added_p90_us,added_p99_us,daxpy_rate,baseline_rate,"
-                         "cpu_cost,wakeups_per_s\n");
+                         "cpu_cost,helper_cpu,wakeups_per_s\n");
         for (int i = 1; i < npts; i++) {
             const struct cl_point *p = &pts[i];
             double a50 = p->lat.med - ref->lat.med, a90 = p->lat.p90 - ref->lat.p90,
@@ -355,20 +380,21 @@ int bench_callback_latency(int argc, char **argv)
             char pollbuf[16];
             snprintf(pollbuf, sizeof pollbuf, "%ld", p->poll_us);
             printf("%-12s %5s %5u | %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f | %7.1f%% "
-                   "%10.0f\n",
+                   "%7.1f%% %9.0f\n",
                    mode_name[p->mode], p->mode == CL_OVL_THREAD ? pollbuf : "-", p->spin_us,
                    p->lat.med, p->lat.p90, p->lat.p99, p->lat.max, a50, a90, a99, 100 * cost,
-                   p->wakeups_per_s);
+                   100 * p->helper_cpu, p->wakeups_per_s);
             if (csv)
                 fprintf(csv,
                         "callback-latency,%s,%ld,%u,%d,%ld,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,"
-                        "%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.1f\n",
+                        "%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.4f,%.1f\n",
                         mode_name[p->mode], p->poll_us, p->spin_us, o.reps, o.gap_us, hosts,
                         same, p->lat.med, p->lat.p90, p->lat.p99, p->lat.min, p->lat.max,
                         p->lat.mean, a50, a90, a99, p->rate, base->rate, cost,
-                        p->wakeups_per_s);
+                        p->helper_cpu, p->wakeups_per_s);
         }
-        printf("(mpi-spin runs no computation: its cpu cost is 100%% by definition)\n");
+        printf("(mpi-spin runs no computation: its cpu cost is 100%% by definition; helper cpu = "
+               "CPU time of rank 1's other threads / elapsed)\n");
     }
     bench_csv_close(csv, o.csv);
     free(pts);

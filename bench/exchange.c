@@ -15,8 +15,16 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define XCHG_TAG 7
+
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static struct {
     size_t payload, n; /* bytes, doubles */
@@ -247,7 +255,7 @@ double xchg_transfer_time(const struct xchg_variant *v, int reps, int warmup)
 
 /* One overlapped rep: daxpy until the trigger's completion is seen. */
 static void one_overlapped(const struct xchg_variant *v, int trigger, double *count,
-                           double *comm, double *loop, double *wakeups)
+                           double *comm, double *loop, double *wakeups, double *oncpu)
 {
     struct xchg x;
     ovl_stats_t s0, s1;
@@ -256,6 +264,7 @@ static void one_overlapped(const struct xchg_variant *v, int trigger, double *co
     x.t0 = bench_now();
     xchg_start(&x, v, trigger, 1);
     long n = 0;
+    double c0 = thread_cpu();
     double l0 = bench_now(), l1 = l0;
     if (!is_mpi(v)) {
         /* the paper's loop: a continuation ends it */
@@ -280,8 +289,10 @@ static void one_overlapped(const struct xchg_variant *v, int trigger, double *co
             }
         }
     }
+    double c1 = thread_cpu();
     xchg_finish(&x);
     BENCH_OVL(ovl_stats_get(&s1));
+    *oncpu = mean_over_ranks(l1 > l0 ? (c1 - c0) / (l1 - l0) : 1);
     double done = x.t_done[0] > x.t_done[1] ? x.t_done[0] : x.t_done[1];
     *count = mean_over_ranks((double)n);
     *comm = max_over_ranks(done - x.t0);
@@ -293,7 +304,8 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
 {
     size_t nb = (size_t)reps * sizeof(double);
     double *t = malloc(nb), *d = malloc(nb), *c = malloc(nb), *m = malloc(nb), *l = malloc(nb);
-    if (!t || !d || !c || !m || !l)
+    double *u = malloc(nb);
+    if (!t || !d || !c || !m || !l || !u)
         bench_fail("out of memory");
     memset(out, 0, sizeof *out);
     out->payload = X.payload;
@@ -321,9 +333,10 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     for (int trig = 0; trig < 2; trig++) {
         double wk = 0;
         for (int r = -warmup; r < reps; r++) {
-            double cnt, comm, loop, w;
-            one_overlapped(v, trig, &cnt, &comm, &loop, &w);
+            double cnt, comm, loop, w, on;
+            one_overlapped(v, trig, &cnt, &comm, &loop, &w, &on);
             if (r >= 0) {
+                u[r] = on;
                 c[r] = cnt;
                 m[r] = comm * 1e3;
                 l[r] = loop * 1e3;
@@ -335,6 +348,7 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
         out->comm_ms[trig] = bench_stat_of(m, reps);
         out->loop_ms[trig] = bench_stat_of(l, reps);
         out->wakeups[trig] = wk / reps;
+        out->oncpu[trig] = bench_stat_of(u, reps).med;
         out->util[trig] = out->dedicated.med > 0 ? out->ovl_daxpy[trig].med / out->dedicated.med
                                                  : 0;
         double ded_rate = out->dedicated.med / (out->transfer_ms.med > 0 ? out->transfer_ms.med : 1);
@@ -347,6 +361,7 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     free(c);
     free(m);
     free(l);
+    free(u);
 }
 
 double xchg_fixed_work(const struct xchg_variant *v, long work, int blocking)

@@ -110,7 +110,7 @@ typedef struct {
     uint64_t field_mask;
     ovl_progress_mode_t progress; /**< OVL_PROGRESS: inline|thread (default inline) */
     unsigned poll_max_us;   /**< OVL_POLL_MAX_US: longest sleep of the progress thread between polls while work is pending (default 50) */
-    unsigned spin_us;       /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 20) */
+    unsigned spin_us;       /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 0) */
     size_t fragment_size;   /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header (default 65536; same on every rank) */
     unsigned stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream (default 8) */
     size_t stack_size;      /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */

@@ -113,7 +113,8 @@ void ovl__engine_defer_callback(struct ovl__req *r);
 void ovl__engine_schedule_coro(struct ovl__coro *c);
 int ovl__engine_start(void);
 void ovl__engine_stop(void);
-/* Number of ops in flight of a kind (-1: all). */
+/* Number of ops in flight of a kind (-1: all, plus deferred continuations
+ * and ready coroutines still waiting for the driver). */
 int ovl__engine_count(int kind);
 /* MPI_Cancel every receive op still pending (finalize). */
 void ovl__engine_cancel_receives(void);

@@ -109,6 +109,8 @@ int ovl__engine_count(int kind)
     for (int i = 0; i < E.n; i++)
         if (kind < 0 || E.ops[i]->kind == kind)
             c++;
+    if (kind < 0) /* finalize must also run what is queued for the driver */
+        c += E.ndef + (E.ready_head != NULL);
     pthread_mutex_unlock(&E.lock);
     return c;
 }
@@ -161,6 +163,14 @@ static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
 static void publish(struct ovl__req *r)
 {
     pthread_mutex_lock(&E.lock);
+    if (r->cont) {
+        /* ovl_continue came in after the completion took the (then empty)
+         * continuation: it is deferred now, and its run publishes. Setting
+         * `done` here would let ovl_wait return, and release the request,
+         * before the callback has run. */
+        pthread_mutex_unlock(&E.lock);
+        return;
+    }
     int detached = r->detached;
     atomic_store_explicit(&r->done, 1, memory_order_release);
     pthread_mutex_unlock(&E.lock);

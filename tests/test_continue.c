@@ -19,7 +19,9 @@
  *  - callbacks never run concurrently with each other; with
  *    OVL_PROGRESS=inline they run on the calling thread;
  *  - OVL_PROGRESS=thread only: callbacks run while the application makes
- *    no ovl call at all.
+ *    no ovl call at all; ovl_continue racing the progress thread's
+ *    completion of the same request (thousands of times, at random
+ *    moments) still runs the callback before ovl_wait returns.
  * Pairs: rank r works with r^1; the ring uses every rank.
  */
 #include "harness.h"
@@ -460,6 +462,57 @@ static void without_ovl_calls(void)
     CHECK(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1);
 }
 
+/* ---- ovl_continue racing the completion ------------------------------------- */
+
+static atomic_int race_runs;
+
+static void race_cb(const ovl_status_t *st, void *arg)
+{
+    cb_enter();
+    (void)st;
+    (void)arg;
+    atomic_fetch_add(&race_runs, 1);
+    cb_leave();
+}
+
+/* The progress thread completes receives while the main thread registers
+ * their continuations, at random moments around the completion: whichever
+ * wins, ovl_wait must return only after the callback. (A correct library
+ * passes whatever the timing; a racy one fails now and then.) */
+static void continue_races_completion(void)
+{
+    enum { N = 8000, TAG = 95 };
+    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_SPIN_US,
+                       .progress = OVL_PROGRESS_THREAD,
+                       .spin_us = 100 };
+    CHECK_OK(ovl_finalize());
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+    if (th_rank % 2 == 0) {
+        atomic_store(&race_runs, 0);
+        for (int i = 0; i < N; i++) {
+            int v = -1;
+            ovl_request_t r;
+            ovl_status_t st;
+            CHECK_OK(ovl_irecv(&v, 1, MPI_INT, peer, TAG, &r));
+            double t0 = th_now(), delay = (double)th_below(th_rng(), 20000) * 1e-9;
+            while (th_now() - t0 < delay)
+                ;
+            CHECK_OK(ovl_continue(r, race_cb, NULL));
+            CHECK_OK(ovl_wait(&r, &st));
+            CHECKF(atomic_load(&race_runs) == i + 1,
+                   "iteration %d: ovl_wait returned with %d continuations run", i,
+                   atomic_load(&race_runs));
+            CHECK(v == i && st.source == peer && st.bytes == sizeof v);
+        }
+    } else {
+        for (int i = 0; i < N; i++) {
+            ovl_request_t s;
+            CHECK_OK(ovl_isend(&i, 1, MPI_INT, peer, TAG, &s));
+            CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_continue", NULL);
@@ -476,9 +529,10 @@ int main(int argc, char **argv)
     ring();
     fire_and_forget();
     continue_mpi();
-    if (thread_mode)
+    if (thread_mode) {
         without_ovl_calls();
-    else if (th_rank == 0)
+        continue_races_completion();
+    } else if (th_rank == 0)
         printf("test_continue: callbacks-without-ovl-calls check needs OVL_PROGRESS=thread: "
                "not applicable here\n");
     CHECK(atomic_load(&active) == 0);

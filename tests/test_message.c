@@ -11,10 +11,14 @@
  *  - truncation (eager and rendezvous sizes): ovl_wait returns
  *    OVL_ERR_TRUNCATE and status.error matches;
  *  - an ovl_test polling loop to completion; ovl_waitall of many small
- *    messages.
+ *    messages;
+ *  - several application threads at once, each exchanging its own stream
+ *    of messages (ovl_wait, ovl_test and ovl_waitall) with the neighbours:
+ *    the library is used from every thread MPI_THREAD_MULTIPLE allows.
  */
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,6 +264,71 @@ static void waitall_many(void)
     }
 }
 
+/* ---- several application threads at once ---------------------------------- */
+
+#define NTHREADS   3
+#define PER_THREAD 50
+
+static void *exchanger(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    int tag = 900 + t;
+    enum { MAXLEN = 20000 };
+    char *out = malloc(MAXLEN), *in = malloc(MAXLEN);
+    CHECK(out && in);
+    for (int i = 0; i < PER_THREAD; i++) {
+        th_rng_t r;
+        th_rng_init(&r, 0x7e, (uint64_t)th_rank << 8 | (uint64_t)t, (uint64_t)i);
+        size_t n = th_size_log(&r, MAXLEN);
+        th_rng_init(&r, 0x7e, (uint64_t)left << 8 | (uint64_t)t, (uint64_t)i);
+        size_t nl = th_size_log(&r, MAXLEN);
+        uint64_t key = (uint64_t)th_rank << 40 | (uint64_t)t << 32 | (uint64_t)i;
+        uint64_t lkey = (uint64_t)left << 40 | (uint64_t)t << 32 | (uint64_t)i;
+        th_fill(out, n, key, 0);
+        ovl_request_t q[2];
+        ovl_status_t st[2];
+        CHECK_OK(ovl_irecv(in, MAXLEN, MPI_BYTE, left, tag, &q[0]));
+        CHECK_OK(ovl_isend(out, (int)n, MPI_BYTE, right, tag, &q[1]));
+        switch (i % 3) {
+        case 0:
+            CHECK_OK(ovl_waitall(2, q, st));
+            break;
+        case 1:
+            CHECK_OK(ovl_wait(&q[1], &st[1]));
+            CHECK_OK(ovl_wait(&q[0], &st[0]));
+            break;
+        default:
+            for (int done = 0; done < 2;) {
+                done = 0;
+                for (int k = 0; k < 2; k++) {
+                    int flag = 1;
+                    if (q[k] != OVL_REQUEST_NULL)
+                        CHECK_OK(ovl_test(&q[k], &flag, &st[k]));
+                    done += flag;
+                }
+            }
+        }
+        CHECKF(st[0].source == left && st[0].tag == tag && st[0].bytes == nl,
+               "thread %d message %d: status {%d, %d, %zu}, expected %zu bytes", t, i, st[0].source,
+               st[0].tag, st[0].bytes, nl);
+        CHECK(st[1].bytes == n && st[1].error == OVL_SUCCESS);
+        CHECK(th_verify(in, nl, lkey, 0) == TH_OK);
+    }
+    free(out);
+    free(in);
+    return NULL;
+}
+
+static void concurrent_threads(void)
+{
+    pthread_t th[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++)
+        CHECK(pthread_create(&th[t], NULL, exchanger, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < NTHREADS; t++)
+        CHECK(pthread_join(th[t], NULL) == 0);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_message", NULL);
@@ -270,5 +339,6 @@ int main(int argc, char **argv)
     truncation();
     test_polling();
     waitall_many();
+    concurrent_threads();
     return th_finish();
 }

@@ -10,7 +10,8 @@
  *    length; ovl_stream_tell tracks every write and read; status.bytes is
  *    the number of bytes written, on both sides;
  *  - several streams in flight at once to every rank (self included) on
- *    the same tag arrive in posting order; streams with continuations;
+ *    the same tag arrive in posting order; streams with continuations,
+ *    freed right after ovl_continue (fire-and-forget), polled by ovl_test;
  *  - OVL_ANY_SOURCE / OVL_ANY_TAG stream receives report source and tag;
  *  - an unmarshal function returning early: the rest is discarded,
  *    status.bytes counts the whole message, the next stream on the same tag
@@ -646,6 +647,52 @@ static void misuse(void)
     }
 }
 
+/* Fire-and-forget streams (freed right after ovl_continue), and a stream
+ * request polled with ovl_test. */
+static void detached_streams(void)
+{
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    struct ctx out, in;
+    ctx_init(&out, K_MIXED, th_rank, right, 7);
+    ctx_init(&in, K_MIXED, left, th_rank, 7);
+    ovl_request_t r, s;
+    CHECK_OK(ovl_irecv_stream(left, 60, unmarshal, &in, &r));
+    CHECK_OK(ovl_continue(r, count_cont, &in));
+    CHECK_OK(ovl_request_free(&r));
+    CHECK_OK(ovl_isend_stream(right, 60, marshal, &out, &s));
+    CHECK_OK(ovl_continue(s, count_cont, &out));
+    CHECK_OK(ovl_request_free(&s));
+    CHECK(r == OVL_REQUEST_NULL && s == OVL_REQUEST_NULL);
+    TH_WAIT_UNTIL(atomic_load(&in.cont_runs) == 1 && atomic_load(&out.cont_runs) == 1, 30,
+                  th_progress());
+    CHECK(in.cont_st.error == OVL_SUCCESS && in.cont_st.bytes == in.total);
+    CHECK(in.cont_st.source == left && in.cont_st.tag == 60);
+    CHECK(out.cont_st.error == OVL_SUCCESS && out.cont_st.bytes == out.total);
+    ctx_free(&out);
+    ctx_free(&in);
+
+    ctx_init(&out, K_MIXED, th_rank, right, 8);
+    ctx_init(&in, K_MIXED, left, th_rank, 8);
+    ovl_request_t q[2];
+    CHECK_OK(ovl_irecv_stream(left, 61, unmarshal, &in, &q[0]));
+    CHECK_OK(ovl_isend_stream(right, 61, marshal, &out, &q[1]));
+    ovl_status_t st[2];
+    double t0 = th_now();
+    for (int done = 0; done < 2;) {
+        done = 0;
+        for (int k = 0; k < 2; k++) {
+            int flag = 1;
+            if (q[k] != OVL_REQUEST_NULL)
+                CHECK_OK(ovl_test(&q[k], &flag, &st[k]));
+            done += flag;
+        }
+        CHECKF(th_now() - t0 < 30, "stream requests never tested complete");
+    }
+    CHECK(st[0].bytes == in.total && st[1].bytes == out.total && st[0].source == left);
+    ctx_free(&out);
+    ctx_free(&in);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_stream", NULL);
@@ -667,5 +714,6 @@ int main(int argc, char **argv)
     mixed_all_to_all();
     any_source();
     early_return();
+    detached_streams();
     return th_finish();
 }
