@@ -52,8 +52,7 @@ int main(int argc, char **argv)
     MPI_Irecv(halo, N, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &rreq);
     MPI_Isend(mine, N, MPI_DOUBLE, peer, 7, MPI_COMM_WORLD, &sreq);
     static int sent;
-    if (ovl_continue_mpi(&rreq, halo_arrived, NULL) ||
-        ovl_continue_mpi(&sreq, send_done, &sent))
+    if (ovl_continue_mpi(&rreq, halo_arrived, NULL) || ovl_continue_mpi(&sreq, send_done, &sent))
         MPI_Abort(MPI_COMM_WORLD, 1);
     /* rreq and sreq are MPI_REQUEST_NULL now: ovl owns them. */
     while (!atomic_load(&halo_sum_ready))

@@ -41,25 +41,25 @@ extern "C" {
  * The error table: one row per code, (name, value, message). It generates the
  * ovl_error_t enum and ovl_strerror(), so the two never disagree.
  */
-#define OVL_ERROR_MAP(X)                                                        \
-    X(SUCCESS, 0, "success")                                                   \
-    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)") \
-    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                \
-    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")    \
-    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")       \
-    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                      \
+#define OVL_ERROR_MAP(X)                                                             \
+    X(SUCCESS, 0, "success")                                                         \
+    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")     \
+    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                      \
+    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")          \
+    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")             \
+    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                            \
     X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)") \
-    X(ERR_NOMEM, -7, "out of memory")                                          \
-    X(ERR_MPI, -8, "an MPI call failed (communication failure)")               \
-    X(ERR_THREAD, -9, "the MPI library does not provide the thread level needed") \
-    X(ERR_CONFIG, -10, "invalid configuration value")                          \
-    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")             \
-    X(ERR_BUSY, -12, "the request already has a continuation")                 \
-    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")   \
-    X(ERR_EOF, -14, "read past the end of a stream message")                   \
-    X(ERR_PENDING, -15, "requests are still pending")                          \
-    X(ERR_CANCELLED, -16, "the operation was cancelled")                       \
-    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")     \
+    X(ERR_NOMEM, -7, "out of memory")                                                \
+    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                     \
+    X(ERR_THREAD, -9, "the MPI library does not provide the thread level needed")    \
+    X(ERR_CONFIG, -10, "invalid configuration value")                                \
+    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                   \
+    X(ERR_BUSY, -12, "the request already has a continuation")                       \
+    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")         \
+    X(ERR_EOF, -14, "read past the end of a stream message")                         \
+    X(ERR_PENDING, -15, "requests are still pending")                                \
+    X(ERR_CANCELLED, -16, "the operation was cancelled")                             \
+    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")           \
     X(ERR_INTERNAL, -18, "internal error in ovl")
 
 /** Return codes of every ovl function. */
@@ -109,12 +109,15 @@ enum {
 typedef struct {
     uint64_t field_mask;
     ovl_progress_mode_t progress; /**< OVL_PROGRESS: inline|thread (default inline) */
-    unsigned poll_max_us;   /**< OVL_POLL_MAX_US: longest sleep of the progress thread between polls while work is pending (default 50) */
-    unsigned spin_us;       /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 0) */
-    size_t fragment_size;   /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header (default 65536; same on every rank) */
+    unsigned
+        poll_max_us; /**< OVL_POLL_MAX_US: longest sleep of the progress thread between polls while work is pending (default 50) */
+    unsigned
+        spin_us; /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 0) */
+    size_t
+        fragment_size; /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header (default 65536; same on every rank) */
     unsigned stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream (default 8) */
-    size_t stack_size;      /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
-    int verbose;            /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
+    size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
+    int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
 } ovl_config_t;
 
 /**
@@ -155,14 +158,14 @@ typedef struct ovl_request_s *ovl_request_t;
 #define OVL_REQUEST_NULL ((ovl_request_t)0)
 
 #define OVL_ANY_SOURCE MPI_ANY_SOURCE
-#define OVL_ANY_TAG MPI_ANY_TAG
+#define OVL_ANY_TAG    MPI_ANY_TAG
 
 /** Completion status of an operation. */
 typedef struct {
-    int source; /**< sender's rank in ovl's communicator (receives) */
-    int tag;    /**< message tag */
+    int source;   /**< sender's rank in ovl's communicator (receives) */
+    int tag;      /**< message tag */
     size_t bytes; /**< bytes transferred */
-    int error;  /**< OVL_SUCCESS or the OVL_ERR_* the operation failed with */
+    int error;    /**< OVL_SUCCESS or the OVL_ERR_* the operation failed with */
 } ovl_status_t;
 
 /** Pass where a status is not wanted. */
@@ -220,8 +223,8 @@ OVL_NODISCARD int ovl_progress(void);
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
  *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI
  */
-OVL_NODISCARD int ovl_isend(const void *buf, int count, MPI_Datatype datatype, int dest,
-                            int tag, ovl_request_t *req);
+OVL_NODISCARD int ovl_isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                            ovl_request_t *req);
 
 /**
  * Start receiving up to @p count elements of @p datatype into @p buf from
@@ -342,14 +345,14 @@ OVL_NODISCARD int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
 size_t ovl_stream_tell(ovl_stream_t stream);
 
 /* Typed helpers (native representation; ovl does not convert byte order). */
-#define OVL_STREAM_TYPED(name, type)                                              \
+#define OVL_STREAM_TYPED(name, type)                                                \
     OVL_NODISCARD static inline int ovl_stream_write_##name(ovl_stream_t s, type v) \
-    {                                                                             \
-        return ovl_stream_write(s, &v, sizeof v);                                 \
-    }                                                                             \
+    {                                                                               \
+        return ovl_stream_write(s, &v, sizeof v);                                   \
+    }                                                                               \
     OVL_NODISCARD static inline int ovl_stream_read_##name(ovl_stream_t s, type *v) \
-    {                                                                             \
-        return ovl_stream_read(s, v, sizeof *v);                                  \
+    {                                                                               \
+        return ovl_stream_read(s, v, sizeof *v);                                    \
     }
 OVL_STREAM_TYPED(int8, int8_t)
 OVL_STREAM_TYPED(int16, int16_t)

@@ -24,10 +24,23 @@ static int parse_size(const char *name, const char *s, unsigned long long *out)
     if (errno || end == s || s[0] == '-')
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\" is not a number", name, s);
     switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        v <<= 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        v <<= 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        v <<= 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end != '\0')
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\": unexpected \"%s\"", name, s, end);
@@ -84,7 +97,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     if (c.progress != OVL_PROGRESS_INLINE && c.progress != OVL_PROGRESS_THREAD)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "progress mode %d unknown", (int)c.progress);
 
-#define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                  \
+#define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                 \
     do {                                                                                       \
         if (m & (bit)) {                                                                       \
             v = (unsigned long long)user->field;                                               \
@@ -104,8 +117,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_FRAGMENT_SIZE, fragment_size, "OVL_FRAGMENT_SIZE",
                   OVL_MIN_FRAGMENT, OVL_MAX_FRAGMENT);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_STREAM_WINDOW, stream_window, "OVL_STREAM_WINDOW", 1, 1024);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stack_size, "OVL_STACK_SIZE", 16384,
-                  1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stack_size, "OVL_STACK_SIZE", 16384, 1ull << 30);
 #undef OVL_NUM_FIELD
     *out = c;
     return OVL_SUCCESS;

@@ -68,7 +68,8 @@ int ovl_continue_mpi(MPI_Request *mpireq, ovl_mpi_continue_fn fn, void *arg)
     if ((rc = ovl__check_init(fname)))
         return rc;
     if (!mpireq || !fn)
-        return ovl__error(OVL_ERR_ARG, fname, "%s is NULL", mpireq ? "callback" : "request pointer");
+        return ovl__error(OVL_ERR_ARG, fname, "%s is NULL",
+                          mpireq ? "callback" : "request pointer");
     if (*mpireq == MPI_REQUEST_NULL)
         return ovl__error(OVL_ERR_ARG, fname, "request is MPI_REQUEST_NULL");
     struct user_op *u = calloc(1, sizeof *u);

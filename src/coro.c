@@ -44,19 +44,19 @@ void __tsan_switch_to_fiber(void *fiber, unsigned flags);
 #endif
 
 struct ovl__coro {
-    ucontext_t ctx;        /* the coroutine's context */
-    ucontext_t *back;      /* the resumer's context (valid while running) */
+    ucontext_t ctx;   /* the coroutine's context */
+    ucontext_t *back; /* the resumer's context (valid while running) */
     ucontext_t back_ctx;
-    void *map;             /* mmap'ed region: guard page + stack */
+    void *map; /* mmap'ed region: guard page + stack */
     size_t map_size;
     char *stack;
     size_t stack_size;
     ovl__coro_fn fn;
     void *arg;
     int finished;
-    int state;             /* OVL__CO_*, engine lock */
+    int state; /* OVL__CO_*, engine lock */
     void *owner;
-    struct ovl__coro *next; /* ready queue link */
+    struct ovl__coro *next;         /* ready queue link */
     struct ovl__coro *prev_running; /* coroutine this one was resumed from */
 #ifdef OVL_ASAN
     void *fake_stack;
@@ -92,8 +92,7 @@ struct ovl__coro **ovl__coro_next(struct ovl__coro *c)
 /* makecontext passes int arguments only: split the pointer in two. */
 static void trampoline(unsigned hi, unsigned lo)
 {
-    struct ovl__coro *c =
-        (struct ovl__coro *)(uintptr_t)(((uint64_t)hi << 32) | (uint64_t)lo);
+    struct ovl__coro *c = (struct ovl__coro *)(uintptr_t)(((uint64_t)hi << 32) | (uint64_t)lo);
 #ifdef OVL_ASAN
     __sanitizer_finish_switch_fiber(NULL, &c->back_bottom, &c->back_size);
 #endif

@@ -20,8 +20,8 @@ struct ovl__tls *ovl__tls(void)
 const char *ovl_strerror(int code)
 {
     switch (code) {
-#define OVL_X_CASE(name, value, msg)                                                        \
-    case value:                                                                            \
+#define OVL_X_CASE(name, value, msg) \
+    case value:                      \
         return msg;
         OVL_ERROR_MAP(OVL_X_CASE)
 #undef OVL_X_CASE

@@ -61,7 +61,7 @@ int ovl__check_not_in_callback(const char *fn)
 
 static void free_comms(void)
 {
-    MPI_Comm *c[] = {&ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag};
+    MPI_Comm *c[] = { &ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (*c[i] != MPI_COMM_NULL)
             MPI_Comm_free(c[i]);
@@ -110,7 +110,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     ovl__g.tag_ub = (flag && ub) ? *ub : 32767;
 
     /* Fragment size must agree: receivers post fragment-sized buffers. */
-    unsigned long long fs[2] = {c.fragment_size, ~(unsigned long long)c.fragment_size}, fsr[2];
+    unsigned long long fs[2] = { c.fragment_size, ~(unsigned long long)c.fragment_size }, fsr[2];
     rc = MPI_Allreduce(fs, fsr, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
     if (rc != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");

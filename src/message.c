@@ -45,8 +45,8 @@ static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt
     return OVL_SUCCESS;
 }
 
-static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt, int peer,
-                int tag, ovl_request_t *req)
+static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt, int peer, int tag,
+                ovl_request_t *req)
 {
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = check_buf(fn, buf, count, dt, req)) ||
@@ -96,8 +96,7 @@ int ovl_isend(const void *buf, int count, MPI_Datatype datatype, int dest, int t
                 req);
 }
 
-int ovl_irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
-              ovl_request_t *req)
+int ovl_irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, ovl_request_t *req)
 {
     return post("ovl_irecv", OVL__REQ_RECV, buf, count, datatype, source, tag, req);
 }

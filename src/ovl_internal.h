@@ -41,9 +41,9 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out);
  * thread-local state is only reached through this non-inlined accessor: a
  * compiler may not cache its result across a context switch. */
 struct ovl__tls {
-    int in_callback;            /* depth of continuation callbacks on this thread */
-    struct ovl__coro *coro;     /* coroutine running on this thread, if any */
-    char detail[256];           /* ovl_error_detail() */
+    int in_callback;        /* depth of continuation callbacks on this thread */
+    struct ovl__coro *coro; /* coroutine running on this thread, if any */
+    char detail[256];       /* ovl_error_detail() */
 };
 struct ovl__tls *ovl__tls(void) __attribute__((noinline));
 
@@ -60,28 +60,28 @@ struct ovl__op {
     MPI_Request mreq;
     ovl__op_done_fn done;
     void *ctx;
-    int kind;     /* OVL__OP_* below: finalize needs to tell sends from receives */
-    int peer;     /* for receives: the source asked for */
+    int kind; /* OVL__OP_* below: finalize needs to tell sends from receives */
+    int peer; /* for receives: the source asked for */
 };
 /* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
  * arriving; finalize must let it complete rather than cancel it. */
 enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER, OVL__OP_FRAG };
 
 struct ovl__req {
-    uint32_t gen;   /* generation; a handle is valid while its gen matches */
-    uint32_t idx;   /* slot index in the request table */
-    int in_use;     /* atomic access: lookups race with releases */
-    int kind;       /* enum ovl__req_kind; first field cleared by ovl__req_alloc */
+    uint32_t gen; /* generation; a handle is valid while its gen matches */
+    uint32_t idx; /* slot index in the request table */
+    int in_use;   /* atomic access: lookups race with releases */
+    int kind;     /* enum ovl__req_kind; first field cleared by ovl__req_alloc */
     /* Completion. `done` is set once the operation has completed and its
      * continuation (if any) has run: ovl_wait returning implies both. */
     atomic_int done;
-    int completed;  /* operation finished (engine lock) */
-    int detached;   /* user released it before completion (engine lock) */
+    int completed; /* operation finished (engine lock) */
+    int detached;  /* user released it before completion (engine lock) */
     ovl_status_t status;
     ovl_continue_fn cont; /* engine lock */
     void *cont_arg;
-    int cont_registered; /* one continuation per request */
-    struct ovl__op op;    /* send/recv */
+    int cont_registered;        /* one continuation per request */
+    struct ovl__op op;          /* send/recv */
     struct ovl__stream *stream; /* stream requests */
 };
 
@@ -162,8 +162,8 @@ struct ovl__global {
     atomic_ullong *sent_to;
     atomic_ullong *recvd_from;
     /* statistics */
-    atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent,
-        st_frag_recv, st_switches;
+    atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
+        st_switches;
 };
 extern struct ovl__global ovl__g;
 

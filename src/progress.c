@@ -51,7 +51,7 @@ static struct {
     int stop;
     int posted;
     pthread_cond_t cond;
-} E = {.lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER};
+} E = { .lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER };
 
 void ovl__engine_lock(void)
 {

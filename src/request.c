@@ -13,9 +13,9 @@
 
 _Static_assert(sizeof(uintptr_t) >= 8, "handles pack index and generation in 64 bits");
 
-#define CHUNK_BITS 10
+#define CHUNK_BITS  10
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
-#define MAX_CHUNKS 4096u /* 4 M live requests */
+#define MAX_CHUNKS  4096u /* 4 M live requests */
 
 static struct {
     pthread_mutex_t lock;
@@ -27,7 +27,7 @@ static struct {
      * before ovl_finalize, so a handle kept across finalize and a new
      * ovl_init never matches a new request in the same slot. */
     uint32_t first_gen;
-} tab = {.lock = PTHREAD_MUTEX_INITIALIZER, .first_gen = 1};
+} tab = { .lock = PTHREAD_MUTEX_INITIALIZER, .first_gen = 1 };
 
 static inline ovl_request_t make_handle(uint32_t idx, uint32_t gen)
 {

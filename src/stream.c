@@ -210,7 +210,7 @@ static void send_done(struct ovl__op *op, MPI_Status *st)
 /* Post fragment f. Runs in the coroutine. */
 static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
 {
-    struct frag_hdr h = {OVL__HDR_MAGIC, s->sid, flags, s->next_seq};
+    struct frag_hdr h = { OVL__HDR_MAGIC, s->sid, flags, s->next_seq };
     memcpy(f->buf, &h, sizeof h);
     f->seq = s->next_seq++;
     f->op.done = send_done;
@@ -218,8 +218,8 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
     f->op.kind = OVL__OP_SEND;
     f->op.peer = s->peer;
     int count = (int)(OVL__HDR_BYTES + f->len);
-    int rc = f->seq == 0 ? MPI_Issend(f->buf, count, MPI_BYTE, s->peer, s->tag,
-                                      ovl__g.comm_stream, &f->op.mreq)
+    int rc = f->seq == 0 ? MPI_Issend(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
+                                      &f->op.mreq)
                          : MPI_Issend(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
                                       ovl__g.comm_frag, &f->op.mreq);
     if (rc != MPI_SUCCESS) {
@@ -340,8 +340,8 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     int count = (int)(OVL__HDR_BYTES + s->payload_max);
     int rc = seq == 0 ? MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
                                   &f->op.mreq)
-                      : MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
-                                  ovl__g.comm_frag, &f->op.mreq);
+                      : MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, (int)s->sid, ovl__g.comm_frag,
+                                  &f->op.mreq);
     if (rc != MPI_SUCCESS)
         return ovl__mpi_error(rc, "ovl_irecv_stream", "MPI_Irecv");
     ovl__engine_lock();
@@ -380,7 +380,7 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
     struct ovl__stream *s = f->s;
     int cancelled = 0, first = f->seq == 0;
     MPI_Test_cancelled(st, &cancelled);
-    struct frag_hdr h = {0, 0, 0, 0};
+    struct frag_hdr h = { 0, 0, 0, 0 };
     int count = 0;
     if (!cancelled && st->MPI_ERROR == MPI_SUCCESS) {
         MPI_Get_count(st, MPI_BYTE, &count);
@@ -505,7 +505,8 @@ int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
     int rc = read_bytes(s, data, bytes);
     if (rc == OVL_ERR_EOF) {
         if (s->aborted)
-            return ovl__error(OVL_ERR_CANCELLED, fn, "the message was cancelled or aborted by the sender");
+            return ovl__error(OVL_ERR_CANCELLED, fn,
+                              "the message was cancelled or aborted by the sender");
         if (s->err)
             return s->err;
     }
@@ -526,11 +527,13 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     if ((rc = ovl__check_init(fn)))
         return rc;
     if (!req || !mf)
-        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL", req ? "marshal function" : "request pointer");
+        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL",
+                          req ? "marshal function" : "request pointer");
     if ((rc = ovl__check_peer(fn, peer, !is_send)) || (rc = ovl__check_tag(fn, tag, !is_send)))
         return rc;
     if (ovl__tls()->coro)
-        return ovl__error(OVL_ERR_IN_CALLBACK, fn, "cannot start a stream inside a marshal function");
+        return ovl__error(OVL_ERR_IN_CALLBACK, fn,
+                          "cannot start a stream inside a marshal function");
 
     struct ovl__stream *s = calloc(1, sizeof *s);
     if (!s)
