@@ -78,16 +78,13 @@ static void parse(int argc, char **argv, struct cl_opts *o)
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             bench_help_exit(HELP);
         else if (!strcmp(a, "--reps"))
-            o->reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1,
-                                            1000000);
+            o->reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1000000);
         else if (!strcmp(a, "--warmup"))
-            o->warmup = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0,
-                                              100000);
+            o->warmup = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0, 100000);
         else if (!strcmp(a, "--poll"))
             poll = bench_optarg(CMD, argc, argv, &i);
         else if (!strcmp(a, "--gap-us"))
-            o->gap_us = bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 2,
-                                         10000000);
+            o->gap_us = bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 2, 10000000);
         else if (!strcmp(a, "--no-spin-thread"))
             o->spin_thread = 0;
         else if (!strcmp(a, "--csv"))
@@ -126,7 +123,7 @@ static void sender(int total, long gap_us)
         next += gap_s(&seed, gap_us);
         while (bench_now() < next)
             bench_daxpy();
-        int64_t m[2] = {i, bench_now_ns()};
+        int64_t m[2] = { i, bench_now_ns() };
         BENCH_MPI(MPI_Send(m, 2, MPI_INT64_T, 1, CL_TAG, ovl_comm()));
     }
 }
@@ -144,8 +141,8 @@ struct cl_state {
 static void record(struct cl_state *S, int64_t seen_ns)
 {
     if (S->msg[0] != S->got)
-        bench_fail("callback-latency: message %lld arrived as number %d",
-                   (long long)S->msg[0], S->got);
+        bench_fail("callback-latency: message %lld arrived as number %d", (long long)S->msg[0],
+                   S->got);
     S->lat_us[S->got] = (double)(seen_ns - S->msg[1]) * 1e-3;
     S->got++;
 }
@@ -209,7 +206,7 @@ static double compute_until_done(struct cl_state *S, double *secs)
 }
 
 enum cl_mode { CL_BASELINE, CL_MPI_SPIN, CL_SPIN_THREAD, CL_OVL_THREAD };
-static const char *const mode_name[] = {"baseline", "mpi-spin", "spin-thread", "ovl-thread"};
+static const char *const mode_name[] = { "baseline", "mpi-spin", "spin-thread", "ovl-thread" };
 
 struct cl_point {
     enum cl_mode mode;
@@ -218,7 +215,7 @@ struct cl_point {
     struct bench_stat lat; /* us, measured messages */
     double rate;           /* daxpy/s of rank 1's main thread (0: none) */
     double wakeups_per_s;
-    double helper_cpu;     /* CPU of rank 1's other threads / elapsed (progress thread) */
+    double helper_cpu; /* CPU of rank 1's other threads / elapsed (progress thread) */
 };
 
 static double tv_s(struct timeval t)
@@ -237,8 +234,7 @@ static void cpu_times(double *proc, double *self)
 }
 
 /* Run one mode on both ranks; rank 0 returns the receiver's numbers. */
-static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
-                     struct cl_point *pt)
+static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o, struct cl_point *pt)
 {
     ovl_config_t cfg = {
         .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US,
@@ -249,7 +245,7 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
     ovl_config_t eff;
     BENCH_OVL(ovl_config_get(&eff));
     int total = o->warmup + o->reps;
-    struct cl_state S = {.total = total, .got = 0};
+    struct cl_state S = { .total = total, .got = 0 };
     atomic_init(&S.done, 0);
     S.lat_us = calloc((size_t)total, sizeof *S.lat_us);
     if (!S.lat_us)
@@ -271,8 +267,8 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
             long n = bench_daxpy_for(d);
             rate = (double)n / d;
             for (int i = 0; i < total; i++) {
-                BENCH_MPI(MPI_Recv(S.msg, 2, MPI_INT64_T, 0, CL_TAG, ovl_comm(),
-                                   MPI_STATUS_IGNORE));
+                BENCH_MPI(
+                    MPI_Recv(S.msg, 2, MPI_INT64_T, 0, CL_TAG, ovl_comm(), MPI_STATUS_IGNORE));
                 S.got++;
             }
             break;
@@ -304,7 +300,7 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o,
     bench_ovl_finalize();
 
     /* rank 1 -> rank 0: the measured one-way times and the rate */
-    double extra[3] = {rate, wps, helper};
+    double extra[3] = { rate, wps, helper };
     int n = mode == CL_BASELINE ? 0 : o->reps;
     if (bench_rank == 1) {
         MPI_Send(S.lat_us + o->warmup, n, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD);
@@ -355,16 +351,16 @@ int bench_callback_latency(int argc, char **argv)
                "warm-up discarded), gap %ld us +-50%%\n",
                hosts, hosts == 1 ? "" : "s", o.reps, o.warmup, o.gap_us);
         printf("clock: CLOCK_MONOTONIC, %s (MPI_WTIME_IS_GLOBAL=%d)%s\n",
-               same ? "same kernel on both ranks: one clock" : "DIFFERENT kernels",
-               wtime_global,
-               same ? "" : "\n  one-way times are offset by the clock difference; "
-                           "'added' columns remain valid");
+               same ? "same kernel on both ranks: one clock" : "DIFFERENT kernels", wtime_global,
+               same ? ""
+                    : "\n  one-way times are offset by the clock difference; "
+                      "'added' columns remain valid");
         printf("one-way = seen - sent; added = quantile - mpi-spin quantile; cpu cost = 1 - "
                "main-thread daxpy rate / baseline (%.0f daxpy/s)\n\n",
                base->rate);
         printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "mode", "poll",
-               "spin", "p50", "p90", "p99", "max", "+p50", "+p90", "+p99", "cpu cost",
-               "helper", "wakeups");
+               "spin", "p50", "p90", "p99", "max", "+p50", "+p90", "+p99", "cpu cost", "helper",
+               "wakeups");
         printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "", "us", "us",
                "us", "us", "us", "us", "us", "us", "us", "", "cpu", "/s");
         if (csv)
@@ -388,10 +384,9 @@ int bench_callback_latency(int argc, char **argv)
                 fprintf(csv,
                         "callback-latency,%s,%ld,%u,%d,%ld,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,"
                         "%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.4f,%.1f\n",
-                        mode_name[p->mode], p->poll_us, p->spin_us, o.reps, o.gap_us, hosts,
-                        same, p->lat.med, p->lat.p90, p->lat.p99, p->lat.min, p->lat.max,
-                        p->lat.mean, a50, a90, a99, p->rate, base->rate, cost,
-                        p->helper_cpu, p->wakeups_per_s);
+                        mode_name[p->mode], p->poll_us, p->spin_us, o.reps, o.gap_us, hosts, same,
+                        p->lat.med, p->lat.p90, p->lat.p99, p->lat.min, p->lat.max, p->lat.mean,
+                        a50, a90, a99, p->rate, base->rate, cost, p->helper_cpu, p->wakeups_per_s);
         }
         printf("(mpi-spin runs no computation: its cpu cost is 100%% by definition; helper cpu = "
                "CPU time of rank 1's other threads / elapsed)\n");

@@ -89,7 +89,7 @@ double bench_quantile(const double *sorted, int n, double q)
 
 struct bench_stat bench_stat_of(double *v, int n)
 {
-    struct bench_stat s = {0, 0, 0, 0, 0, 0};
+    struct bench_stat s = { 0, 0, 0, 0, 0, 0 };
     if (n <= 0)
         return s;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
@@ -165,10 +165,23 @@ size_t bench_parse_size(const char *cmd, const char *opt, const char *s)
         bench_usage_error(cmd, "%s: \"%s\" is not a size (e.g. 4k, 64k, 1m)", opt, s);
     unsigned shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'b' || *end == 'B')
         end++;
@@ -285,7 +298,7 @@ void bench_ovl_finalize(void)
 
 int bench_hosts(void)
 {
-    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    char name[MPI_MAX_PROCESSOR_NAME] = { 0 };
     int len = 0;
     MPI_Get_processor_name(name, &len);
     char *all = calloc((size_t)bench_size, MPI_MAX_PROCESSOR_NAME);
@@ -307,7 +320,7 @@ int bench_hosts(void)
 
 int bench_same_kernel(void)
 {
-    char id[64] = {0};
+    char id[64] = { 0 };
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
         if (!fgets(id, sizeof id, f))

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #define BENCH_EXIT_USAGE 2
-#define BENCH_EXIT_FAIL 1
+#define BENCH_EXIT_FAIL  1
 
 /* One subcommand of ovl-bench. run() returns the process exit code. */
 struct bench_cmd {
@@ -88,19 +88,18 @@ const char *bench_fmt_size(size_t bytes, char *buf, size_t len);
 /* ovl_init or die with ovl's detail. */
 void bench_ovl_init(const ovl_config_t *cfg);
 void bench_ovl_finalize(void);
-#define BENCH_OVL(call)                                                                       \
-    do {                                                                                      \
-        int bench_rc_ = (call);                                                               \
-        if (bench_rc_ != OVL_SUCCESS)                                                         \
-            bench_fail("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,                       \
-                       ovl_strerror(bench_rc_), ovl_error_detail());                          \
+#define BENCH_OVL(call)                                                                          \
+    do {                                                                                         \
+        int bench_rc_ = (call);                                                                  \
+        if (bench_rc_ != OVL_SUCCESS)                                                            \
+            bench_fail("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call, ovl_strerror(bench_rc_), \
+                       ovl_error_detail());                                                      \
     } while (0)
-#define BENCH_MPI(call)                                                                       \
-    do {                                                                                      \
-        int bench_rc_ = (call);                                                               \
-        if (bench_rc_ != MPI_SUCCESS)                                                         \
-            bench_fail("%s:%d: %s failed (MPI error %d)", __FILE__, __LINE__, #call,          \
-                       bench_rc_);                                                            \
+#define BENCH_MPI(call)                                                                          \
+    do {                                                                                         \
+        int bench_rc_ = (call);                                                                  \
+        if (bench_rc_ != MPI_SUCCESS)                                                            \
+            bench_fail("%s:%d: %s failed (MPI error %d)", __FILE__, __LINE__, #call, bench_rc_); \
     } while (0)
 
 /* Number of distinct hosts (processor names) among the ranks. */

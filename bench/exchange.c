@@ -174,11 +174,11 @@ static void xchg_start(struct xchg *x, const struct xchg_variant *v, int trigger
                             &x->mreq[XT_SEND]));
         break;
     case XK_MPI_POLL_MARSHAL:
-        BENCH_MPI(MPI_Irecv(X.pack_r, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG,
-                            MPI_COMM_WORLD, &x->mreq[XT_RECV]));
+        BENCH_MPI(MPI_Irecv(X.pack_r, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
+                            &x->mreq[XT_RECV]));
         pack();
-        BENCH_MPI(MPI_Isend(X.pack_s, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG,
-                            MPI_COMM_WORLD, &x->mreq[XT_SEND]));
+        BENCH_MPI(MPI_Isend(X.pack_s, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
+                            &x->mreq[XT_SEND]));
         break;
     }
 }
@@ -254,8 +254,8 @@ double xchg_transfer_time(const struct xchg_variant *v, int reps, int warmup)
 }
 
 /* One overlapped rep: daxpy until the trigger's completion is seen. */
-static void one_overlapped(const struct xchg_variant *v, int trigger, double *count,
-                           double *comm, double *loop, double *wakeups, double *oncpu)
+static void one_overlapped(const struct xchg_variant *v, int trigger, double *count, double *comm,
+                           double *loop, double *wakeups, double *oncpu)
 {
     struct xchg x;
     ovl_stats_t s0, s1;
@@ -349,11 +349,12 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
         out->loop_ms[trig] = bench_stat_of(l, reps);
         out->wakeups[trig] = wk / reps;
         out->oncpu[trig] = bench_stat_of(u, reps).med;
-        out->util[trig] = out->dedicated.med > 0 ? out->ovl_daxpy[trig].med / out->dedicated.med
-                                                 : 0;
-        double ded_rate = out->dedicated.med / (out->transfer_ms.med > 0 ? out->transfer_ms.med : 1);
-        double ovl_rate = out->ovl_daxpy[trig].med /
-                          (out->loop_ms[trig].med > 0 ? out->loop_ms[trig].med : 1);
+        out->util[trig] =
+            out->dedicated.med > 0 ? out->ovl_daxpy[trig].med / out->dedicated.med : 0;
+        double ded_rate =
+            out->dedicated.med / (out->transfer_ms.med > 0 ? out->transfer_ms.med : 1);
+        double ovl_rate =
+            out->ovl_daxpy[trig].med / (out->loop_ms[trig].med > 0 ? out->loop_ms[trig].med : 1);
         out->cpu_share[trig] = ded_rate > 0 ? ovl_rate / ded_rate : 0;
     }
     free(t);

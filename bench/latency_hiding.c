@@ -92,11 +92,9 @@ static void parse(int argc, char **argv, struct lh_opts *o)
         else if (!strcmp(a, "--sizes"))
             sizes = bench_optarg(CMD, argc, argv, &i);
         else if (!strcmp(a, "--reps"))
-            o->reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1,
-                                            100000);
+            o->reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 100000);
         else if (!strcmp(a, "--warmup"))
-            o->warmup = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0,
-                                              1000);
+            o->warmup = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0, 1000);
         else if (!strcmp(a, "--csv"))
             o->csv = bench_optarg(CMD, argc, argv, &i);
         else if (!strcmp(a, "--variants"))
@@ -131,8 +129,10 @@ static void parse(int argc, char **argv, struct lh_opts *o)
         else if (!strcmp(t, "mpi-poll-marshal"))
             want_mpm = 1;
         else
-            bench_usage_error(CMD, "--variants: unknown variant '%s' (ovl, ovl-marshal, "
-                                   "mpi-poll, mpi-poll-marshal)", t);
+            bench_usage_error(CMD,
+                              "--variants: unknown variant '%s' (ovl, ovl-marshal, "
+                              "mpi-poll, mpi-poll-marshal)",
+                              t);
     }
     if (want_mpm)
         for (int j = 0; j < nk; j++)
@@ -155,8 +155,7 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int 
            hosts, hosts == 1 ? "" : "s", reps, warmup);
     printf("ovl: progress thread, poll_max_us %u, spin_us %u, fragment %zu B, window %u; "
            "one daxpy (n=%d) + clock read = %.0f ns\n",
-           c->poll_max_us, c->spin_us, c->fragment_size, c->stream_window, BENCH_DAXPY_N,
-           daxpy_ns);
+           c->poll_max_us, c->spin_us, c->fragment_size, c->stream_window, BENCH_DAXPY_N, daxpy_ns);
     printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); comm = "
            "communication time with daxpy / alone\n\n");
     printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "variant", "payload", "transfer",
@@ -167,13 +166,12 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int 
 
 int bench_latency_hiding(int argc, char **argv)
 {
-    struct lh_opts o = {0};
+    struct lh_opts o = { 0 };
     parse(argc, argv, &o);
     bench_require_two_ranks(CMD);
     FILE *csv = bench_csv_open(CMD, o.csv);
 
-    ovl_config_t cfg = {.field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                        .progress = OVL_PROGRESS_THREAD};
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_THREAD };
     bench_ovl_init(&cfg);
     ovl_config_t eff;
     BENCH_OVL(ovl_config_get(&eff));

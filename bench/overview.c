@@ -79,8 +79,7 @@ static void sub_compute_exchange(const struct ov_ctx *c)
     if (bench_rank == 0) {
         printf("compute+exchange: exchange one message each way AND do daxpy work that alone "
                "takes the MPI transfer time\n");
-        printf("(ms, median of %d; speedup = MPI blocking time / time; ideal 2.00x)\n",
-               c->reps);
+        printf("(ms, median of %d; speedup = MPI blocking time / time; ideal 2.00x)\n", c->reps);
         printf("%8s %9s %8s | %9s | %16s | %16s | %16s\n", "payload", "transfer", "compute",
                "blocking", mpi.name, "ovl", "ovl-marshal");
     }
@@ -90,7 +89,7 @@ static void sub_compute_exchange(const struct ov_ctx *c)
         long W = xchg_dedicated(T, 3);
         double tc = median_fixed(NULL, W, 0, c);
         double tb = median_fixed(&mpi, W, 1, c);
-        const struct xchg_variant *vs[3] = {&mpi, &ovl, &ovm};
+        const struct xchg_variant *vs[3] = { &mpi, &ovl, &ovm };
         double tv[3];
         for (int i = 0; i < 3; i++)
             tv[i] = median_fixed(vs[i], W, 0, c);
@@ -119,9 +118,8 @@ static void sub_compute_exchange(const struct ov_ctx *c)
 
 static void sub_useful_cpu(const struct ov_ctx *c)
 {
-    struct xchg_variant vs[3] = {variant(XK_MPI_POLL, "mpi-poll", c->k),
-                                 variant(XK_OVL, "ovl", 0),
-                                 variant(XK_OVL_MARSHAL, "ovl-marshal", 0)};
+    struct xchg_variant vs[3] = { variant(XK_MPI_POLL, "mpi-poll", c->k), variant(XK_OVL, "ovl", 0),
+                                  variant(XK_OVL_MARSHAL, "ovl-marshal", 0) };
     if (bench_rank == 0) {
         printf("useful-cpu: daxpys done during the exchange / daxpys in the same time on a "
                "dedicated CPU\n");
@@ -140,8 +138,7 @@ static void sub_useful_cpu(const struct ov_ctx *c)
         if (bench_rank != 0)
             continue;
         char sz[32];
-        printf("%8s %9.3f", bench_fmt_size(c->sizes[s], sz, sizeof sz),
-               r[1].transfer_ms.med);
+        printf("%8s %9.3f", bench_fmt_size(c->sizes[s], sz, sizeof sz), r[1].transfer_ms.med);
         for (int i = 0; i < 3; i++)
             printf(" | %6.1f%% / %5.1f%%", 100 * r[i].util[0], 100 * r[i].util[1]);
         printf("\n");
@@ -158,13 +155,13 @@ static const struct {
     const char *name;
     void (*run)(const struct ov_ctx *c);
 } subs[] = {
-    {"compute+exchange", sub_compute_exchange},
-    {"useful-cpu", sub_useful_cpu},
+    { "compute+exchange", sub_compute_exchange },
+    { "useful-cpu", sub_useful_cpu },
 };
 
 int bench_overview(int argc, char **argv)
 {
-    struct ov_ctx c = {.reps = 10, .warmup = 2, .k = 10};
+    struct ov_ctx c = { .reps = 10, .warmup = 2, .k = 10 };
     const char *sizes = "64k,256k,1m", *csvpath = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -189,8 +186,7 @@ int bench_overview(int argc, char **argv)
     bench_require_two_ranks(CMD);
     c.csv = bench_csv_open(CMD, csvpath);
 
-    ovl_config_t cfg = {.field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                        .progress = OVL_PROGRESS_THREAD};
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_THREAD };
     bench_ovl_init(&cfg);
     ovl_config_t eff;
     BENCH_OVL(ovl_config_get(&eff));
@@ -200,8 +196,7 @@ int bench_overview(int argc, char **argv)
         printf("ovl-bench overview: 2 ranks on %d host%s%s; ovl progress thread (poll_max_us "
                "%u, spin_us %u), fragment %zu B\n\n",
                hosts, hosts == 1 ? "" : "s",
-               hosts == 1 ? " (shared memory: copies use the computing CPUs, little to hide)"
-                          : "",
+               hosts == 1 ? " (shared memory: copies use the computing CPUs, little to hide)" : "",
                eff.poll_max_us, eff.spin_us, eff.fragment_size);
         if (c.csv)
             fprintf(c.csv, "bench,sub,variant,payload_bytes,transfer_ms,compute_ms,time_ms,"

@@ -11,11 +11,11 @@
 #include <string.h>
 
 static const struct bench_cmd cmds[] = {
-    {"latency-hiding", "the paper's daxpy benchmark: useful CPU while two ranks exchange",
-     bench_latency_hiding},
-    {"callback-latency", "delay from a message's arrival to its continuation, vs poll interval",
-     bench_callback_latency},
-    {"overview", "a < 60 s summary: plain MPI vs ovl (what 'make demo' runs)", bench_overview},
+    { "latency-hiding", "the paper's daxpy benchmark: useful CPU while two ranks exchange",
+      bench_latency_hiding },
+    { "callback-latency", "delay from a message's arrival to its continuation, vs poll interval",
+      bench_callback_latency },
+    { "overview", "a < 60 s summary: plain MPI vs ovl (what 'make demo' runs)", bench_overview },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

@@ -126,6 +126,7 @@ def plot_callback_latency(rows, out, title):
     ax.set_xscale("log")
     ax.set_xticks(x)
     ax.set_xticklabels([f"{int(v)}" for v in x])
+    ax.set_yscale("symlog", linthresh=100)
     ax.set_xlabel("progress thread poll_max_us (OVL_POLL_MAX_US)")
     ax.set_ylabel("callback delay after completion [us]")
     ax.grid(alpha=0.3)
@@ -137,7 +138,7 @@ def plot_callback_latency(rows, out, title):
         ax2.axhline(100 * fnum(spin[0]["cpu_cost"]), color="gray", ls=":",
                     label=f"spin-thread CPU cost ({100 * fnum(spin[0]['cpu_cost']):.0f} %)")
     ax2.set_ylabel("CPU taken from the main thread's daxpy [%]")
-    ax2.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=min(0, *[100 * fnum(r["cpu_cost"]) for r in ovl]) - 2)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")

@@ -66,7 +66,7 @@ run() {
     wait_idle
     echo "== $where: $name: $*"
     "on_$where" "$BENCH" "$@" --csv "$OUT/$where-$name.csv" | tee "$OUT/$where-$name.txt"
-    "$PY" "$ROOT/bench/plot.py" "$OUT/$where-$name.csv" -o "$IMG/$where-$name.png"
+    [ "${NOPLOT:-0}" = 1 ] || "$PY" "$ROOT/bench/plot.py" "$OUT/$where-$name.csv" -o "$IMG/$where-$name.png"
 }
 
 if [ "$ONLY" = all ] || [ "$ONLY" = cluster ]; then
@@ -81,7 +81,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = shm ]; then
     run shm overview overview
 fi
 if [ "$ONLY" = all ] || [ "$ONLY" = knobs ]; then
-    # one knob at a time, the others at their defaults; ovl variants only
+    # one knob at a time, the others at their defaults; ovl variants only; CSV only
+    export NOPLOT=1
     K="latency-hiding --variants ovl,ovl-marshal --sizes 64k,256k,1m --reps $REPS"
     for v in 10 25 50 100 200; do
         OVL_POLL_MAX_US=$v run cluster "knob-poll$v" $K

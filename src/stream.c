@@ -74,6 +74,7 @@ struct ovl__stream {
     int last_seen;
     int aborted;
     size_t received; /* payload bytes arrived */
+    int head_ready;  /* frags[head] seen FR_READY (coroutine only) */
 };
 
 static atomic_uint next_sid;
@@ -452,12 +453,17 @@ static int read_bytes(struct ovl__stream *s, char *data, size_t bytes)
 {
     while (bytes) {
         struct frag *f = &s->frags[s->head];
-        ovl__engine_lock();
-        int ready = f->state == FR_READY;
-        ovl__engine_unlock();
-        if (!ready) {
-            park();
-            continue;
+        /* Only this coroutine takes the head fragment out of FR_READY
+         * (repost), so once seen READY under the lock it stays READY: skip
+         * the lock on every further read of it (one per value marshalled). */
+        if (!s->head_ready) {
+            ovl__engine_lock();
+            s->head_ready = f->state == FR_READY;
+            ovl__engine_unlock();
+            if (!s->head_ready) {
+                park();
+                continue;
+            }
         }
         size_t n = f->len - s->rpos;
         if (n > bytes)
@@ -474,6 +480,7 @@ static int read_bytes(struct ovl__stream *s, char *data, size_t bytes)
                 return bytes ? OVL_ERR_EOF : OVL_SUCCESS;
             s->rpos = 0;
             s->head = (s->head + 1) % s->window;
+            s->head_ready = 0;
             repost(s, f);
         }
     }
