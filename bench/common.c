@@ -291,6 +291,13 @@ void bench_ovl_init(const ovl_config_t *cfg)
     BENCH_OVL(ovl_init(MPI_COMM_WORLD, cfg));
 }
 
+void bench_ovl_start_thread(ovl_config_t *effective)
+{
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_THREAD };
+    bench_ovl_init(&cfg);
+    BENCH_OVL(ovl_config_get(effective));
+}
+
 void bench_ovl_finalize(void)
 {
     BENCH_OVL(ovl_finalize());

@@ -171,10 +171,8 @@ int bench_latency_hiding(int argc, char **argv)
     bench_require_two_ranks(CMD);
     FILE *csv = bench_csv_open(CMD, o.csv);
 
-    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_THREAD };
-    bench_ovl_init(&cfg);
     ovl_config_t eff;
-    BENCH_OVL(ovl_config_get(&eff));
+    bench_ovl_start_thread(&eff);
     int hosts = bench_hosts();
     double dns = xchg_daxpy_ns();
 
