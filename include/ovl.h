@@ -60,7 +60,9 @@ extern "C" {
     X(ERR_PENDING, -15, "requests are still pending")                                \
     X(ERR_CANCELLED, -16, "the operation was cancelled")                             \
     X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")           \
-    X(ERR_INTERNAL, -18, "internal error in ovl")
+    X(ERR_INTERNAL, -18, "internal error in ovl")                                    \
+    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")          \
+    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)")
 
 /** Return codes of every ovl function. */
 typedef enum {
@@ -98,8 +100,22 @@ enum {
     OVL_CONFIG_FIELD_FRAGMENT_SIZE = 1u << 3,
     OVL_CONFIG_FIELD_STREAM_WINDOW = 1u << 4,
     OVL_CONFIG_FIELD_STACK_SIZE = 1u << 5,
-    OVL_CONFIG_FIELD_VERBOSE = 1u << 6
+    OVL_CONFIG_FIELD_VERBOSE = 1u << 6,
+    OVL_CONFIG_FIELD_MONITOR = 1u << 7,
+    OVL_CONFIG_FIELD_DELTA_SIZE = 1u << 8,
+    OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9
 };
+
+/**
+ * How delta send/receive learns that the program has written or needs part
+ * of a buffer (docs/ARCHITECTURE.md, "watch").
+ */
+typedef enum {
+    OVL_MONITOR_AUTO = 0,     /**< uffd where this process may use it, else mprotect */
+    OVL_MONITOR_UFFD = 1,     /**< Linux userfaultfd: write-protect and missing-page faults */
+    OVL_MONITOR_MPROTECT = 2, /**< page protection and a SIGSEGV handler (any POSIX system) */
+    OVL_MONITOR_EXPLICIT = 3  /**< no faults: ovl_delta_produced() / ovl_delta_need() annotations */
+} ovl_monitor_t;
 
 /**
  * Options for ovl_init(). Set field_mask to the OVL_CONFIG_FIELD_* bits of
@@ -118,6 +134,11 @@ typedef struct {
     unsigned stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream (default 8) */
     size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
     int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
+    ovl_monitor_t monitor; /**< OVL_MONITOR: auto|uffd|mprotect|explicit (default auto) */
+    size_t
+        delta_size; /**< OVL_DELTA_SIZE: bytes per delta; 0 = chosen at run time by the model (default 0) */
+    size_t
+        eager_limit; /**< OVL_EAGER_LIMIT: the MPI library's eager/rendezvous switch in bytes; 0 = detect (default 0) */
 } ovl_config_t;
 
 /**
@@ -143,6 +164,12 @@ OVL_NODISCARD int ovl_finalize(void);
 
 /** 1 if ovl is initialised, else 0. Never fails. */
 int ovl_initialized(void);
+
+/**
+ * Largest tag ovl accepts (half of MPI's MPI_TAG_UB: ovl keeps the upper
+ * half to mark delta messages). 0 before ovl_init.
+ */
+int ovl_tag_ub(void);
 
 /** ovl's private communicator (MPI_COMM_NULL before ovl_init). */
 MPI_Comm ovl_comm(void);
@@ -367,6 +394,124 @@ OVL_STREAM_TYPED(double, double)
 #undef OVL_STREAM_TYPED
 
 /* ------------------------------------------------------------------------ */
+/* Access monitoring and delta send/receive                                  */
+/* ------------------------------------------------------------------------ */
+
+/** The name of a monitor ("auto", "uffd", "mprotect", "explicit"); never NULL. */
+const char *ovl_monitor_name(ovl_monitor_t monitor);
+
+/**
+ * Which monitor @p requested resolves to in this process, and why, e.g.
+ * "uffd: userfaultfd(UFFD_USER_MODE_ONLY) works". Needs neither MPI nor
+ * ovl_init (the ovl-info tool calls it). @p why may be NULL.
+ * @return OVL_SUCCESS; OVL_ERR_ARG (chosen NULL, unknown monitor);
+ *         OVL_ERR_UNSUPPORTED (uffd requested but unavailable: @p why says why)
+ */
+OVL_NODISCARD int ovl_monitor_probe(ovl_monitor_t requested, ovl_monitor_t *chosen, char *why,
+                                    size_t why_len);
+
+/**
+ * Start a delta send of @p count elements of @p datatype at @p buf to @p dest,
+ * BEFORE the computation that writes the buffer. ovl sends the buffer in
+ * pieces ("deltas") as the program finishes writing them, so the transfer
+ * overlaps the computation that produces it. Call ovl_delta_send_end() when
+ * the buffer is written, and ovl_wait() later (it implies send_end).
+ *
+ * With a fault-based monitor (uffd, mprotect) the program must write the
+ * buffer from its first to its last byte (in order, at page granularity);
+ * a write into a part already sent is caught, reported on stderr naming
+ * the buffer and offset, and the request (and the receiver's) completes
+ * with OVL_ERR_STALE. With OVL_MONITOR_EXPLICIT the program instead calls
+ * ovl_delta_produced() for each range it has finished, in any order.
+ *
+ * The datatype must be contiguous (MPI_DOUBLE, MPI_BYTE, a contiguous
+ * type, ...). The message can be received with ovl_delta_recv() or
+ * ovl_irecv(). A buffer that is itself still arriving through
+ * ovl_delta_recv() is forwarded piece by piece as it arrives.
+ *
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer,
+ *         negative count, non-contiguous datatype), OVL_ERR_RANK,
+ *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_delta_send_begin(void *buf, int count, MPI_Datatype datatype, int dest,
+                                       int tag, ovl_request_t *req);
+
+/** ovl_delta_send_begin() with a monitor for this request only
+ *  (OVL_MONITOR_AUTO: the process's OVL_MONITOR). */
+OVL_NODISCARD int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype datatype, int dest,
+                                            int tag, ovl_monitor_t monitor, ovl_request_t *req);
+
+/**
+ * The buffer is fully written: send what has not been sent. The request
+ * remains to be waited on or freed.
+ * @return OVL_SUCCESS, OVL_ERR_REQUEST (not a delta send, or already
+ *         ended), OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_delta_send_end(ovl_request_t req);
+
+/**
+ * As ovl_delta_send_end(), but only the first @p count elements were
+ * produced: the message is that long (the receiver sees the real size in
+ * its status). @p count may not be below what has already been sent.
+ * @return as ovl_delta_send_end(), OVL_ERR_ARG for a bad count
+ */
+OVL_NODISCARD int ovl_delta_send_end_count(ovl_request_t req, int count);
+
+/**
+ * Explicit mode, sender: bytes [@p offset, @p offset + @p bytes) of the
+ * buffer are final. Ranges may come in any order; ovl merges them and sends
+ * a contiguous piece once it reaches the delta size. Also accepted on a
+ * fault-monitored request (it then sends earlier than the faults would).
+ * @return OVL_SUCCESS, OVL_ERR_ARG (range outside the buffer), OVL_ERR_STALE
+ *         (the range overlaps a part already sent), OVL_ERR_REQUEST, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes);
+
+/**
+ * Start a delta receive of up to @p count elements into @p buf, BEFORE the
+ * computation that uses them. The program may then read and write @p buf
+ * at once, in any order and from any thread: with a fault-based monitor an
+ * access to a part that has not arrived waits for it (page granularity;
+ * data on the buffer's first and last pages that is not part of the
+ * buffer is never modified, at worst an access to it waits too). No
+ * ovl_wait is needed to use the data; the request completes when every
+ * byte has arrived, and must still be released with ovl_wait/ovl_test/
+ * ovl_request_free. Internal resources are freed at completion; a request
+ * freed early keeps receiving in the background; ovl_finalize completes
+ * (or cancels, if nothing was sent) what is pending.
+ *
+ * Receives from ovl_delta_send_begin() or ovl_isend(). The status carries
+ * the real size. A longer message gives OVL_ERR_TRUNCATE (the buffer then
+ * holds the first @p count elements). With OVL_MONITOR_EXPLICIT, call
+ * ovl_delta_need() before using a range.
+ *
+ * While data is pending, the buffer must not be given to a system call
+ * (read, write, send, ...): the kernel does not wait and the call fails
+ * with EFAULT. Plain MPI calls on it wait like any other access, except
+ * under the progress thread's own callbacks (see docs/ARCHITECTURE.md).
+ *
+ * @return as ovl_delta_send_begin()
+ */
+OVL_NODISCARD int ovl_delta_recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+                                 ovl_request_t *req);
+
+/** ovl_delta_recv() with a monitor for this request only. */
+OVL_NODISCARD int ovl_delta_recv_with(void *buf, int count, MPI_Datatype datatype, int source,
+                                      int tag, ovl_monitor_t monitor, ovl_request_t *req);
+
+/**
+ * Explicit mode, receiver: wait until bytes [@p offset, @p offset + @p bytes)
+ * of the buffer have arrived (also valid on fault-monitored requests). A
+ * range beyond the real message size returns once the message has ended.
+ * @return OVL_SUCCESS, OVL_ERR_ARG, OVL_ERR_REQUEST, OVL_ERR_IN_CALLBACK,
+ *         or the receive's error
+ */
+OVL_NODISCARD int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes);
+
+/** The delta size ovl uses for @p req (fixed or chosen by the model). */
+OVL_NODISCARD int ovl_delta_size(ovl_request_t req, size_t *bytes);
+
+/* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -379,6 +524,10 @@ typedef struct {
     uint64_t fragments_sent;
     uint64_t fragments_received;
     uint64_t coroutine_switches;
+    uint64_t faults;          /**< access faults handled by the monitor */
+    uint64_t fault_waits;     /**< faults that had to wait for data */
+    uint64_t deltas_sent;     /**< delta pieces sent */
+    uint64_t deltas_received; /**< delta pieces received */
 } ovl_stats_t;
 
 /** Copy the counters. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */

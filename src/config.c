@@ -67,6 +67,9 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .stream_window = 8,
         .stack_size = 256u << 10,
         .verbose = 1,
+        .monitor = OVL_MONITOR_AUTO,
+        .delta_size = 0,
+        .eager_limit = 0,
     };
     uint64_t m = user ? user->field_mask : 0;
     unsigned long long v;
@@ -97,6 +100,26 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     if (c.progress != OVL_PROGRESS_INLINE && c.progress != OVL_PROGRESS_THREAD)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "progress mode %d unknown", (int)c.progress);
 
+    if (m & OVL_CONFIG_FIELD_MONITOR) {
+        c.monitor = user->monitor;
+    } else {
+        const char *s = getenv("OVL_MONITOR");
+        if (s && *s) {
+            static const char *names[] = { "auto", "uffd", "mprotect", "explicit" };
+            int found = -1;
+            for (int i = 0; i < 4; i++)
+                if (!strcasecmp(s, names[i]))
+                    found = i;
+            if (found < 0)
+                return ovl__error(OVL_ERR_CONFIG, "ovl_init",
+                                  "OVL_MONITOR=\"%s\": expected auto, uffd, mprotect or explicit",
+                                  s);
+            c.monitor = (ovl_monitor_t)found;
+        }
+    }
+    if ((unsigned)c.monitor > OVL_MONITOR_EXPLICIT)
+        return ovl__error(OVL_ERR_CONFIG, "ovl_init", "monitor %d unknown", (int)c.monitor);
+
 #define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                 \
     do {                                                                                       \
         if (m & (bit)) {                                                                       \
@@ -118,6 +141,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
                   OVL_MIN_FRAGMENT, OVL_MAX_FRAGMENT);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_STREAM_WINDOW, stream_window, "OVL_STREAM_WINDOW", 1, 1024);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stack_size, "OVL_STACK_SIZE", 16384, 1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_DELTA_SIZE, delta_size, "OVL_DELTA_SIZE", 0, 1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_EAGER_LIMIT, eager_limit, "OVL_EAGER_LIMIT", 0, 1ull << 30);
 #undef OVL_NUM_FIELD
     *out = c;
     return OVL_SUCCESS;

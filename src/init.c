@@ -19,6 +19,11 @@ int ovl_initialized(void)
     return atomic_load(&ovl__g.initialized) ? 1 : 0;
 }
 
+int ovl_tag_ub(void)
+{
+    return atomic_load(&ovl__g.initialized) ? ovl__g.tag_ub : 0;
+}
+
 MPI_Comm ovl_comm(void)
 {
     return atomic_load(&ovl__g.initialized) ? ovl__g.comm_msg : MPI_COMM_NULL;
@@ -61,7 +66,8 @@ int ovl__check_not_in_callback(const char *fn)
 
 static void free_comms(void)
 {
-    MPI_Comm *c[] = { &ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag };
+    MPI_Comm *c[] = { &ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag,
+                      &ovl__g.comm_delta };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (*c[i] != MPI_COMM_NULL)
             MPI_Comm_free(c[i]);
@@ -93,21 +99,25 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
                           "...) or use OVL_PROGRESS=inline",
                           ovl__g.thread_level);
 
-    ovl__g.comm_msg = ovl__g.comm_stream = ovl__g.comm_frag = MPI_COMM_NULL;
+    ovl__g.comm_msg = ovl__g.comm_stream = ovl__g.comm_frag = ovl__g.comm_delta = MPI_COMM_NULL;
     if ((rc = MPI_Comm_dup(comm, &ovl__g.comm_msg)) != MPI_SUCCESS ||
         (rc = MPI_Comm_dup(comm, &ovl__g.comm_stream)) != MPI_SUCCESS ||
-        (rc = MPI_Comm_dup(comm, &ovl__g.comm_frag)) != MPI_SUCCESS) {
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_frag)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_delta)) != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Comm_dup");
         goto fail_comms;
     }
     MPI_Comm_set_errhandler(ovl__g.comm_msg, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ovl__g.comm_stream, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ovl__g.comm_frag, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ovl__g.comm_delta, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &ovl__g.rank);
     MPI_Comm_size(comm, &ovl__g.size);
     int *ub = NULL;
     MPI_Comm_get_attr(ovl__g.comm_msg, MPI_TAG_UB, &ub, &flag);
-    ovl__g.tag_ub = (flag && ub) ? *ub : 32767;
+    ovl__g.mpi_tag_ub = (flag && ub) ? *ub : 32767;
+    /* The upper half of the tag space marks delta headers (match.c). */
+    ovl__g.tag_ub = ovl__g.mpi_tag_ub / 2;
 
     /* Fragment size must agree: receivers post fragment-sized buffers. */
     unsigned long long fs[2] = { c.fragment_size, ~(unsigned long long)c.fragment_size }, fsr[2];
@@ -138,8 +148,16 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     atomic_store(&ovl__g.st_frag_sent, 0);
     atomic_store(&ovl__g.st_frag_recv, 0);
     atomic_store(&ovl__g.st_switches, 0);
-    if ((rc = ovl__req_table_init()) != OVL_SUCCESS)
+    atomic_store(&ovl__g.st_faults, 0);
+    atomic_store(&ovl__g.st_fault_waits, 0);
+    atomic_store(&ovl__g.st_deltas_sent, 0);
+    atomic_store(&ovl__g.st_deltas_recv, 0);
+    if ((rc = ovl__watch_init()) != OVL_SUCCESS)
         goto fail_counts;
+    if ((rc = ovl__model_calibrate()) != OVL_SUCCESS)
+        goto fail_watch;
+    if ((rc = ovl__req_table_init()) != OVL_SUCCESS)
+        goto fail_watch;
     atomic_store(&ovl__g.initialized, 1);
     if ((rc = ovl__engine_start()) != OVL_SUCCESS) {
         atomic_store(&ovl__g.initialized, 0);
@@ -153,6 +171,8 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
 
 fail_table:
     ovl__req_table_fini();
+fail_watch:
+    ovl__watch_fini();
 fail_counts:
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
@@ -171,7 +191,8 @@ static void drive_until(int (*cond)(void))
 
 static int sends_done(void)
 {
-    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active_sends();
+    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active_sends() &&
+           !ovl__delta_active(1);
 }
 
 static unsigned long long *expected_from;
@@ -180,7 +201,7 @@ static int receives_matched(void)
 {
     /* Nothing posted could take a missing message: stop waiting for it
      * (the program sent a message nobody receives). */
-    if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__stream_active())
+    if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__stream_active() && !ovl__match_posted())
         return 1;
     for (int p = 0; p < ovl__g.size; p++)
         if (atomic_load(&ovl__g.recvd_from[p]) < expected_from[p])
@@ -190,7 +211,8 @@ static int receives_matched(void)
 
 static int nothing_in_flight(void)
 {
-    return ovl__engine_count(-1) == 0 && !ovl__stream_active();
+    return ovl__engine_count(-1) == 0 && !ovl__stream_active() && !ovl__delta_active(0) &&
+           !ovl__match_posted();
 }
 
 int ovl_finalize(void)
@@ -199,7 +221,9 @@ int ovl_finalize(void)
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
-    /* 1. Everything this rank sends has left. */
+    /* 1. Everything this rank sends has left (delta sends the program did
+     *    not end are ended here). */
+    ovl__delta_end_all();
     drive_until(sends_done);
     /* 2. Learn how many messages each peer sent here; receive them all. */
     unsigned long long *sent = malloc((size_t)ovl__g.size * sizeof *sent);
@@ -231,11 +255,14 @@ int ovl_finalize(void)
     /* 3. Receives still posted can no longer match: cancel them. Their
      *    requests complete with OVL_ERR_CANCELLED and continuations run. */
     ovl__engine_cancel_receives();
+    ovl__match_cancel_all();
     drive_until(nothing_in_flight);
+    ovl__match_drop_unexpected();
 
     ovl__engine_stop();
     atomic_store(&ovl__g.initialized, 0);
     ovl__req_table_fini();
+    ovl__watch_fini();
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
@@ -269,5 +296,9 @@ int ovl_stats_get(ovl_stats_t *s)
     s->fragments_sent = atomic_load(&ovl__g.st_frag_sent);
     s->fragments_received = atomic_load(&ovl__g.st_frag_recv);
     s->coroutine_switches = atomic_load(&ovl__g.st_switches);
+    s->faults = atomic_load(&ovl__g.st_faults);
+    s->fault_waits = atomic_load(&ovl__g.st_fault_waits);
+    s->deltas_sent = atomic_load(&ovl__g.st_deltas_sent);
+    s->deltas_received = atomic_load(&ovl__g.st_deltas_recv);
     return OVL_SUCCESS;
 }

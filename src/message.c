@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Point-to-point messages: ovl_isend / ovl_irecv. Each is one MPI request on
- * ovl's private communicator, handed to the progress engine, whose handler
- * fills the ovl status and completes the request (running its continuation).
+ * Point-to-point messages: ovl_isend / ovl_irecv. A send is one MPI request
+ * on ovl's private communicator, handed to the progress engine, whose
+ * handler fills the ovl status and completes the request (running its
+ * continuation). A receive is first matched by match.c; a plain message is
+ * then received with MPI_Imrecv straight into the user's buffer, a delta
+ * header hands the request to delta.c, which assembles the pieces.
  */
 #include "ovl_internal.h"
+
+#include <stddef.h>
 
 static void msg_done(struct ovl__op *op, MPI_Status *st)
 {
@@ -21,13 +26,35 @@ static void msg_done(struct ovl__op *op, MPI_Status *st)
             r->status.bytes = n > 0 ? (size_t)n : 0;
             r->status.source = st->MPI_SOURCE;
             r->status.tag = st->MPI_TAG;
-            if (st->MPI_SOURCE >= 0 && st->MPI_SOURCE < ovl__g.size)
-                atomic_fetch_add(&ovl__g.recvd_from[st->MPI_SOURCE], 1);
         }
     }
     if (err != MPI_SUCCESS && !cancelled)
         r->status.error = ovl__mpi_error(err, r->kind == OVL__REQ_RECV ? "ovl_irecv" : "ovl_isend",
                                          "message transfer");
+    ovl__req_complete(r);
+}
+
+static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta)
+{
+    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    if (!st) { /* cancelled by ovl_finalize */
+        ovl__dt_release(r);
+        r->status.error = OVL_ERR_CANCELLED;
+        ovl__req_complete(r);
+        return;
+    }
+    if (delta) {
+        ovl__delta_matched_header(r, msg, st);
+        return;
+    }
+    int rc = MPI_Imrecv(r->buf, r->count, r->dt, &msg, &r->op.mreq);
+    ovl__dt_release(r); /* MPI keeps what it needs of the type */
+    if (rc == MPI_SUCCESS && (rc = ovl__engine_add(&r->op)) == OVL_SUCCESS)
+        return;
+    if (r->op.mreq != MPI_REQUEST_NULL)
+        MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
+    r->status.error = rc == OVL_ERR_NOMEM ? ovl__error(rc, "ovl_irecv", "no memory")
+                                          : ovl__mpi_error(rc, "ovl_irecv", "MPI_Imrecv");
     ovl__req_complete(r);
 }
 
@@ -71,7 +98,18 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         rc = MPI_Isend(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
     } else {
         r->op.kind = OVL__OP_RECV;
-        rc = MPI_Irecv(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
+        r->buf = buf;
+        r->count = count;
+        if (ovl__dt_keep(dt, &r->dt, &r->dt_owned) != OVL_SUCCESS) {
+            ovl__req_release(r);
+            return ovl__error(OVL_ERR_ARG, fn, "invalid datatype");
+        }
+        r->match.source = peer;
+        r->match.tag = tag;
+        r->match.matched = irecv_matched;
+        *req = h;
+        ovl__match_post(&r->match);
+        return OVL_SUCCESS;
     }
     if (rc != MPI_SUCCESS) {
         ovl__req_release(r);

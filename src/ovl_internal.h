@@ -8,7 +8,13 @@
  *                          their completion handlers, the progress thread
  *   coro.c              -- coroutines that run marshal functions
  *   continue.c          -- continuations on ovl and plain MPI requests
+ *   match.c             -- ovl's own matching of comm_msg messages (plain
+ *                          and delta) to posted receives, with MPI_Improbe
+ *   watch.c, watch_*.c  -- the access monitor: regions whose pages become
+ *                          valid over time; backends uffd, mprotect, explicit
+ *   model.c             -- the performance model: link calibration, delta size
  *   message.c, stream.c -- front ends: point-to-point and marshal streams
+ *   delta.c             -- front end: delta send/receive
  *   init.c              -- ovl_init / ovl_finalize and the global state
  */
 #ifndef OVL_INTERNAL_H
@@ -49,7 +55,14 @@ struct ovl__tls *ovl__tls(void) __attribute__((noinline));
 
 /* ---- request.c -------------------------------------------------------- */
 
-enum ovl__req_kind { OVL__REQ_SEND, OVL__REQ_RECV, OVL__REQ_SSEND, OVL__REQ_SRECV };
+enum ovl__req_kind {
+    OVL__REQ_SEND,
+    OVL__REQ_RECV,
+    OVL__REQ_SSEND,
+    OVL__REQ_SRECV,
+    OVL__REQ_DSEND,
+    OVL__REQ_DRECV
+};
 
 struct ovl__op;
 typedef void (*ovl__op_done_fn)(struct ovl__op *op, MPI_Status *status);
@@ -67,6 +80,16 @@ struct ovl__op {
  * arriving; finalize must let it complete rather than cancel it. */
 enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER, OVL__OP_FRAG };
 
+/* A receive waiting in match.c for a message on comm_msg. `matched` runs
+ * once: with the matched message (delta = 1 for a delta header), or with
+ * msg == MPI_MESSAGE_NULL and st == NULL when cancelled (finalize). It runs
+ * on the driving thread or inside ovl__match_post, no lock held. */
+struct ovl__match {
+    int source, tag;
+    void (*matched)(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta);
+    struct ovl__match *next;
+};
+
 struct ovl__req {
     uint32_t gen; /* generation; a handle is valid while its gen matches */
     uint32_t idx; /* slot index in the request table */
@@ -83,6 +106,13 @@ struct ovl__req {
     int cont_registered;        /* one continuation per request */
     struct ovl__op op;          /* send/recv */
     struct ovl__stream *stream; /* stream requests */
+    /* receives matched by match.c */
+    struct ovl__match match;
+    void *buf;
+    int count;
+    MPI_Datatype dt; /* owned copy for derived types (freed at match) */
+    int dt_owned;
+    struct ovl__delta *delta; /* delta requests, and ovl_irecv of a delta */
 };
 
 int ovl__req_table_init(void);
@@ -119,6 +149,100 @@ int ovl__engine_count(int kind);
 /* MPI_Cancel every receive op still pending (finalize). */
 void ovl__engine_cancel_receives(void);
 
+/* Stats and ovl_wait need no change for delta; the engine also calls: */
+/* Whether the thread calling is inside ovl__engine_drive (continuations and
+ * handlers run there). Async-signal-safe. */
+int ovl__engine_driving(void);
+int ovl__engine_thread_on(void);
+
+/* ---- match.c ---------------------------------------------------------- */
+
+/* Post a receive: matched at once against messages already probed, else
+ * queued. Wakes the engine. */
+void ovl__match_post(struct ovl__match *m);
+/* Probe comm_msg for messages and hand them to posted receives (driver). */
+int ovl__match_poll(void);
+int ovl__match_posted(void);
+/* Finalize: cancel every posted receive; receive and drop probed messages
+ * nobody took. */
+void ovl__match_cancel_all(void);
+void ovl__match_drop_unexpected(void);
+/* The MPI tag of a delta header carrying user tag @t. */
+static inline int ovl__delta_tag(int t);
+/* Helpers for receives matched by match.c: keep a derived datatype alive. */
+int ovl__dt_keep(MPI_Datatype dt, MPI_Datatype *out, int *owned);
+void ovl__dt_release(struct ovl__req *r);
+
+/* ---- watch.c: the access monitor ------------------------------------- */
+
+struct ovl__watch;
+int ovl__watch_init(void);
+void ovl__watch_fini(void);
+/* Resolve OVL_MONITOR_AUTO (and check uffd) for this process. */
+ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m);
+/* Receive region: pages of [base, base+len) not yet arrived are guarded
+ * (accesses wait) until installed. */
+int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out);
+/* Bytes [off, off+len) arrived in @src: place them and make every page now
+ * complete accessible (driver). */
+void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, size_t len);
+/* 1 if every page holding bytes [off, off+len) is valid. */
+int ovl__watch_recv_ready(struct ovl__watch *w, size_t off, size_t len);
+/* Bytes from the start that are valid (whole installed pages). */
+size_t ovl__watch_recv_prefix(struct ovl__watch *w);
+/* The message is over: every page becomes accessible and the region is
+ * unregistered (ovl__watch_destroy frees it). */
+void ovl__watch_recv_finish(struct ovl__watch *w);
+/* Free a finished region (once no fault handler can be looking at it). */
+void ovl__watch_destroy(struct ovl__watch *w);
+/* Send region: the program writes [base, base+len) in order. When it first
+ * writes a page past the current delta, @produced(ctx, upto) is called (in
+ * the faulting thread) with the bytes before that page, and returns the
+ * delta size in bytes to use from there. */
+typedef size_t (*ovl__watch_produced_fn)(void *ctx, size_t upto);
+int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta,
+                           ovl__watch_produced_fn fn, void *ctx, struct ovl__watch **out);
+/* First offset written after it was sent, or (size_t)-1. */
+size_t ovl__watch_send_stale(struct ovl__watch *w);
+/* Everything was sent: write-protect the whole buffer (later writes are
+ * reported stale). */
+void ovl__watch_send_seal(struct ovl__watch *w);
+void ovl__watch_send_finish(struct ovl__watch *w);
+size_t ovl__watch_page(void);
+/* One-shot probe of fault cost in microseconds for the model. */
+double ovl__watch_fault_cost_us(ovl_monitor_t m);
+
+/* ---- model.c ---------------------------------------------------------- */
+
+struct ovl__model {
+    double lat_us;   /* one-way small-message time */
+    double bw_Bpus;  /* bytes per microsecond */
+    double fault_us; /* cost of one access fault */
+    size_t eager;    /* eager/rendezvous switch of the MPI library */
+    int calibrated;
+};
+extern struct ovl__model ovl__m;
+/* Collective (inside ovl_init): measure latency and bandwidth. */
+int ovl__model_calibrate(void);
+/* Delta size for a message of @bytes produced at @rate bytes/us (0 =
+ * unknown), fault-triggered or annotated. */
+size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
+/* Largest delta piece (receivers size their buffers with it). */
+size_t ovl__model_max_delta(void);
+
+/* ---- delta.c ---------------------------------------------------------- */
+
+struct ovl__delta;
+/* A receive posted by ovl_irecv / ovl_delta_recv matched a delta header. */
+void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st);
+/* ovl_finalize: end delta sends the program never ended. */
+void ovl__delta_end_all(void);
+int ovl__delta_active(int sends_only);
+/* ovl_wait / ovl_test / ovl_request_free on a delta send not yet ended. */
+void ovl__delta_implied_end(struct ovl__req *r);
+/* Request released: free what is left of its delta state. */
+void ovl__delta_free(struct ovl__delta *d);
+
 /* ---- coro.c ----------------------------------------------------------- */
 
 typedef void (*ovl__coro_fn)(void *arg);
@@ -154,6 +278,8 @@ struct ovl__global {
     MPI_Comm comm_msg;    /* ovl_isend / ovl_irecv */
     MPI_Comm comm_stream; /* first fragment of a stream, user tag */
     MPI_Comm comm_frag;   /* later fragments, tag = stream id */
+    MPI_Comm comm_delta;  /* delta pieces, tag = delta id */
+    int mpi_tag_ub;       /* MPI's; ovl's tag_ub is half of it */
     int rank, size;
     int tag_ub;
     int thread_level;
@@ -163,7 +289,7 @@ struct ovl__global {
     atomic_ullong *recvd_from;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
-        st_switches;
+        st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv;
 };
 extern struct ovl__global ovl__g;
 
@@ -172,5 +298,10 @@ int ovl__check_init(const char *fn);
 int ovl__check_peer(const char *fn, int rank, int any_ok);
 int ovl__check_tag(const char *fn, int tag, int any_ok);
 int ovl__check_not_in_callback(const char *fn);
+
+static inline int ovl__delta_tag(int t)
+{
+    return t + ovl__g.tag_ub + 1;
+}
 
 #endif /* OVL_INTERNAL_H */

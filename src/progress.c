@@ -244,10 +244,28 @@ static int testsome_errors_return(int *outcount)
     return rc;
 }
 
+/* Set while this thread drives: the fault handler reads it (initial-exec
+ * TLS is async-signal-safe). */
+static __thread int driving __attribute__((tls_model("initial-exec")));
+
+int ovl__engine_driving(void)
+{
+    return driving;
+}
+
+int ovl__engine_thread_on(void)
+{
+    return E.thread_on;
+}
+
 int ovl__engine_drive(void)
 {
     if (pthread_mutex_trylock(&E.drive) != 0)
         return -1;
+    driving = 1;
+    /* Messages on comm_msg are matched by ovl (match.c), before the poll so
+     * the receives they start are tested in the same pass. */
+    int matched = ovl__match_poll();
     int nb = 0;
 
     pthread_mutex_lock(&E.lock);
@@ -286,6 +304,7 @@ int ovl__engine_drive(void)
         atomic_fetch_add_explicit(&ovl__g.st_completions, (unsigned long long)nb,
                                   memory_order_relaxed);
 
+    nb += matched;
     /* Deferred continuations (registered after their operation completed). */
     for (;;) {
         pthread_mutex_lock(&E.lock);
@@ -313,6 +332,7 @@ int ovl__engine_drive(void)
         nb++;
     }
 
+    driving = 0;
     pthread_mutex_unlock(&E.drive);
     return nb;
 }
@@ -334,7 +354,7 @@ static uint64_t now_us(void)
 
 static int has_work_locked(void)
 {
-    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL;
+    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || ovl__match_posted();
 }
 
 static void *progress_thread(void *unused)

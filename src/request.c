@@ -141,6 +141,10 @@ int ovl__req_lookup(ovl_request_t h, struct ovl__req **out)
 
 void ovl__req_release(struct ovl__req *r)
 {
+    if (r->delta) {
+        ovl__delta_free(r->delta);
+        r->delta = NULL;
+    }
     pthread_mutex_lock(&tab.lock);
     uint32_t gen = r->gen + 1;
     __atomic_store_n(&r->gen, gen ? gen : 1u, __ATOMIC_RELEASE);
@@ -200,6 +204,8 @@ int ovl_wait(ovl_request_t *req, ovl_status_t *status)
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         if ((rc = ovl__check_not_in_callback(fn)))
             return rc;
+        if (r->kind == OVL__REQ_DSEND)
+            ovl__delta_implied_end(r); /* ovl_wait implies ovl_delta_send_end */
         ovl__engine_wait_flag(&r->done);
     }
     *req = OVL_REQUEST_NULL;
@@ -222,8 +228,11 @@ int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
     }
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
-    if (!atomic_load_explicit(&r->done, memory_order_acquire))
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        if (r->kind == OVL__REQ_DSEND)
+            ovl__delta_implied_end(r);
         ovl__engine_drive();
+    }
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         *flag = 0;
         return OVL_SUCCESS;
@@ -270,6 +279,8 @@ int ovl_request_free(ovl_request_t *req)
         return ovl__error(OVL_ERR_REQUEST, fn, "request is OVL_REQUEST_NULL");
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
+    if (r->kind == OVL__REQ_DSEND && !atomic_load(&r->done))
+        ovl__delta_implied_end(r); /* nobody could end it after this */
     ovl__engine_lock();
     int done = atomic_load(&r->done);
     if (!done)

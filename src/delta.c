@@ -1,0 +1,1050 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Delta send/receive: a message sent while it is being computed, and used
+ * while it is still arriving.
+ *
+ * Wire protocol. A delta send first sends a 24-byte header on comm_msg
+ * with tag (user tag + tag_ub + 1), which match.c pairs with a receive like
+ * any other message, in order. The header names a delta id (sid) and the
+ * largest piece. The data then follows on comm_delta, tag = sid, as pieces
+ * of [24-byte piece header | bytes], sent straight from the user's buffer
+ * with a two-block struct datatype (no copy on the sender). The piece
+ * header says where the bytes go, so pieces may be produced in any order;
+ * the last piece carries the final size (which may be below the buffer's)
+ * and whether the sender saw a write after send (stale).
+ *
+ * The receiver keeps a few piece receives posted into staging buffers and
+ * installs each piece through the access monitor (watch.c), which makes
+ * every page that is complete accessible at once. ovl_irecv receives a
+ * delta message the same way with no monitor; ovl_delta_recv receives a
+ * plain message whole and installs it.
+ *
+ * Sender: with a fault monitor, the first write into a page past the
+ * current delta sends everything before it (watch.c calls `produced`);
+ * explicit mode merges the ranges ovl_delta_produced reports and sends a
+ * contiguous range once it reaches the delta size. The delta size comes
+ * from the model (model.c), fed with the production rate observed so far.
+ * A send whose buffer is a pending delta receive forwards it: every piece
+ * that arrives is sent on at once (cascades and broadcast trees).
+ */
+#include "ovl_internal.h"
+
+#include <sched.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HDR_MAGIC 0x6f766c44u /* "ovlD" */
+#define NSLOTS    8
+
+enum { P_LAST = 1u, P_STALE = 2u };
+
+struct delta_hdr {
+    uint32_t magic, sid;
+    uint64_t cap;
+    uint32_t max_piece, flags;
+};
+
+struct piece_hdr {
+    uint64_t off, total;
+    uint32_t len, flags;
+};
+
+struct range {
+    size_t lo, hi;
+};
+
+struct send_piece {
+    struct ovl__op op;
+    struct piece_hdr h;
+    struct ovl__delta *d;
+};
+
+struct slot {
+    struct ovl__op op;
+    struct ovl__delta *d;
+    uint64_t seq;
+    int posted;
+    char *buf;
+};
+
+struct ovl__delta {
+    struct ovl__req *req;
+    int is_send;
+    char *buf;
+    size_t cap;
+    int peer;
+    uint32_t sid;
+    ovl_monitor_t mon;
+    struct ovl__watch *w;
+    size_t dsize, max_piece;
+    pthread_mutex_t lock;
+    struct ovl__delta *next, *prev; /* active list */
+    int active;
+
+    /* send */
+    struct delta_hdr hdr;
+    struct ovl__op hdr_op;
+    size_t sent_prefix;         /* fault mode, forwarding: [0, sent_prefix) is sent */
+    struct range *ready, *sent; /* explicit mode: produced-unsent, sent (sorted, merged) */
+    int nready, capready, nsent, capsent;
+    int inflight;
+    atomic_int ended;
+    int last_sent, finished;
+    size_t total;
+    int err;
+    int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
+    double t_begin;
+    struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
+
+    /* receive */
+    int plain; /* ovl_irecv of a delta message */
+    struct slot slots[NSLOTS];
+    int posted;
+    uint64_t seq, last_seq;
+    int last_seen, stale;
+    size_t total_r, arrived;
+    char *staging; /* a plain message received into a guarded buffer */
+    size_t staging_len;
+    struct ovl__op plain_op;
+    atomic_int done;
+    struct ovl__delta *fwd_dst; /* a send forwarding this receive */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct ovl__delta *head;
+    atomic_uint next_sid;
+    double rate; /* last observed production rate, bytes/us */
+} D = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static void active_add(struct ovl__delta *d)
+{
+    pthread_mutex_lock(&D.lock);
+    d->prev = NULL;
+    d->next = D.head;
+    if (D.head)
+        D.head->prev = d;
+    D.head = d;
+    d->active = 1;
+    pthread_mutex_unlock(&D.lock);
+}
+
+static void active_remove(struct ovl__delta *d)
+{
+    pthread_mutex_lock(&D.lock);
+    if (d->active) {
+        if (d->prev)
+            d->prev->next = d->next;
+        else
+            D.head = d->next;
+        if (d->next)
+            d->next->prev = d->prev;
+        d->active = 0;
+    }
+    pthread_mutex_unlock(&D.lock);
+}
+
+int ovl__delta_active(int sends_only)
+{
+    int n = 0;
+    pthread_mutex_lock(&D.lock);
+    for (struct ovl__delta *d = D.head; d; d = d->next)
+        if (!sends_only || d->is_send)
+            n++;
+    pthread_mutex_unlock(&D.lock);
+    return n;
+}
+
+void ovl__delta_free(struct ovl__delta *d)
+{
+    ovl__watch_destroy(d->w);
+    free(d->ready);
+    free(d->sent);
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+/* ---- argument checks ----------------------------------------------------- */
+
+static int contiguous_bytes(const char *fn, void *buf, int count, MPI_Datatype dt, size_t *bytes)
+{
+    if (count < 0)
+        return ovl__error(OVL_ERR_ARG, fn, "negative count %d", count);
+    if (dt == MPI_DATATYPE_NULL)
+        return ovl__error(OVL_ERR_ARG, fn, "datatype is MPI_DATATYPE_NULL");
+    int size = 0;
+    MPI_Aint lb, extent, tlb, textent;
+    if (MPI_Type_size(dt, &size) != MPI_SUCCESS || MPI_Type_get_extent(dt, &lb, &extent) ||
+        MPI_Type_get_true_extent(dt, &tlb, &textent))
+        return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
+    if (size > 0 && (tlb != 0 || textent != size || (count > 1 && extent != size)))
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "datatype is not contiguous (size %d, extent %ld, true lb %ld): delta "
+                          "send/receive works on contiguous buffers",
+                          size, (long)extent, (long)tlb);
+    *bytes = (size_t)count * (size_t)size;
+    if (!buf && *bytes > 0)
+        return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with count %d", count);
+    return OVL_SUCCESS;
+}
+
+static int lookup(const char *fn, ovl_request_t h, int kind, struct ovl__req **out)
+{
+    struct ovl__req *r = NULL;
+    if (ovl__req_lookup(h, &r) != OVL_SUCCESS || r->detached)
+        return ovl__error(OVL_ERR_REQUEST, fn, "invalid or released request handle %p", (void *)h);
+    if (r->kind != kind || !r->delta)
+        return ovl__error(OVL_ERR_REQUEST, fn, "request %p is not a delta %s", (void *)h,
+                          kind == OVL__REQ_DSEND ? "send" : "receive");
+    *out = r;
+    return OVL_SUCCESS;
+}
+
+/* ---- send side --------------------------------------------------------------- */
+
+static void finish_send(struct ovl__delta *d)
+{
+    struct ovl__req *r = d->req;
+    size_t stale = (size_t)-1;
+    if (d->w) {
+        stale = ovl__watch_send_stale(d->w);
+        ovl__watch_send_finish(d->w);
+    }
+    r->status.bytes = d->total;
+    r->status.error = d->err ? d->err : stale != (size_t)-1 ? OVL_ERR_STALE : OVL_SUCCESS;
+    if (d->err == 0 && stale != (size_t)-1)
+        ovl__error(OVL_ERR_STALE, "ovl_delta_send",
+                   "buffer %p written at offset %zu after that part was sent", (void *)d->buf,
+                   stale);
+    active_remove(d);
+    ovl__req_complete(r);
+}
+
+/* Done handler of the header and of every piece. */
+static void piece_sent(struct ovl__op *op, MPI_Status *st)
+{
+    /* op is either d->hdr_op (peer -2, ctx = d) or a piece (ctx = piece) */
+    struct ovl__delta *d;
+    struct send_piece *p = NULL;
+    if (op->peer == -2) { /* header */
+        d = op->ctx;
+    } else {
+        p = op->ctx;
+        d = p->d;
+    }
+    pthread_mutex_lock(&d->lock);
+    if (st->MPI_ERROR != MPI_SUCCESS && !d->err)
+        d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_send", "piece transfer");
+    d->inflight--;
+    int fin = d->last_sent && d->inflight == 0 && !d->finished;
+    if (fin)
+        d->finished = 1;
+    pthread_mutex_unlock(&d->lock);
+    free(p);
+    if (fin)
+        finish_send(d);
+}
+
+/* Send bytes [off, off+len) as one piece (len <= max_piece); lock held. */
+static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t flags)
+{
+    struct send_piece *p = malloc(sizeof *p);
+    if (!p)
+        return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece");
+    p->h.off = off;
+    p->h.len = (uint32_t)len;
+    p->h.flags = flags;
+    p->h.total = d->total;
+    p->d = d;
+    p->op.ctx = p;
+    p->op.done = piece_sent;
+    p->op.kind = OVL__OP_SEND;
+    p->op.peer = d->peer;
+    p->op.mreq = MPI_REQUEST_NULL;
+    int rc;
+    if (len == 0) {
+        rc = MPI_Isend(&p->h, (int)sizeof p->h, MPI_BYTE, d->peer, (int)d->sid, ovl__g.comm_delta,
+                       &p->op.mreq);
+    } else {
+        MPI_Aint disp[2];
+        int bl[2] = { (int)sizeof p->h, (int)len };
+        MPI_Datatype ty[2] = { MPI_BYTE, MPI_BYTE }, t;
+        MPI_Get_address(&p->h, &disp[0]);
+        MPI_Get_address(d->buf + off, &disp[1]);
+        rc = MPI_Type_create_struct(2, bl, disp, ty, &t);
+        if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&t)) == MPI_SUCCESS) {
+            rc = MPI_Isend(MPI_BOTTOM, 1, t, d->peer, (int)d->sid, ovl__g.comm_delta, &p->op.mreq);
+            MPI_Type_free(&t);
+        }
+    }
+    if (rc != MPI_SUCCESS) {
+        free(p);
+        return d->err = ovl__mpi_error(rc, "ovl_delta_send", "MPI_Isend of a piece");
+    }
+    d->inflight++;
+    atomic_fetch_add_explicit(&ovl__g.st_deltas_sent, 1, memory_order_relaxed);
+    if (ovl__engine_add(&p->op) != OVL_SUCCESS) {
+        MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
+        d->inflight--;
+        free(p);
+        return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory");
+    }
+    return OVL_SUCCESS;
+}
+
+/* Send [lo, hi) in pieces of at most max_piece; lock held. */
+static int send_range(struct ovl__delta *d, size_t lo, size_t hi)
+{
+    int rc = OVL_SUCCESS;
+    while (lo < hi && rc == OVL_SUCCESS) {
+        size_t n = hi - lo > d->max_piece ? d->max_piece : hi - lo;
+        rc = send_piece(d, lo, n, 0);
+        lo += n;
+    }
+    return rc;
+}
+
+/* Insert [lo, hi) into a sorted, merged range list; returns the index of the
+ * merged range that contains it. */
+static int range_add(struct range **v, int *n, int *cap, size_t lo, size_t hi)
+{
+    int i = 0;
+    while (i < *n && (*v)[i].hi < lo)
+        i++;
+    int j = i;
+    while (j < *n && (*v)[j].lo <= hi) {
+        if ((*v)[j].lo < lo)
+            lo = (*v)[j].lo;
+        if ((*v)[j].hi > hi)
+            hi = (*v)[j].hi;
+        j++;
+    }
+    /* replace [i, j) by one range */
+    if (i == j) {
+        if (*n == *cap) {
+            int nc = *cap ? 2 * *cap : 8;
+            struct range *nv = realloc(*v, (size_t)nc * sizeof *nv);
+            if (!nv)
+                return -1;
+            *v = nv;
+            *cap = nc;
+        }
+        memmove(&(*v)[i + 1], &(*v)[i], (size_t)(*n - i) * sizeof **v);
+        (*n)++;
+    } else if (j - i > 1) {
+        memmove(&(*v)[i + 1], &(*v)[j], (size_t)(*n - j) * sizeof **v);
+        *n -= j - i - 1;
+    }
+    (*v)[i].lo = lo;
+    (*v)[i].hi = hi;
+    return i;
+}
+
+static int range_overlaps(const struct range *v, int n, size_t lo, size_t hi)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i].lo < hi && lo < v[i].hi)
+            return 1;
+    return 0;
+}
+
+/* Explicit mode: send ready range k and move it to `sent`; lock held. */
+static int flush_ready(struct ovl__delta *d, int k)
+{
+    struct range g = d->ready[k];
+    memmove(&d->ready[k], &d->ready[k + 1], (size_t)(d->nready - k - 1) * sizeof *d->ready);
+    d->nready--;
+    if (range_add(&d->sent, &d->nsent, &d->capsent, g.lo, g.hi) < 0)
+        return d->err = OVL_ERR_NOMEM;
+    return send_range(d, g.lo, g.hi);
+}
+
+/* Fault monitor: the program has started writing past @upto. Runs in the
+ * faulting thread (signal handler); returns the next delta size. */
+static size_t produced_upto(void *ctx, size_t upto)
+{
+    struct ovl__delta *d = ctx;
+    pthread_mutex_lock(&d->lock);
+    if (upto > d->sent_prefix && !atomic_load(&d->ended)) {
+        double t = now_us() - d->t_begin;
+        if (t > 0) {
+            d->dsize = ovl__model_delta_size(d->cap, (double)upto / t, 1);
+            D.rate = (double)upto / t;
+        }
+        send_range(d, d->sent_prefix, upto);
+        d->sent_prefix = upto;
+    }
+    size_t ds = d->dsize;
+    pthread_mutex_unlock(&d->lock);
+    if (!ovl__engine_thread_on())
+        ovl__engine_drive(); /* push what is in flight while we are here */
+    return ds;
+}
+
+/* Forwarding: send on whatever of the source receive is valid; lock held. */
+static void forward_locked(struct ovl__delta *d, int src_done)
+{
+    size_t avail = d->cap;
+    if (!src_done && d->fwd_src && d->fwd_src->w)
+        avail = ovl__watch_recv_prefix(d->fwd_src->w);
+    size_t lim = atomic_load(&d->ended) ? d->total : d->cap;
+    if (avail > lim)
+        avail = lim;
+    if (avail > d->sent_prefix) {
+        send_range(d, d->sent_prefix, avail);
+        d->sent_prefix = avail;
+    }
+}
+
+/* Send the rest and the last piece; lock held. */
+static void send_last_locked(struct ovl__delta *d)
+{
+    if (d->last_sent)
+        return;
+    if (d->fwd_src && !atomic_load(&d->fwd_src->done))
+        return; /* the source's completion sends it */
+    uint32_t flags = P_LAST;
+    if (d->w && ovl__watch_send_stale(d->w) != (size_t)-1)
+        flags |= P_STALE;
+    if (d->use_ranges) {
+        /* everything in [0, total) not yet sent goes now */
+        size_t at = 0;
+        for (int i = 0; i <= d->nsent; i++) {
+            size_t lo = i < d->nsent ? d->sent[i].lo : d->total;
+            if (lo > d->total)
+                lo = d->total;
+            if (lo > at)
+                send_range(d, at, lo);
+            if (i < d->nsent && d->sent[i].hi > at)
+                at = d->sent[i].hi;
+        }
+        d->nready = 0;
+    } else {
+        if (d->total > d->sent_prefix)
+            send_range(d, d->sent_prefix, d->total);
+        d->sent_prefix = d->total;
+        if (d->w) /* from now on every write to the buffer is a stale one */
+            ovl__watch_send_seal(d->w);
+    }
+    send_piece(d, d->total, 0, flags);
+    d->last_sent = 1;
+}
+
+static int end_send(struct ovl__delta *d, size_t total, const char *fn)
+{
+    pthread_mutex_lock(&d->lock);
+    if (atomic_load(&d->ended)) {
+        pthread_mutex_unlock(&d->lock);
+        return ovl__error(OVL_ERR_REQUEST, fn, "delta send already ended");
+    }
+    size_t sent_hi = d->sent_prefix;
+    if (d->nsent && d->sent[d->nsent - 1].hi > sent_hi)
+        sent_hi = d->sent[d->nsent - 1].hi;
+    if (total < sent_hi) {
+        pthread_mutex_unlock(&d->lock);
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "count gives %zu bytes but %zu bytes were already produced and sent",
+                          total, sent_hi);
+    }
+    d->total = total;
+    atomic_store(&d->ended, 1);
+    if (d->fwd_src)
+        forward_locked(d, atomic_load(&d->fwd_src->done));
+    send_last_locked(d);
+    int rc = d->err;
+    int fin = d->last_sent && d->inflight == 0 && !d->finished;
+    if (fin)
+        d->finished = 1;
+    pthread_mutex_unlock(&d->lock);
+    if (fin)
+        finish_send(d);
+    ovl__engine_drive();
+    return rc;
+}
+
+void ovl__delta_implied_end(struct ovl__req *r)
+{
+    struct ovl__delta *d = r->delta;
+    if (d && !atomic_load(&d->ended))
+        end_send(d, d->cap, "ovl_wait");
+}
+
+void ovl__delta_end_all(void)
+{
+    for (;;) {
+        struct ovl__delta *todo = NULL;
+        pthread_mutex_lock(&D.lock);
+        for (struct ovl__delta *d = D.head; d; d = d->next)
+            if (d->is_send && !atomic_load(&d->ended)) {
+                todo = d;
+                break;
+            }
+        pthread_mutex_unlock(&D.lock);
+        if (!todo)
+            return;
+        end_send(todo, todo->cap, "ovl_finalize");
+    }
+}
+
+/* A pending receive whose buffer is exactly @buf (forwarding source). */
+static struct ovl__delta *find_recv(void *buf, size_t len)
+{
+    struct ovl__delta *hit = NULL;
+    pthread_mutex_lock(&D.lock);
+    for (struct ovl__delta *d = D.head; d; d = d->next)
+        if (!d->is_send && !d->plain && d->buf == buf && len <= d->cap && !d->fwd_dst &&
+            !atomic_load(&d->done)) {
+            hit = d;
+            break;
+        }
+    pthread_mutex_unlock(&D.lock);
+    return hit;
+}
+
+static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, size_t cap)
+{
+    struct ovl__delta *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    pthread_mutex_init(&d->lock, NULL);
+    d->req = r;
+    d->is_send = is_send;
+    d->buf = buf;
+    d->cap = cap;
+    r->delta = d;
+    return d;
+}
+
+int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, int tag,
+                              ovl_monitor_t monitor, ovl_request_t *req)
+{
+    static const char *fn = "ovl_delta_send_begin";
+    int rc;
+    size_t cap = 0;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req)
+        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
+    if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
+        return ovl__error(OVL_ERR_ARG, fn, "unknown monitor %d", (int)monitor);
+    if ((rc = contiguous_bytes(fn, buf, count, dt, &cap)) || (rc = ovl__check_peer(fn, dest, 0)) ||
+        (rc = ovl__check_tag(fn, tag, 0)))
+        return rc;
+
+    struct ovl__req *r = NULL;
+    ovl_request_t h;
+    if (ovl__req_alloc(OVL__REQ_DSEND, &r, &h) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
+    struct ovl__delta *d = new_delta(r, 1, buf, cap);
+    if (!d) {
+        ovl__req_release(r);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory");
+    }
+    r->status.source = ovl__g.rank;
+    r->status.tag = tag;
+    r->count = count;
+    d->peer = dest;
+    d->sid = atomic_fetch_add(&D.next_sid, 1) % ((unsigned)ovl__g.mpi_tag_ub + 1u);
+    d->mon = ovl__watch_resolve(monitor);
+    d->t_begin = now_us();
+    size_t maxp = ovl__model_max_delta();
+    d->max_piece = cap < maxp ? (cap ? cap : 1) : maxp;
+    d->dsize = ovl__model_delta_size(cap, D.rate, d->mon != OVL_MONITOR_EXPLICIT);
+    if (d->dsize > d->max_piece)
+        d->dsize = d->max_piece;
+    d->total = cap;
+
+    d->fwd_src = find_recv(buf, cap);
+    if (d->fwd_src) {
+        d->fwd_src->fwd_dst = d;
+        d->mon = OVL_MONITOR_EXPLICIT; /* arrivals drive it, not writes */
+    } else if (d->mon == OVL_MONITOR_EXPLICIT) {
+        d->use_ranges = 1;
+    } else if (cap > 0) {
+        rc = ovl__watch_send_create(d->mon, buf, cap, d->dsize, produced_upto, d, &d->w);
+        if (rc) {
+            r->delta = NULL;
+            ovl__delta_free(d);
+            ovl__req_release(r);
+            return rc;
+        }
+    }
+
+    d->hdr = (struct delta_hdr){ HDR_MAGIC, d->sid, cap, (uint32_t)d->max_piece, 0 };
+    d->hdr_op.ctx = d;
+    d->hdr_op.done = piece_sent;
+    d->hdr_op.kind = OVL__OP_SEND;
+    d->hdr_op.peer = -2; /* marks the header for piece_sent */
+    active_add(d);
+    d->inflight = 1;
+    rc = MPI_Isend(&d->hdr, (int)sizeof d->hdr, MPI_BYTE, dest, ovl__delta_tag(tag),
+                   ovl__g.comm_msg, &d->hdr_op.mreq);
+    if (rc == MPI_SUCCESS)
+        atomic_fetch_add(&ovl__g.sent_to[dest], 1);
+    if (rc != MPI_SUCCESS || ovl__engine_add(&d->hdr_op) != OVL_SUCCESS) {
+        if (rc == MPI_SUCCESS)
+            MPI_Wait(&d->hdr_op.mreq, MPI_STATUS_IGNORE);
+        active_remove(d);
+        if (d->w)
+            ovl__watch_send_finish(d->w);
+        if (d->fwd_src)
+            d->fwd_src->fwd_dst = NULL;
+        ovl__req_release(r);
+        return rc != MPI_SUCCESS ? ovl__mpi_error(rc, fn, "MPI_Isend of the header")
+                                 : ovl__error(OVL_ERR_NOMEM, fn, "no memory");
+    }
+    if (d->fwd_src) {
+        pthread_mutex_lock(&d->lock);
+        forward_locked(d, atomic_load(&d->fwd_src->done));
+        pthread_mutex_unlock(&d->lock);
+    }
+    *req = h;
+    return OVL_SUCCESS;
+}
+
+int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int tag,
+                         ovl_request_t *req)
+{
+    return ovl_delta_send_begin_with(buf, count, dt, dest, tag, OVL_MONITOR_AUTO, req);
+}
+
+int ovl_delta_send_end(ovl_request_t req)
+{
+    static const char *fn = "ovl_delta_send_end";
+    int rc;
+    struct ovl__req *r = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
+        return rc;
+    return end_send(r->delta, r->delta->cap, fn);
+}
+
+int ovl_delta_send_end_count(ovl_request_t req, int count)
+{
+    static const char *fn = "ovl_delta_send_end_count";
+    int rc;
+    struct ovl__req *r = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
+        return rc;
+    struct ovl__delta *d = r->delta;
+    size_t esize = r->count > 0 ? d->cap / (size_t)r->count : 1;
+    if (count < 0 || (size_t)count * esize > d->cap)
+        return ovl__error(OVL_ERR_ARG, fn, "count %d outside [0, %d]", count, r->count);
+    return end_send(d, (size_t)count * esize, fn);
+}
+
+int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
+{
+    static const char *fn = "ovl_delta_produced";
+    int rc;
+    struct ovl__req *r = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
+        return rc;
+    struct ovl__delta *d = r->delta;
+    if (offset > d->cap || bytes > d->cap - offset)
+        return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) outside the %zu-byte buffer", offset,
+                          offset + bytes, d->cap);
+    if (bytes == 0)
+        return OVL_SUCCESS;
+    pthread_mutex_lock(&d->lock);
+    if (atomic_load(&d->ended)) {
+        pthread_mutex_unlock(&d->lock);
+        return ovl__error(OVL_ERR_REQUEST, fn, "delta send already ended");
+    }
+    if (d->fwd_src) { /* forwarding: arrivals decide */
+        pthread_mutex_unlock(&d->lock);
+        return OVL_SUCCESS;
+    }
+    if (d->w) {
+        /* Fault-monitored: a hint that can only move the prefix forward. */
+        if (offset <= d->sent_prefix && offset + bytes > d->sent_prefix) {
+            send_range(d, d->sent_prefix, offset + bytes);
+            d->sent_prefix = offset + bytes;
+        } else if (offset + bytes <= d->sent_prefix) {
+            pthread_mutex_unlock(&d->lock);
+            return ovl__error(OVL_ERR_STALE, fn, "range [%zu, %zu) was already sent", offset,
+                              offset + bytes);
+        }
+        rc = d->err;
+        pthread_mutex_unlock(&d->lock);
+        return rc;
+    }
+    if (range_overlaps(d->sent, d->nsent, offset, offset + bytes)) {
+        pthread_mutex_unlock(&d->lock);
+        return ovl__error(OVL_ERR_STALE, fn,
+                          "range [%zu, %zu) of buffer %p overlaps a part already sent", offset,
+                          offset + bytes, (void *)d->buf);
+    }
+    int k = range_add(&d->ready, &d->nready, &d->capready, offset, offset + bytes);
+    if (k < 0) {
+        pthread_mutex_unlock(&d->lock);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for the range list");
+    }
+    if (d->ready[k].hi - d->ready[k].lo >= d->dsize)
+        flush_ready(d, k);
+    rc = d->err;
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+/* ---- receive side ------------------------------------------------------------- */
+
+static void forward_from(struct ovl__delta *src)
+{
+    struct ovl__delta *f = src->fwd_dst;
+    if (!f)
+        return;
+    int done = atomic_load(&src->done);
+    pthread_mutex_lock(&f->lock);
+    forward_locked(f, done);
+    int fin = 0;
+    if (done) {
+        f->fwd_src = NULL;
+        if (atomic_load(&f->ended)) {
+            send_last_locked(f);
+            fin = f->last_sent && f->inflight == 0 && !f->finished;
+            if (fin)
+                f->finished = 1;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    if (done)
+        src->fwd_dst = NULL;
+    if (fin)
+        finish_send(f);
+}
+
+static void finish_recv(struct ovl__delta *d, int err)
+{
+    struct ovl__req *r = d->req;
+    if (d->w)
+        ovl__watch_recv_finish(d->w);
+    for (int i = 0; i < NSLOTS; i++) {
+        free(d->slots[i].buf);
+        d->slots[i].buf = NULL;
+    }
+    free(d->staging);
+    d->staging = NULL;
+    if (!err)
+        err = d->err;
+    if (!err && d->stale)
+        err = ovl__error(OVL_ERR_STALE, "ovl_delta_recv",
+                         "the sender wrote its buffer after sending part of it");
+    if (!err && d->total_r > d->cap)
+        err = ovl__error(OVL_ERR_TRUNCATE, d->plain ? "ovl_irecv" : "ovl_delta_recv",
+                         "message of %zu bytes, buffer of %zu", d->total_r, d->cap);
+    r->status.bytes = d->total_r > d->cap ? d->cap : d->total_r;
+    r->status.error = err;
+    atomic_store(&d->done, 1);
+    forward_from(d);
+    active_remove(d);
+    ovl__req_complete(r);
+}
+
+static int post_slot(struct ovl__delta *d, struct slot *s);
+
+static void maybe_finish(struct ovl__delta *d)
+{
+    if (d->last_seen && d->arrived >= d->total_r && d->posted == 0 && !atomic_load(&d->done))
+        finish_recv(d, OVL_SUCCESS);
+}
+
+static void slot_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct slot *s = op->ctx;
+    struct ovl__delta *d = s->d;
+    int cancelled = 0;
+    s->posted = 0;
+    d->posted--;
+    MPI_Test_cancelled(st, &cancelled);
+    if (cancelled) {
+        maybe_finish(d);
+        return;
+    }
+    if (st->MPI_ERROR != MPI_SUCCESS) {
+        int err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "piece transfer");
+        /* stop: cancel the others, complete with the error once they are back */
+        for (int i = 0; i < NSLOTS; i++)
+            if (d->slots[i].posted)
+                MPI_Cancel(&d->slots[i].op.mreq);
+        d->last_seen = 1;
+        d->total_r = d->arrived;
+        if (d->posted == 0)
+            finish_recv(d, err);
+        return;
+    }
+    struct piece_hdr h;
+    memcpy(&h, s->buf, sizeof h);
+    atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
+    if (h.len && h.off < d->cap && d->w) {
+        size_t n = h.len;
+        if (n > d->cap - h.off)
+            n = d->cap - h.off;
+        ovl__watch_recv_install(d->w, h.off, s->buf + sizeof h, n);
+    }
+    d->arrived += h.len;
+    if (h.flags & P_LAST) {
+        d->last_seen = 1;
+        d->total_r = h.total;
+        d->stale = (h.flags & P_STALE) != 0;
+        d->last_seq = s->seq;
+        for (int i = 0; i < NSLOTS; i++)
+            if (d->slots[i].posted && d->slots[i].seq > s->seq)
+                MPI_Cancel(&d->slots[i].op.mreq);
+    } else if (!d->last_seen) {
+        post_slot(d, s);
+    }
+    if (d->fwd_dst)
+        forward_from(d);
+    maybe_finish(d);
+}
+
+static int post_slot(struct ovl__delta *d, struct slot *s)
+{
+    size_t len = sizeof(struct piece_hdr) + d->max_piece;
+    if (!s->buf && !(s->buf = malloc(len)))
+        return OVL_ERR_NOMEM;
+    s->d = d;
+    s->seq = ++d->seq;
+    s->op.ctx = s;
+    s->op.done = slot_done;
+    s->op.kind = OVL__OP_FRAG;
+    s->op.peer = d->peer;
+    int rc =
+        MPI_Irecv(s->buf, (int)len, MPI_BYTE, d->peer, (int)d->sid, ovl__g.comm_delta, &s->op.mreq);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of a piece");
+    s->posted = 1;
+    d->posted++;
+    if (ovl__engine_add(&s->op) != OVL_SUCCESS) {
+        MPI_Cancel(&s->op.mreq);
+        MPI_Wait(&s->op.mreq, MPI_STATUS_IGNORE);
+        s->posted = 0;
+        d->posted--;
+        return OVL_ERR_NOMEM;
+    }
+    return OVL_SUCCESS;
+}
+
+/* The header of a delta message matched receive @r (driver, no lock). */
+static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
+{
+    struct ovl__req *r = d->req;
+    struct delta_hdr h;
+    MPI_Status st2;
+    int rc = MPI_Mrecv(&h, (int)sizeof h, MPI_BYTE, &msg, &st2);
+    r->status.source = st->MPI_SOURCE;
+    r->status.tag = st->MPI_TAG - ovl__g.tag_ub - 1;
+    if (rc != MPI_SUCCESS || h.magic != HDR_MAGIC) {
+        finish_recv(d, rc != MPI_SUCCESS
+                           ? ovl__mpi_error(rc, "ovl_delta_recv", "header")
+                           : ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv", "bad delta header"));
+        return;
+    }
+    d->peer = st->MPI_SOURCE;
+    d->sid = h.sid;
+    d->max_piece = h.max_piece ? h.max_piece : 1;
+    size_t npieces = h.cap / d->max_piece + 2;
+    int n = npieces < NSLOTS ? (int)npieces : NSLOTS;
+    for (int i = 0; i < n; i++) {
+        if ((rc = post_slot(d, &d->slots[i])) != OVL_SUCCESS) {
+            if (d->posted == 0) {
+                finish_recv(d, ovl__error(rc, "ovl_delta_recv", "cannot post piece receives"));
+                return;
+            }
+            break;
+        }
+    }
+}
+
+static void plain_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__delta *d = op->ctx;
+    int err = OVL_SUCCESS;
+    MPI_Count n = 0;
+    if (st->MPI_ERROR != MPI_SUCCESS) {
+        err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
+    } else {
+        MPI_Get_elements_x(st, MPI_BYTE, &n);
+        if (d->staging)
+            ovl__watch_recv_install(d->w, 0, d->staging, (size_t)n > d->cap ? d->cap : (size_t)n);
+    }
+    d->total_r = (size_t)n;
+    d->last_seen = 1;
+    finish_recv(d, err);
+}
+
+/* A plain message (ovl_isend) matched an ovl_delta_recv. */
+static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
+{
+    struct ovl__req *r = d->req;
+    MPI_Count n = 0;
+    MPI_Get_elements_x(st, MPI_BYTE, &n);
+    r->status.source = st->MPI_SOURCE;
+    r->status.tag = st->MPI_TAG;
+    d->staging_len = (size_t)n;
+    d->plain_op.ctx = d;
+    d->plain_op.done = plain_done;
+    d->plain_op.kind = OVL__OP_FRAG;
+    int rc;
+    if (d->mon == OVL_MONITOR_EXPLICIT && (size_t)n <= d->cap) {
+        d->staging_len = 0;
+        rc = MPI_Imrecv(d->buf, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
+    } else {
+        d->staging = malloc(n > 0 ? (size_t)n : 1);
+        if (!d->staging) {
+            MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer"));
+            return;
+        }
+        rc = MPI_Imrecv(d->staging, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
+    }
+    if (rc != MPI_SUCCESS) {
+        finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Imrecv"));
+        return;
+    }
+    if (ovl__engine_add(&d->plain_op) != OVL_SUCCESS) {
+        MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
+        finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
+    }
+}
+
+static void drecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta)
+{
+    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    struct ovl__delta *d = r->delta;
+    if (!st) {
+        d->last_seen = 1;
+        finish_recv(d, OVL_ERR_CANCELLED);
+        return;
+    }
+    if (delta)
+        header_matched(d, msg, st);
+    else
+        plain_matched(d, msg, st);
+}
+
+void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st)
+{
+    /* ovl_irecv met a delta message: assemble it into the user's buffer with
+     * no monitor (the request completes when all of it is there). */
+    size_t cap = 0;
+    int contiguous = 1;
+    int size = 0;
+    MPI_Aint lb, extent, tlb, textent;
+    MPI_Type_size(r->dt, &size);
+    MPI_Type_get_extent(r->dt, &lb, &extent);
+    MPI_Type_get_true_extent(r->dt, &tlb, &textent);
+    if (size > 0 && (tlb != 0 || textent != size || (r->count > 1 && extent != size)))
+        contiguous = 0;
+    cap = contiguous ? (size_t)r->count * (size_t)size : 0;
+    ovl__dt_release(r);
+    struct ovl__delta *d = new_delta(r, 0, r->buf, cap);
+    if (!d || ovl__watch_recv_create(OVL_MONITOR_EXPLICIT, r->buf, cap, &d->w) != OVL_SUCCESS) {
+        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        if (d) {
+            r->delta = NULL;
+            ovl__delta_free(d);
+        }
+        r->status.error = ovl__error(OVL_ERR_NOMEM, "ovl_irecv", "no memory for a delta message");
+        ovl__req_complete(r);
+        return;
+    }
+    d->plain = 1;
+    d->mon = OVL_MONITOR_EXPLICIT;
+    if (!contiguous)
+        d->err = ovl__error(OVL_ERR_UNSUPPORTED, "ovl_irecv",
+                            "a delta message can only be received into a contiguous datatype");
+    active_add(d);
+    header_matched(d, msg, st);
+}
+
+int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int tag,
+                        ovl_monitor_t monitor, ovl_request_t *req)
+{
+    static const char *fn = "ovl_delta_recv";
+    int rc;
+    size_t cap = 0;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req)
+        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
+    if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
+        return ovl__error(OVL_ERR_ARG, fn, "unknown monitor %d", (int)monitor);
+    if ((rc = contiguous_bytes(fn, buf, count, dt, &cap)) ||
+        (rc = ovl__check_peer(fn, source, 1)) || (rc = ovl__check_tag(fn, tag, 1)))
+        return rc;
+    struct ovl__req *r = NULL;
+    ovl_request_t h;
+    if (ovl__req_alloc(OVL__REQ_DRECV, &r, &h) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
+    struct ovl__delta *d = new_delta(r, 0, buf, cap);
+    if (!d) {
+        ovl__req_release(r);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory");
+    }
+    r->count = count;
+    d->mon = ovl__watch_resolve(monitor);
+    if ((rc = ovl__watch_recv_create(d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
+        ovl__req_release(r);
+        return rc;
+    }
+    active_add(d);
+    r->match.source = source;
+    r->match.tag = tag;
+    r->match.matched = drecv_matched;
+    *req = h;
+    ovl__match_post(&r->match);
+    return OVL_SUCCESS;
+}
+
+int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag, ovl_request_t *req)
+{
+    return ovl_delta_recv_with(buf, count, dt, source, tag, OVL_MONITOR_AUTO, req);
+}
+
+int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
+{
+    static const char *fn = "ovl_delta_need";
+    int rc;
+    struct ovl__req *r = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DRECV, &r)))
+        return rc;
+    struct ovl__delta *d = r->delta;
+    if (offset > d->cap || bytes > d->cap - offset)
+        return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) outside the %zu-byte buffer", offset,
+                          offset + bytes, d->cap);
+    if (!atomic_load(&d->done) && !ovl__watch_recv_ready(d->w, offset, bytes)) {
+        if ((rc = ovl__check_not_in_callback(fn)))
+            return rc;
+        while (!atomic_load(&d->done) && !ovl__watch_recv_ready(d->w, offset, bytes))
+            if (ovl__engine_drive() < 0)
+                sched_yield();
+    }
+    if (atomic_load(&d->done) && atomic_load(&r->done))
+        return r->status.error;
+    return OVL_SUCCESS;
+}
+
+int ovl_delta_size(ovl_request_t req, size_t *bytes)
+{
+    static const char *fn = "ovl_delta_size";
+    int rc;
+    struct ovl__req *r = NULL;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!bytes)
+        return ovl__error(OVL_ERR_ARG, fn, "bytes is NULL");
+    if (ovl__req_lookup(req, &r) != OVL_SUCCESS || !r->delta)
+        return ovl__error(OVL_ERR_REQUEST, fn, "not a pending delta request");
+    *bytes = r->delta->is_send ? r->delta->dsize : r->delta->max_piece;
+    return OVL_SUCCESS;
+}

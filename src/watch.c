@@ -1,0 +1,892 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * watch: the access monitor. A region's pages become valid over time
+ * (receive) or are reported as the program finishes writing them (send).
+ * This file holds what every backend shares: the registry of regions, the
+ * page bookkeeping, the edge pages, and the one fault handler for SIGSEGV
+ * (page protection) and SIGBUS (userfaultfd in SIGBUS mode).
+ *
+ * The fault handler never allocates and never takes a lock a non-handler
+ * path could hold while faulting. To find a region it scans a fixed array
+ * of atomic pointers; regions are freed only when no handler is running
+ * (`in_handler`), so a handler never reads freed memory. A fault that is
+ * not ovl's goes to the handler that was installed before ovl's (the
+ * application's, a debugger's, or the default action, which crashes with
+ * the usual signal).
+ *
+ * Waiting in the handler: the faulting thread drives the progress engine
+ * (or, when another thread is driving, yields) until the page is valid. So
+ * a fault costs nothing extra when the data is already there: the engine
+ * installed it when it arrived and there is no fault at all.
+ */
+
+#include "watch_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_REGIONS 1024
+#define MAX_EDGES   2048
+#define RECENT      256
+
+static size_t page_size;
+
+static struct {
+    pthread_mutex_t lock; /* registry, edges, zombies (never taken by the handler) */
+    struct ovl__watch *_Atomic regs[MAX_REGIONS];
+    struct {
+        _Atomic uintptr_t page;
+        _Atomic int refs;
+    } edges[MAX_EDGES];
+    /* ranges of regions released lately: a fault racing with the release
+     * is retried once instead of being taken for a genuine one */
+    struct {
+        _Atomic uintptr_t lo, hi;
+    } recent[RECENT];
+    unsigned recent_next;
+    struct ovl__watch *zombies;
+    struct ovl__watch **zombie_v;
+    size_t nzombies, capzombies;
+    atomic_int in_handler;
+    int installed;
+    struct sigaction old_segv, old_bus;
+    int mem_fd; /* /proc/self/mem */
+    /* probe page for measuring the fault cost */
+    _Atomic uintptr_t probe;
+    int probe_uffd;
+    double fault_us[4];
+    ovl_monitor_t resolved;
+    int resolved_ok;
+    char why[200];
+} W = { .lock = PTHREAD_MUTEX_INITIALIZER, .mem_fd = -1 };
+
+size_t ovl__watch_page(void)
+{
+    if (!page_size)
+        page_size = (size_t)sysconf(_SC_PAGESIZE);
+    return page_size;
+}
+
+/* ---- helpers usable from the handler -------------------------------------- */
+
+static void say(const char *s)
+{
+    ssize_t r = write(2, s, strlen(s));
+    (void)r;
+}
+
+static void say_hex(uintptr_t v)
+{
+    char b[2 + 16 + 1];
+    b[0] = '0';
+    b[1] = 'x';
+    for (int i = 0; i < 16; i++)
+        b[2 + i] = "0123456789abcdef"[(v >> (60 - 4 * i)) & 15];
+    b[18] = 0;
+    say(b);
+}
+
+static __thread uintptr_t last_recent_fault __attribute__((tls_model("initial-exec")));
+
+/* ---- /proc/self/mem ---------------------------------------------------- */
+
+int ovl__watch_poke(void *dst, const void *src, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(W.mem_fd, src, len, (off_t)(uintptr_t)dst);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        dst = (char *)dst + n;
+        src = (const char *)src + n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* ---- page geometry ---------------------------------------------------- */
+
+static void geometry(struct ovl__watch *w, void *base, size_t len)
+{
+    size_t ps = ovl__watch_page();
+    uintptr_t b = (uintptr_t)base, e = b + len;
+    w->base = base;
+    w->len = len;
+    w->p0 = b & ~(uintptr_t)(ps - 1);
+    w->npages = len ? ((e + ps - 1) / ps) - (b / ps) : 0;
+    w->ilo = (b % ps) ? 1 : 0;
+    w->ihi = w->npages - ((e % ps) && w->npages ? 1 : 0);
+    if (w->ihi < w->ilo)
+        w->ihi = w->ilo; /* a buffer inside one page has no interior */
+    w->slot = -1;
+    atomic_store(&w->stale, (size_t)-1);
+    atomic_flag_clear(&w->busy);
+}
+
+/* Bytes of the buffer that lie in page i. */
+static size_t page_bytes(const struct ovl__watch *w, size_t i)
+{
+    uintptr_t lo = w->p0 + i * ovl__watch_page(), hi = lo + ovl__watch_page();
+    uintptr_t b = (uintptr_t)w->base, e = b + w->len;
+    if (lo < b)
+        lo = b;
+    if (hi > e)
+        hi = e;
+    return hi > lo ? hi - lo : 0;
+}
+
+static int is_edge(const struct ovl__watch *w, size_t i)
+{
+    return i < w->ilo || i >= w->ihi;
+}
+
+/* ---- registry ----------------------------------------------------------- */
+
+static int reg_add(struct ovl__watch *w)
+{
+    for (int i = 0; i < MAX_REGIONS; i++) {
+        if (!atomic_load(&W.regs[i])) {
+            atomic_store(&W.regs[i], w);
+            w->slot = i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void free_region(struct ovl__watch *w)
+{
+    if (w->shadow)
+        munmap(w->shadow, w->shadow_len);
+    free(w->got);
+    free((void *)w->valid);
+    free(w);
+}
+
+/* Free released regions once no fault handler can still be looking at
+ * them (lock held). */
+static void reap_locked(void)
+{
+    if (!W.nzombies || atomic_load(&W.in_handler))
+        return;
+    for (size_t i = 0; i < W.nzombies; i++)
+        free_region(W.zombie_v[i]);
+    W.nzombies = 0;
+}
+
+static void reg_remove_locked(struct ovl__watch *w)
+{
+    if (w->slot >= 0) {
+        atomic_store(&W.regs[w->slot], NULL);
+        w->slot = -1;
+        unsigned k = W.recent_next++ % RECENT;
+        atomic_store(&W.recent[k].hi, 0);
+        atomic_store(&W.recent[k].lo, w->p0);
+        atomic_store(&W.recent[k].hi, w->p0 + w->npages * ovl__watch_page());
+    }
+}
+
+void ovl__watch_destroy(struct ovl__watch *w)
+{
+    if (!w)
+        return;
+    if (w->mon == OVL_MONITOR_EXPLICIT) {
+        free_region(w);
+        return;
+    }
+    pthread_mutex_lock(&W.lock);
+    reg_remove_locked(w);
+    if (W.nzombies == W.capzombies) {
+        size_t ncap = W.capzombies ? 2 * W.capzombies : 16;
+        struct ovl__watch **v = realloc(W.zombie_v, ncap * sizeof *v);
+        if (!v) { /* cannot defer: wait for handlers to leave */
+            while (atomic_load(&W.in_handler))
+                sched_yield();
+            free_region(w);
+            pthread_mutex_unlock(&W.lock);
+            return;
+        }
+        W.zombie_v = v;
+        W.capzombies = ncap;
+    }
+    W.zombie_v[W.nzombies++] = w;
+    reap_locked();
+    pthread_mutex_unlock(&W.lock);
+}
+
+/* ---- edge pages ---------------------------------------------------------- */
+
+/* Take a reference on a shared edge page, guarding it on the first one. */
+static int edge_get_locked(uintptr_t page)
+{
+    int free_slot = -1;
+    for (int i = 0; i < MAX_EDGES; i++) {
+        uintptr_t p = atomic_load(&W.edges[i].page);
+        if (p == page && atomic_load(&W.edges[i].refs) > 0) {
+            atomic_fetch_add(&W.edges[i].refs, 1);
+            return 0;
+        }
+        if (free_slot < 0 && atomic_load(&W.edges[i].refs) == 0)
+            free_slot = i;
+    }
+    if (free_slot < 0)
+        return ENOSPC;
+    if (mprotect((void *)page, ovl__watch_page(), PROT_NONE) != 0)
+        return errno;
+    atomic_store(&W.edges[free_slot].page, page);
+    atomic_store(&W.edges[free_slot].refs, 1);
+    return 0;
+}
+
+static void edge_put_locked(uintptr_t page)
+{
+    for (int i = 0; i < MAX_EDGES; i++) {
+        if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0) {
+            if (atomic_load(&W.edges[i].refs) == 1) {
+                /* Open before dropping the last reference: a waiter that
+                 * sees refs == 0 retries an accessible page. Retry on
+                 * ENOMEM (map count) rather than leave it guarded. */
+                while (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0 &&
+                       errno == ENOMEM)
+                    sched_yield();
+            }
+            atomic_fetch_sub(&W.edges[i].refs, 1);
+            return;
+        }
+    }
+}
+
+/* From the handler: is @page a guarded edge page? */
+static int edge_guarded(uintptr_t page)
+{
+    for (int i = 0; i < MAX_EDGES; i++)
+        if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0)
+            return 1;
+    return 0;
+}
+
+/* ---- the fault handler ---------------------------------------------------- */
+
+static void fatal(const char *what, uintptr_t addr)
+{
+    say("ovl: ");
+    say(what);
+    say(" (address ");
+    say_hex(addr);
+    say(")\n");
+    abort();
+}
+
+/* Wait in the faulting thread until @ready(arg) holds. */
+static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t i, uintptr_t addr)
+{
+    atomic_fetch_add_explicit(&ovl__g.st_fault_waits, 1, memory_order_relaxed);
+    if (ovl__engine_driving())
+        fatal("a continuation or progress handler touched a delta-receive buffer whose data "
+              "has not arrived; it would wait for itself forever",
+              addr);
+    while (!ready(arg, i)) {
+        if (!atomic_load(&ovl__g.initialized))
+            fatal("access to a delta buffer still pending after ovl_finalize", addr);
+        if (ovl__engine_drive() < 0)
+            sched_yield();
+    }
+}
+
+static int page_valid(const void *w, size_t i)
+{
+    return atomic_load(&((const struct ovl__watch *)w)->valid[i]) != 0;
+}
+
+static int edge_open(const void *page, size_t unused)
+{
+    (void)unused;
+    return !edge_guarded((uintptr_t)page);
+}
+
+static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr);
+
+/* 1 if the fault was ovl's (and the access can be retried). */
+static int handle(int sig, uintptr_t addr)
+{
+    size_t ps = ovl__watch_page();
+    uintptr_t page = addr & ~(uintptr_t)(ps - 1);
+
+    uintptr_t probe = atomic_load(&W.probe);
+    if (probe && page == probe) {
+        if (W.probe_uffd)
+            return 1; /* the prober resolves it (see measure_fault) */
+        mprotect((void *)page, ps, PROT_READ | PROT_WRITE);
+        return 1;
+    }
+    atomic_fetch_add_explicit(&ovl__g.st_faults, 1, memory_order_relaxed);
+    if (edge_guarded(page)) {
+        wait_for(edge_open, (const void *)page, 0, addr);
+        return 1;
+    }
+    for (int k = 0; k < MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&W.regs[k]);
+        if (!w || page < w->p0 || page >= w->p0 + w->npages * ps)
+            continue;
+        size_t i = (page - w->p0) / ps;
+        if (w->is_send) {
+            send_fault(w, i, addr);
+            return 1;
+        }
+        if (!atomic_load(&w->valid[i]))
+            wait_for(page_valid, w, i, addr);
+        return 1;
+    }
+    (void)sig;
+    /* Released while this fault was on its way: retry once. */
+    for (int k = 0; k < RECENT; k++) {
+        uintptr_t lo = atomic_load(&W.recent[k].lo), hi = atomic_load(&W.recent[k].hi);
+        if (page >= lo && page < hi && last_recent_fault != addr) {
+            last_recent_fault = addr;
+            return 1;
+        }
+    }
+    atomic_fetch_sub_explicit(&ovl__g.st_faults, 1, memory_order_relaxed);
+    return 0;
+}
+
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+    struct sigaction *old = sig == SIGBUS ? &W.old_bus : &W.old_segv;
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    /* Default action: uninstall for this signal and return; the access
+     * faults again and the kernel applies the default (crash, core). */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    if (si->si_code <= 0) /* sent with kill(): deliver it again */
+        raise(sig);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+    int saved = errno;
+    int handled = 0;
+    if (si && si->si_code > 0) { /* a real fault, not kill() */
+        atomic_fetch_add(&W.in_handler, 1);
+        handled = handle(sig, (uintptr_t)si->si_addr);
+        atomic_fetch_sub(&W.in_handler, 1);
+    }
+    if (!handled)
+        chain(sig, si, uc);
+    errno = saved;
+}
+
+/* ---- send regions ---------------------------------------------------------- */
+
+static const struct ovl__watch_backend *backend(const struct ovl__watch *w)
+{
+    return w->mon == OVL_MONITOR_UFFD ? &ovl__watch_uffd : &ovl__watch_mprotect;
+}
+
+static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
+{
+    while (atomic_flag_test_and_set(&w->busy))
+        sched_yield();
+    const struct ovl__watch_backend *b = backend(w);
+    if ((i >= w->s_lo && i < w->s_hi) || i < w->ilo || i >= w->ihi) {
+        /* already writable (raced with another thread's fault): retry */
+    } else if (i < w->s_lo) {
+        /* A write into a part already sent. */
+        size_t off = addr - (uintptr_t)w->base;
+        size_t expect = (size_t)-1;
+        atomic_compare_exchange_strong(&w->stale, &expect, off);
+        if (expect == (size_t)-1) {
+            say("ovl: delta send buffer ");
+            say_hex((uintptr_t)w->base);
+            say(" written at offset ");
+            say_hex(off);
+            say(" after that part was sent (OS-triggered delta send needs the buffer written "
+                "in order; use OVL_MONITOR=explicit and ovl_delta_produced for other orders); "
+                "the message is marked stale (OVL_ERR_STALE)\n");
+        }
+        b->send_protect(w, i, i + 1, 0);
+    } else {
+        size_t upto = (size_t)((uintptr_t)ovl__watch_page_addr(w, i) - (uintptr_t)w->base);
+        if (ovl__engine_driving())
+            fatal("a continuation wrote a delta-send buffer that is being monitored", addr);
+        size_t d = w->produced(w->ctx, upto);
+        size_t dp = d / ovl__watch_page();
+        if (dp < 1)
+            dp = 1;
+        size_t hi = i + dp > w->ihi ? w->ihi : i + dp;
+        /* Open the next delta first, then write-protect what was sent. */
+        if (b->send_protect(w, i, hi, 0) != 0)
+            b->send_protect(w, i, w->ihi, 0); /* coarser: stop monitoring */
+        if (w->s_hi > w->s_lo)
+            b->send_protect(w, w->s_lo, w->s_hi, 1);
+        w->s_lo = i;
+        w->s_hi = hi;
+    }
+    atomic_flag_clear(&w->busy);
+}
+
+int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta,
+                           ovl__watch_produced_fn fn, void *ctx, struct ovl__watch **out)
+{
+    struct ovl__watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return OVL_ERR_NOMEM;
+    geometry(w, base, len);
+    w->is_send = 1;
+    w->mon = m;
+    w->produced = fn;
+    w->ctx = ctx;
+    size_t dp = delta / ovl__watch_page();
+    if (dp < 1)
+        dp = 1;
+    w->s_lo = w->ilo;
+    w->s_hi = w->ilo + dp > w->ihi ? w->ihi : w->ilo + dp;
+    pthread_mutex_lock(&W.lock);
+    int rc = reg_add(w);
+    pthread_mutex_unlock(&W.lock);
+    if (rc) {
+        free(w);
+        return ovl__error(OVL_ERR_MONITOR, "ovl_delta_send_begin",
+                          "more than %d delta buffers pending at once", MAX_REGIONS);
+    }
+    int err = 0;
+    if (w->s_hi < w->ihi) {
+        const struct ovl__watch_backend *b = backend(w);
+        if ((err = b->send_guard(w)) == 0 && (err = b->send_protect(w, w->s_hi, w->ihi, 1)) != 0)
+            b->send_done(w);
+    }
+    if (err) {
+        ovl__watch_destroy(w);
+        return ovl__error(OVL_ERR_MONITOR, "ovl_delta_send_begin",
+                          "cannot write-protect the buffer with %s: %s%s", ovl_monitor_name(m),
+                          strerror(err),
+                          err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=uffd "
+                                          "or explicit)"
+                                        : "");
+    }
+    *out = w;
+    return OVL_SUCCESS;
+}
+
+void ovl__watch_send_seal(struct ovl__watch *w)
+{
+    while (atomic_flag_test_and_set(&w->busy))
+        sched_yield();
+    if (w->s_hi > w->s_lo)
+        backend(w)->send_protect(w, w->s_lo, w->s_hi, 1);
+    w->s_lo = w->s_hi = w->ihi;
+    atomic_flag_clear(&w->busy);
+}
+
+size_t ovl__watch_send_stale(struct ovl__watch *w)
+{
+    return atomic_load(&w->stale);
+}
+
+void ovl__watch_send_finish(struct ovl__watch *w)
+{
+    while (atomic_flag_test_and_set(&w->busy))
+        sched_yield();
+    if (w->ihi > w->ilo)
+        backend(w)->send_done(w);
+    atomic_flag_clear(&w->busy);
+    pthread_mutex_lock(&W.lock);
+    reg_remove_locked(w);
+    pthread_mutex_unlock(&W.lock);
+}
+
+/* ---- receive regions ------------------------------------------------------- */
+
+int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out)
+{
+    static const char *fn = "ovl_delta_recv";
+    struct ovl__watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a region");
+    geometry(w, base, len);
+    w->mon = m;
+    w->got = calloc(w->npages ? w->npages : 1, sizeof *w->got);
+    w->valid = calloc(w->npages ? w->npages : 1, sizeof *w->valid);
+    if (!w->got || !w->valid) {
+        free_region(w);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory to track %zu pages", w->npages);
+    }
+    for (size_t i = 0; i < w->npages; i++)
+        if (page_bytes(w, i) == 0)
+            atomic_store(&w->valid[i], 1);
+    if (m == OVL_MONITOR_EXPLICIT) {
+        *out = w;
+        return OVL_SUCCESS;
+    }
+    pthread_mutex_lock(&W.lock);
+    reap_locked();
+    int err = 0;
+    if (reg_add(w) != 0) {
+        pthread_mutex_unlock(&W.lock);
+        free_region(w);
+        return ovl__error(OVL_ERR_MONITOR, fn, "more than %d delta buffers pending at once",
+                          MAX_REGIONS);
+    }
+    if (w->npages > 0 && is_edge(w, 0) && (err = edge_get_locked(w->p0)) == 0)
+        w->edge_lo = 1;
+    if (!err && w->npages > 1 && is_edge(w, w->npages - 1) &&
+        (err = edge_get_locked((uintptr_t)ovl__watch_page_addr(w, w->npages - 1))) == 0)
+        w->edge_hi = 1;
+    if (!err && w->ihi > w->ilo)
+        err = backend(w)->recv_guard(w);
+    if (err) {
+        if (w->edge_lo)
+            edge_put_locked(w->p0);
+        if (w->edge_hi)
+            edge_put_locked(w->p0 + (w->npages - 1) * ovl__watch_page());
+        w->edge_lo = w->edge_hi = 0;
+        pthread_mutex_unlock(&W.lock);
+        ovl__watch_destroy(w);
+        return ovl__error(OVL_ERR_MONITOR, fn, "cannot guard the buffer with %s: %s%s",
+                          ovl_monitor_name(m), strerror(err),
+                          err == ENOMEM   ? " (vm.max_map_count reached? try OVL_MONITOR=uffd or "
+                                            "explicit)"
+                          : err == ENOSPC ? " (too many buffers share pages)"
+                                          : "");
+    }
+    pthread_mutex_unlock(&W.lock);
+    *out = w;
+    return OVL_SUCCESS;
+}
+
+/* Open interior pages [i, j) (driver). */
+static void open_interior(struct ovl__watch *w, size_t i, size_t j)
+{
+    if (i >= j)
+        return;
+    if (w->mon != OVL_MONITOR_EXPLICIT && backend(w)->recv_open(w, i, j) != 0) {
+        w->open_deferred = 1; /* map count: retried coarser, or at finish */
+        return;
+    }
+    for (size_t k = i; k < j; k++)
+        atomic_store(&w->valid[k], 1);
+}
+
+/* A page is complete: make it accessible. */
+static void page_complete(struct ovl__watch *w, size_t i)
+{
+    if (w->mon == OVL_MONITOR_EXPLICIT) {
+        atomic_store(&w->valid[i], 1);
+        return;
+    }
+    if (is_edge(w, i)) {
+        pthread_mutex_lock(&W.lock);
+        if ((i == 0 && w->edge_lo) || (i == w->npages - 1 && w->edge_hi)) {
+            edge_put_locked((uintptr_t)ovl__watch_page_addr(w, i));
+            if (i == 0)
+                w->edge_lo = 0;
+            else
+                w->edge_hi = 0;
+        }
+        pthread_mutex_unlock(&W.lock);
+        atomic_store(&w->valid[i], 1);
+    }
+}
+
+void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, size_t len)
+{
+    if (len == 0 || off >= w->len)
+        return;
+    if (len > w->len - off)
+        len = w->len - off;
+    size_t ps = ovl__watch_page();
+    const char *s = src;
+    uintptr_t a = (uintptr_t)w->base + off, e = a + len;
+    /* 1. place the bytes */
+    if (w->mon == OVL_MONITOR_EXPLICIT) {
+        memcpy(w->base + off, src, len);
+    } else {
+        uintptr_t ilo_a = (uintptr_t)ovl__watch_page_addr(w, w->ilo);
+        uintptr_t ihi_a = (uintptr_t)ovl__watch_page_addr(w, w->ihi);
+        /* head in the first edge page, interior, tail in the last edge page */
+        uintptr_t h_end = a < ilo_a ? (e < ilo_a ? e : ilo_a) : a;
+        if (h_end > a)
+            ovl__watch_poke((void *)a, s, h_end - a);
+        uintptr_t m_lo = a > ilo_a ? a : ilo_a, m_hi = e < ihi_a ? e : ihi_a;
+        if (m_hi > m_lo)
+            backend(w)->recv_place(w, m_lo - (uintptr_t)w->base, s + (m_lo - a), m_hi - m_lo);
+        uintptr_t t_lo = a > ihi_a ? a : ihi_a;
+        if (e > t_lo && t_lo >= a)
+            ovl__watch_poke((void *)t_lo, s + (t_lo - a), e - t_lo);
+    }
+    /* 2. count, and open what is complete (runs of interior pages at once) */
+    size_t i0 = (a - w->p0) / ps, i1 = (e - 1 - w->p0) / ps;
+    size_t run = (size_t)-1;
+    for (size_t i = i0; i <= i1; i++) {
+        uintptr_t lo = w->p0 + i * ps, hi = lo + ps;
+        if (lo < a)
+            lo = a;
+        if (hi > e)
+            hi = e;
+        w->got[i] += (uint32_t)(hi - lo);
+        int done = w->got[i] >= page_bytes(w, i);
+        if (done && !is_edge(w, i)) {
+            if (run == (size_t)-1)
+                run = i;
+            continue;
+        }
+        if (run != (size_t)-1) {
+            open_interior(w, run, i);
+            run = (size_t)-1;
+        }
+        if (done)
+            page_complete(w, i);
+    }
+    if (run != (size_t)-1)
+        open_interior(w, run, i1 + 1);
+    if (w->open_deferred && w->mon == OVL_MONITOR_MPROTECT) {
+        /* coarser: open the longest complete run around this piece */
+        size_t lo = i0, hi = i1 + 1;
+        while (lo > w->ilo && w->got[lo - 1] >= page_bytes(w, lo - 1))
+            lo--;
+        while (hi < w->ihi && w->got[hi] >= page_bytes(w, hi))
+            hi++;
+        if (lo < w->ilo)
+            lo = w->ilo;
+        if (hi > w->ihi)
+            hi = w->ihi;
+        int all = 1;
+        for (size_t k = lo; k < hi; k++)
+            if (w->got[k] < page_bytes(w, k))
+                all = 0;
+        if (all && lo < hi && backend(w)->recv_open(w, lo, hi) == 0)
+            for (size_t k = lo; k < hi; k++)
+                atomic_store(&w->valid[k], 1);
+    }
+}
+
+int ovl__watch_recv_ready(struct ovl__watch *w, size_t off, size_t len)
+{
+    if (len == 0 || off >= w->len)
+        return 1;
+    if (len > w->len - off)
+        len = w->len - off;
+    size_t ps = ovl__watch_page();
+    uintptr_t a = (uintptr_t)w->base + off;
+    size_t i0 = (a - w->p0) / ps, i1 = (a + len - 1 - w->p0) / ps;
+    for (size_t i = i0; i <= i1; i++)
+        if (!atomic_load(&w->valid[i]))
+            return 0;
+    return 1;
+}
+
+size_t ovl__watch_recv_prefix(struct ovl__watch *w)
+{
+    size_t i = 0;
+    while (i < w->npages && atomic_load(&w->valid[i]))
+        i++;
+    if (i == w->npages)
+        return w->len;
+    uintptr_t end = w->p0 + i * ovl__watch_page();
+    return end > (uintptr_t)w->base ? end - (uintptr_t)w->base : 0;
+}
+
+void ovl__watch_recv_finish(struct ovl__watch *w)
+{
+    if (w->mon == OVL_MONITOR_EXPLICIT) {
+        for (size_t i = 0; i < w->npages; i++)
+            atomic_store(&w->valid[i], 1);
+        return;
+    }
+    if (w->ihi > w->ilo)
+        backend(w)->recv_done(w);
+    pthread_mutex_lock(&W.lock);
+    if (w->edge_lo)
+        edge_put_locked(w->p0);
+    if (w->edge_hi)
+        edge_put_locked(w->p0 + (w->npages - 1) * ovl__watch_page());
+    w->edge_lo = w->edge_hi = 0;
+    for (size_t i = 0; i < w->npages; i++)
+        atomic_store(&w->valid[i], 1);
+    reg_remove_locked(w);
+    pthread_mutex_unlock(&W.lock);
+}
+
+/* ---- choosing a monitor ------------------------------------------------------ */
+
+const char *ovl_monitor_name(ovl_monitor_t m)
+{
+    switch (m) {
+    case OVL_MONITOR_AUTO:
+        return "auto";
+    case OVL_MONITOR_UFFD:
+        return "uffd";
+    case OVL_MONITOR_MPROTECT:
+        return "mprotect";
+    case OVL_MONITOR_EXPLICIT:
+        return "explicit";
+    }
+    return "unknown";
+}
+
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static int uffd_ok;
+static char uffd_why[160];
+
+/* The descriptor is kept open: it serves every region of the process. */
+static void probe_uffd(void)
+{
+    uffd_ok = ovl__uffd_open(uffd_why, sizeof uffd_why) == 0;
+}
+
+int ovl_monitor_probe(ovl_monitor_t req, ovl_monitor_t *chosen, char *why, size_t why_len)
+{
+    if (!chosen || (unsigned)req > OVL_MONITOR_EXPLICIT)
+        return OVL_ERR_ARG;
+    pthread_once(&probe_once, probe_uffd);
+    char buf[240];
+    int rc = OVL_SUCCESS;
+    switch (req) {
+    case OVL_MONITOR_AUTO:
+        *chosen = uffd_ok ? OVL_MONITOR_UFFD : OVL_MONITOR_MPROTECT;
+        snprintf(buf, sizeof buf, "auto -> %s: %s", uffd_ok ? "uffd" : "mprotect", uffd_why);
+        break;
+    case OVL_MONITOR_UFFD:
+        *chosen = OVL_MONITOR_UFFD;
+        snprintf(buf, sizeof buf, "uffd: %s", uffd_why);
+        if (!uffd_ok)
+            rc = OVL_ERR_UNSUPPORTED;
+        break;
+    case OVL_MONITOR_MPROTECT:
+        *chosen = OVL_MONITOR_MPROTECT;
+        snprintf(buf, sizeof buf, "mprotect: page protection and a SIGSEGV handler (requested)");
+        break;
+    default:
+        *chosen = OVL_MONITOR_EXPLICIT;
+        snprintf(buf, sizeof buf,
+                 "explicit: no faults, ovl_delta_produced/ovl_delta_need "
+                 "annotations (requested)");
+        break;
+    }
+    if (why && why_len) {
+        strncpy(why, buf, why_len - 1);
+        why[why_len - 1] = 0;
+    }
+    return rc;
+}
+
+ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m)
+{
+    if (m == OVL_MONITOR_AUTO)
+        m = ovl__g.cfg.monitor;
+    if (m == OVL_MONITOR_AUTO || m == OVL_MONITOR_UFFD) {
+        pthread_once(&probe_once, probe_uffd);
+        return uffd_ok ? OVL_MONITOR_UFFD : OVL_MONITOR_MPROTECT;
+    }
+    return m;
+}
+
+/* ---- fault cost ------------------------------------------------------------- */
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static double measure_mprotect_fault(void)
+{
+    size_t ps = ovl__watch_page();
+    char *p = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return 5.0;
+    p[0] = 1;
+    atomic_store(&W.probe, (uintptr_t)p);
+    double best = 1e9;
+    for (int k = 0; k < 8; k++) {
+        mprotect(p, ps, PROT_NONE);
+        double t0 = now_us();
+        *(volatile char *)p = (char)k;
+        double t = now_us() - t0;
+        if (t < best)
+            best = t;
+    }
+    atomic_store(&W.probe, 0);
+    munmap(p, ps);
+    return best;
+}
+
+double ovl__watch_fault_cost_us(ovl_monitor_t m)
+{
+    if (m == OVL_MONITOR_EXPLICIT || !W.installed)
+        return m == OVL_MONITOR_EXPLICIT ? 0.1 : 5.0;
+    if (W.fault_us[OVL_MONITOR_MPROTECT] == 0)
+        W.fault_us[OVL_MONITOR_MPROTECT] = measure_mprotect_fault();
+    /* userfaultfd in SIGBUS mode costs about the same signal round trip. */
+    return W.fault_us[OVL_MONITOR_MPROTECT];
+}
+
+/* ---- life cycle --------------------------------------------------------------- */
+
+int ovl__watch_init(void)
+{
+    ovl__watch_page();
+    if (W.mem_fd < 0) {
+        W.mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+        if (W.mem_fd < 0)
+            ovl__info("watch: /proc/self/mem unavailable (%s): fault monitors disabled",
+                      strerror(errno));
+    }
+    if (!W.installed && W.mem_fd >= 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGSEGV, &sa, &W.old_segv) != 0 || sigaction(SIGBUS, &sa, &W.old_bus) != 0)
+            return ovl__error(OVL_ERR_MONITOR, "ovl_init", "cannot install the fault handler: %s",
+                              strerror(errno));
+        W.installed = 1;
+    }
+    return OVL_SUCCESS;
+}
+
+void ovl__watch_fini(void)
+{
+    pthread_mutex_lock(&W.lock);
+    while (atomic_load(&W.in_handler))
+        sched_yield();
+    reap_locked();
+    free(W.zombie_v);
+    W.zombie_v = NULL;
+    W.capzombies = 0;
+    pthread_mutex_unlock(&W.lock);
+    if (W.installed) {
+        /* Put back the previous handlers, unless someone replaced ours. */
+        struct sigaction cur;
+        if (sigaction(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+            cur.sa_sigaction == on_fault)
+            sigaction(SIGSEGV, &W.old_segv, NULL);
+        if (sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+            cur.sa_sigaction == on_fault)
+            sigaction(SIGBUS, &W.old_bus, NULL);
+        W.installed = 0;
+    }
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Private to the access monitor (watch.c and its backends). A region is a
+ * buffer [base, base + len) seen as pages P0 .. P0 + npages - 1. Its first
+ * and last pages may be shared with other data ("edge" pages); the pages
+ * wholly inside it are "interior", indices [ilo, ihi).
+ *
+ * Receive regions: every page holding a byte that has not arrived is
+ * guarded. Interior pages are guarded by the backend; edge pages always by
+ * page protection (they hold live neighbour data, which userfaultfd's
+ * missing mode would discard), shared between regions with a reference
+ * count. Send regions guard interior pages only, write-protected.
+ */
+#ifndef OVL_WATCH_INTERNAL_H
+#define OVL_WATCH_INTERNAL_H
+
+#include "ovl_internal.h"
+
+struct ovl__watch {
+    int is_send;
+    ovl_monitor_t mon; /* UFFD, MPROTECT or EXPLICIT */
+    char *base;
+    size_t len;
+    uintptr_t p0; /* address of the first page */
+    size_t npages, ilo, ihi;
+    int slot; /* index in the registry, -1 when unregistered */
+
+    /* receive */
+    uint32_t *got;          /* bytes arrived, per page (driver) */
+    _Atomic uint8_t *valid; /* page accessible (readable by the fault handler) */
+    char *shadow;           /* uffd: page-aligned twin of the interior pages */
+    size_t shadow_len;
+    int open_deferred;    /* mprotect hit the map-count limit: open later, coarser */
+    int edge_lo, edge_hi; /* holds a reference on its first / last page */
+
+    /* send */
+    atomic_flag busy;  /* fault handler vs. finish */
+    size_t s_lo, s_hi; /* writable window [s_lo, s_hi) of interior pages */
+    ovl__watch_produced_fn produced;
+    void *ctx;
+    _Atomic size_t stale; /* first offset written after being sent, or -1 */
+};
+
+/* A backend guards and opens interior pages. All return 0 or an errno. */
+struct ovl__watch_backend {
+    int (*recv_guard)(struct ovl__watch *w);
+    /* place bytes at base+off (all within interior pages) */
+    void (*recv_place)(struct ovl__watch *w, size_t off, const void *src, size_t len);
+    /* make interior pages [i, j) accessible, with their data */
+    int (*recv_open)(struct ovl__watch *w, size_t i, size_t j);
+    /* the message is over: open every interior page, release the backend */
+    void (*recv_done)(struct ovl__watch *w);
+    int (*send_guard)(struct ovl__watch *w);
+    /* write-protect (protect = 1) or allow writes to interior pages [i, j) */
+    int (*send_protect)(struct ovl__watch *w, size_t i, size_t j, int protect);
+    void (*send_done)(struct ovl__watch *w);
+};
+
+extern const struct ovl__watch_backend ovl__watch_mprotect;
+extern const struct ovl__watch_backend ovl__watch_uffd;
+
+static inline char *ovl__watch_page_addr(const struct ovl__watch *w, size_t i)
+{
+    return (char *)(w->p0 + i * ovl__watch_page());
+}
+
+/* Write @len bytes at @dst whatever its protection (through /proc/self/mem). */
+int ovl__watch_poke(void *dst, const void *src, size_t len);
+
+/* uffd */
+int ovl__uffd_open(char *why, size_t why_len);
+int ovl__uffd_fd(void);
+void ovl__uffd_close(void);
+
+#endif
