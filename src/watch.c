@@ -775,7 +775,13 @@ int ovl_monitor_probe(ovl_monitor_t req, ovl_monitor_t *chosen, char *why, size_
         break;
     case OVL_MONITOR_MPROTECT:
         *chosen = OVL_MONITOR_MPROTECT;
-        snprintf(buf, sizeof buf, "mprotect: page protection and a SIGSEGV handler (requested)");
+        if (access("/proc/self/mem", W_OK) != 0) {
+            snprintf(buf, sizeof buf, "mprotect: /proc/self/mem is not writable (%s)",
+                     strerror(errno));
+            rc = OVL_ERR_UNSUPPORTED;
+        } else {
+            snprintf(buf, sizeof buf, "mprotect: page protection and a SIGSEGV handler");
+        }
         break;
     default:
         *chosen = OVL_MONITOR_EXPLICIT;
@@ -795,6 +801,8 @@ ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m)
 {
     if (m == OVL_MONITOR_AUTO)
         m = ovl__g.cfg.monitor;
+    if (m != OVL_MONITOR_EXPLICIT && !W.installed)
+        return OVL_MONITOR_EXPLICIT; /* no /proc/self/mem: faults cannot be served */
     if (m == OVL_MONITOR_AUTO || m == OVL_MONITOR_UFFD) {
         pthread_once(&probe_once, probe_uffd);
         return uffd_ok ? OVL_MONITOR_UFFD : OVL_MONITOR_MPROTECT;
