@@ -186,10 +186,16 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         return ps;
     double B = ovl__m.bw_Bpus, P = rate > 0 ? rate : B;
     double f = faults ? ovl__m.fault_us : 0.2;
-    double o = ovl__m.lat_us;
+    /* Per-message cost, clamped: a calibration taken on a loaded machine
+     * must not push the size to either extreme. */
+    double o = ovl__m.lat_us < 2 ? 2 : ovl__m.lat_us > 100 ? 100 : ovl__m.lat_us;
     double best_t = 1e300;
     size_t best = ps;
     size_t cap = bytes < MAX_DELTA ? bytes : MAX_DELTA;
+    /* Stay below the rendezvous switch (the delta paper: a delta at or above
+     * the eager limit doubles its latency). */
+    if (ovl__m.eager > 2 * ps && cap >= ovl__m.eager)
+        cap = (ovl__m.eager - 1) / ps * ps;
     for (size_t d = ps; d <= cap; d += ps) {
         double n = (double)((bytes + d - 1) / d);
         double s = (double)d / P + f;
