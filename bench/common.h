@@ -3,7 +3,8 @@
  * Shared pieces of ovl-bench: the subcommand table, option parsing that fails
  * the same way on every rank, the daxpy kernel that stands for "useful
  * computation" (as in the paper), one clock, order statistics, and a CSV
- * writer. Every benchmark runs on exactly two ranks; rank 0 prints.
+ * writer. Most benchmarks run on exactly two ranks (delta and delta-sweep on
+ * two or more); rank 0 prints.
  */
 #ifndef OVL_BENCH_COMMON_H
 #define OVL_BENCH_COMMON_H
@@ -27,6 +28,8 @@ struct bench_cmd {
 int bench_latency_hiding(int argc, char **argv);
 int bench_callback_latency(int argc, char **argv);
 int bench_overview(int argc, char **argv);
+int bench_delta(int argc, char **argv);
+int bench_delta_sweep(int argc, char **argv);
 
 extern int bench_rank, bench_size;
 

@@ -2,10 +2,12 @@
 /*
  * ovl-bench overview: what `make demo` runs. A short summary (well under a
  * minute) a user reads in ten seconds: plain MPI against ovl on the paper's
- * exchange at a few payloads. It is a table of sub-benchmarks; to grow it,
+ * exchange at a few payloads, and the pair and cascade kernels of delta
+ * send/receive (kernels.h). It is a table of sub-benchmarks; to grow it,
  * add a function and a row to `subs` below.
  */
 #include "exchange.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 static const char *const CMD = "overview";
 
 static const char HELP[] =
-    "Usage: ovl-bench overview [options]   (exactly 2 ranks; what 'make demo' runs)\n"
+    "Usage: ovl-bench overview [options]   (2 ranks, or more; what 'make demo' runs)\n"
     "\n"
     "A short comparison of plain MPI and ovl on the paper's exchange (both ranks\n"
     "send each other one message at the same time):\n"
@@ -24,10 +26,16 @@ static const char HELP[] =
     "                    speedup over blocking (ideal: 2x)\n"
     "  useful-cpu        useful CPU utilisation during the exchange (the paper's\n"
     "                    ratio, loop stopped by the send / by the receive)\n"
+    "  pair, cascade     delta send/receive kernels (ovl-bench delta): time of\n"
+    "                    blocking MPI, MPI-4 partitioned and ovl_delta_* (fault-\n"
+    "                    triggered and explicit) for 400 KB messages; speedup over\n"
+    "                    blocking MPI. cascade is a chain over all ranks.\n"
+    "With more than 2 ranks only pair and cascade run.\n"
     "\n"
     "Options:\n"
     "  --sizes LIST   payloads (default 64k,256k,1m)\n"
-    "  --reps N       measured reps per point (default 10, 2 warm-up before)\n"
+    "  --reps N       measured reps per point (default 10, 2 warm-up before;\n"
+    "                 the kernels: 5, 1 warm-up)\n"
     "  --poll-k K     MPI_Test period of the mpi-poll variant (default 10)\n"
     "  --csv FILE     one row per (sub-benchmark, variant, payload)\n"
     "  --help         this text\n";
@@ -38,6 +46,7 @@ struct ov_ctx {
     int reps, warmup;
     long k;
     FILE *csv;
+    int kreps; /* reps of the delta kernels */
 };
 
 static struct xchg_variant variant(enum xchg_kind kind, const char *name, long k)
@@ -150,18 +159,65 @@ static void sub_useful_cpu(const struct ov_ctx *c)
         printf("\n");
 }
 
-/* The sub-benchmarks, in the order they print. */
+/* ---- sub-benchmarks: delta send/receive kernels ---------------------------------- */
+
+static void sub_kernel(const struct ov_ctx *c, enum kkind kind)
+{
+    struct kparams p;
+    kparams_default(&p);
+    unsigned vmask = 0;
+    for (int v = 0; v < KV_COUNT; v++)
+        if (kvar_available((enum kvar)v))
+            vmask |= 1u << v;
+    struct kernel *k = kernel_setup(kind, &p, vmask);
+    struct kmeasure m;
+    kernel_measure(k, vmask, c->kreps, 1, &m);
+    char desc[160];
+    kernel_describe(k, desc, sizeof desc);
+    kernel_teardown(k);
+    if (bench_rank != 0)
+        return;
+    printf("%s (%s; compute %.3f ms, transfer %.3f ms; ms, median of %d; speedup over "
+           "blocking MPI)\n",
+           kkind_name(kind), desc, m.C * 1e3, m.T * 1e3, c->kreps);
+    double base = m.t[KV_MPI].med;
+    for (int v = 0; v < KV_COUNT; v++) {
+        if (!(vmask & (1u << v)))
+            continue;
+        double t = m.t[v].med, sp = t > 0 ? base / t : 0;
+        printf("  %-13s %9.3f %6.2fx\n", kvar_name((enum kvar)v), t * 1e3, sp);
+        if (c->csv)
+            fprintf(c->csv, "overview,%s,%s,%zu,%.6g,%.6g,%.6g,%.4f,,\n", kkind_name(kind),
+                    kvar_name((enum kvar)v), p.bytes, m.T * 1e3, m.C * 1e3, t * 1e3, sp);
+    }
+    printf("\n");
+}
+
+static void sub_pair(const struct ov_ctx *c)
+{
+    sub_kernel(c, KK_PAIR);
+}
+
+static void sub_cascade(const struct ov_ctx *c)
+{
+    sub_kernel(c, KK_CASCADE);
+}
+
+/* The sub-benchmarks, in the order they print; two_ranks: needs exactly 2. */
 static const struct {
     const char *name;
     void (*run)(const struct ov_ctx *c);
+    int two_ranks;
 } subs[] = {
-    { "compute+exchange", sub_compute_exchange },
-    { "useful-cpu", sub_useful_cpu },
+    { "compute+exchange", sub_compute_exchange, 1 },
+    { "useful-cpu", sub_useful_cpu, 1 },
+    { "pair", sub_pair, 0 },
+    { "cascade", sub_cascade, 0 },
 };
 
 int bench_overview(int argc, char **argv)
 {
-    struct ov_ctx c = { .reps = 10, .warmup = 2, .k = 10 };
+    struct ov_ctx c = { .reps = 10, .warmup = 2, .k = 10, .kreps = 5 };
     const char *sizes = "64k,256k,1m", *csvpath = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -169,9 +225,10 @@ int bench_overview(int argc, char **argv)
             bench_help_exit(HELP);
         else if (!strcmp(a, "--sizes"))
             sizes = bench_optarg(CMD, argc, argv, &i);
-        else if (!strcmp(a, "--reps"))
+        else if (!strcmp(a, "--reps")) {
             c.reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 10000);
-        else if (!strcmp(a, "--poll-k"))
+            c.kreps = c.reps < 5 ? c.reps : 5;
+        } else if (!strcmp(a, "--poll-k"))
             c.k = bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1000000);
         else if (!strcmp(a, "--csv"))
             csvpath = bench_optarg(CMD, argc, argv, &i);
@@ -183,7 +240,8 @@ int bench_overview(int argc, char **argv)
         if (c.sizes[i] % sizeof(double) || c.sizes[i] > (1u << 30))
             bench_usage_error(CMD, "--sizes: %zu is not a multiple of 8 bytes up to 1g",
                               c.sizes[i]);
-    bench_require_two_ranks(CMD);
+    if (bench_size < 2)
+        bench_require_two_ranks(CMD);
     c.csv = bench_csv_open(CMD, csvpath);
 
     ovl_config_t eff;
@@ -191,17 +249,23 @@ int bench_overview(int argc, char **argv)
     int hosts = bench_hosts();
     double t0 = bench_now();
     if (bench_rank == 0) {
-        printf("ovl-bench overview: 2 ranks on %d host%s%s; ovl progress thread (poll_max_us "
+        printf("ovl-bench overview: %d ranks on %d host%s%s; ovl progress thread (poll_max_us "
                "%u, spin_us %u), fragment %zu B\n\n",
-               hosts, hosts == 1 ? "" : "s",
+               bench_size, hosts, hosts == 1 ? "" : "s",
                hosts == 1 ? " (shared memory: copies use the computing CPUs, little to hide)" : "",
                eff.poll_max_us, eff.spin_us, eff.fragment_size);
         if (c.csv)
             fprintf(c.csv, "bench,sub,variant,payload_bytes,transfer_ms,compute_ms,time_ms,"
                            "speedup,util_send,util_recv\n");
     }
-    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        if (subs[i].two_ranks && bench_size != 2) {
+            if (bench_rank == 0)
+                printf("%s: skipped (needs exactly 2 ranks)\n\n", subs[i].name);
+            continue;
+        }
         subs[i].run(&c);
+    }
     if (bench_rank == 0)
         printf("overview took %.1f s; details: ovl-bench latency-hiding, ovl-bench "
                "callback-latency, docs/PERFORMANCE.md\n",

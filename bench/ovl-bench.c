@@ -16,6 +16,10 @@ static const struct bench_cmd cmds[] = {
     { "callback-latency", "delay from a message's arrival to its continuation, vs poll interval",
       bench_callback_latency },
     { "overview", "a < 60 s summary: plain MPI vs ovl (what 'make demo' runs)", bench_overview },
+    { "delta", "delta send/receive kernels (pair, cascade, ring, reduce, ...) vs MPI",
+      bench_delta },
+    { "delta-sweep", "pair kernel: delta size x message size, both monitors, auto size",
+      bench_delta_sweep },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

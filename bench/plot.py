@@ -9,7 +9,11 @@ The kind of plot follows the CSV's `bench` column:
                     (send- and receive-triggered panels, plus comm time ratio)
   callback-latency  added callback delay (p50/p90/p99) vs poll interval, with
                     the CPU the progress thread costs on a second axis
-  overview          speedup over MPI blocking and utilisation per payload
+  overview          speedup over MPI blocking and utilisation per payload (and the
+                    pair/cascade kernels when present)
+  delta             speedup over blocking MPI per kernel, one bar per variant
+  delta-sweep       heat maps of the pair speedup over delta size x message size,
+                    one per monitor, with the automatic delta size as last column
 Plots are made only from the CSV, never by hand (docs/PERFORMANCE.md).
 """
 import argparse
@@ -151,9 +155,33 @@ def plot_callback_latency(rows, out, title):
 def plot_overview(rows, out, title):
     ce = [r for r in rows if r["sub"] == "compute+exchange"]
     uc = [r for r in rows if r["sub"] == "useful-cpu"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    for ax, sub, key, ylabel in ((axes[0], ce, "speedup", "speedup over MPI blocking"),
-                                 (axes[1], uc, "util_send", "useful CPU (send-stopped) [%]")):
+    kern = [r for r in rows if r["sub"] in ("pair", "cascade")]
+    panels = [p for p in ((ce, "speedup", "speedup over MPI blocking"),
+                          (uc, "util_send", "useful CPU (send-stopped) [%]")) if p[0]]
+    fig, axes = plt.subplots(1, len(panels) + (1 if kern else 0),
+                             figsize=(6.5 * (len(panels) + (1 if kern else 0)), 4.8),
+                             squeeze=False)
+    axes = list(axes[0])
+    if kern:
+        kax = axes.pop()
+        subs = sorted({r["sub"] for r in kern}, key=["pair", "cascade"].index)
+        vs = []
+        for r in kern:
+            if r["variant"] not in vs:
+                vs.append(r["variant"])
+        w = 0.8 / max(1, len(vs))
+        for i, v in enumerate(vs):
+            val = {r["sub"]: fnum(r["speedup"]) for r in kern if r["variant"] == v}
+            kax.bar([j + i * w for j in range(len(subs))], [val.get(sb, float("nan")) for sb in subs],
+                    w, label=v, color=VARIANT_COLORS.get(v, "tab:gray"))
+        kax.set_xticks([j + w * (len(vs) - 1) / 2 for j in range(len(subs))])
+        kax.set_xticklabels(subs)
+        kax.axhline(1.0, color="k", lw=0.8)
+        kax.set_ylabel("speedup over blocking MPI")
+        kax.set_title("delta send/receive kernels (400 KB)")
+        kax.grid(axis="y", alpha=0.3)
+        kax.legend(fontsize=8)
+    for ax, (sub, key, ylabel) in zip(axes, panels):
         vs = by_variant(sub)
         sizes = sorted({int(r["payload_bytes"]) for r in sub})
         w = 0.8 / max(1, len(vs))
@@ -169,16 +197,96 @@ def plot_overview(rows, out, title):
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].axhline(2.0, color="k", ls="-.", lw=0.8)
+    if ce:
+        axes[0].axhline(2.0, color="k", ls="-.", lw=0.8)
     fig.suptitle(title or "ovl-bench overview")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+
+
+VARIANT_COLORS = {"mpi": "tab:gray", "part": "tab:green", "ovl-os": "tab:blue",
+                  "ovl-explicit": "tab:orange"}
+KERNEL_ORDER = ["pair", "cascade", "ring", "reduce", "wavefront", "rowreduce", "stencil"]
+# the delta send/receive targets (docs/PERFORMANCE.md, issue 3)
+DELTA_TARGETS = {("pair", "ovl-os"): 1.5, ("pair", "ovl-explicit"): 1.7,
+                 ("cascade", "ovl-os"): 2.5, ("cascade", "ovl-explicit"): 2.5}
+
+
+def plot_delta(rows, out, title):
+    kernels = [k for k in KERNEL_ORDER if any(r["kernel"] == k for r in rows)]
+    variants = [v for v in VARIANT_COLORS if any(r["variant"] == v for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(kernels) + 2), 5))
+    w = 0.8 / max(1, len(variants))
+    for i, v in enumerate(variants):
+        val = {r["kernel"]: r for r in rows if r["variant"] == v}
+        xs = [j + i * w for j in range(len(kernels))]
+        ys = [fnum(val[k]["speedup"]) if k in val else float("nan") for k in kernels]
+        ax.bar(xs, ys, w, label=v, color=VARIANT_COLORS[v])
+        for x, k in zip(xs, kernels):
+            if k in val and fnum(val[k].get("bound_frac")) > 0:
+                ax.annotate(f"{100 * fnum(val[k]['bound_frac']):.0f}%", (x, 0.02),
+                            ha="center", va="bottom", fontsize=6, rotation=90, color="white")
+    for (k, v), t in DELTA_TARGETS.items():
+        if k in kernels and v in variants:
+            j = kernels.index(k)
+            x = j + variants.index(v) * w
+            ax.plot([x - w / 2, x + w / 2], [t, t], color="r", lw=1.5)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks([j + w * (len(variants) - 1) / 2 for j in range(len(kernels))])
+    ax.set_xticklabels(kernels)
+    ax.set_ylabel("speedup over blocking MPI (median times)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    r0 = rows[0]
+    ax.set_title(title or f"delta send/receive kernels: {r0['ranks']} ranks on {r0['hosts']} "
+                 f"host(s), {r0['cores']} cores, {size_label(r0['bytes'])} messages\n"
+                 f"red: targets; white: share of the ideal pipeline bound reached",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def plot_delta_sweep(rows, out, title):
+    mons = [m for m in ("ovl-os", "ovl-explicit") if any(r["monitor"] == m for r in rows)]
+    sizes = sorted({int(r["msg_bytes"]) for r in rows if r["monitor"] in mons})
+    cfgs = sorted({int(r["delta_cfg"]) for r in rows if r["monitor"] in mons},
+                  key=lambda d: (d == 0, d))
+    fig, axes = plt.subplots(1, len(mons), figsize=(7 * len(mons), 5.2), squeeze=False)
+    vmax = max([fnum(r["speedup"]) for r in rows if r["monitor"] in mons] + [1.0])
+    im = None
+    for ax, m in zip(axes[0], mons):
+        grid = [[float("nan")] * len(cfgs) for _ in sizes]
+        for r in rows:
+            if r["monitor"] != m:
+                continue
+            grid[sizes.index(int(r["msg_bytes"]))][cfgs.index(int(r["delta_cfg"]))] = \
+                fnum(r["speedup"])
+        im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=vmax)
+        for i in range(len(sizes)):
+            for j in range(len(cfgs)):
+                v = grid[i][j]
+                if v == v:
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                            color="white" if v < 0.6 * vmax else "black")
+        ax.set_xticks(range(len(cfgs)))
+        ax.set_xticklabels([size_label(d) if d else "auto" for d in cfgs], rotation=45)
+        ax.set_yticks(range(len(sizes)))
+        ax.set_yticklabels([size_label(s) for s in sizes])
+        ax.set_xlabel("delta size")
+        ax.set_ylabel("message size")
+        ax.set_title(f"pair, {m}: speedup over blocking MPI")
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.9)
+    if title:
+        fig.suptitle(title)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
 
 
 KINDS = {
     "latency-hiding": plot_latency_hiding,
     "callback-latency": plot_callback_latency,
     "overview": plot_overview,
+    "delta": plot_delta,
+    "delta-sweep": plot_delta_sweep,
 }
 
 

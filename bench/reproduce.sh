@@ -4,9 +4,12 @@
 #
 #   bench/reproduce.sh [--build DIR] [--out DIR] [--img DIR] [--quick] [--only WHAT]
 #
-# WHAT: cluster | shm | knobs | all (default all). The cluster part needs an
+# WHAT: cluster | shm | knobs | delta | all (default all). The cluster part needs an
 # emulated cluster (tools/ovl-cluster up --hosts 2 --rate 1gbit) and root;
-# it leaves the cluster as it found it. Before each run it waits until the
+# it leaves the cluster as it found it. The delta part (issue 3: delta
+# send/receive kernels and the delta-size sweep) needs 4 hosts
+# (tools/ovl-cluster up --hosts 4 --rate 1gbit) and runs each command
+# DELTA_RUNS times (default 5) into numbered CSVs. Before each run it waits until the
 # machine is idle (other processes would steal the two cores the benchmark
 # measures). CSVs go to --out (default results/perf), PNGs to --img
 # (default docs/img).
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
     --img) IMG=$2; shift 2 ;;
     --quick) REPS=5; CLREPS=200; shift ;;
     --only) ONLY=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "reproduce.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -39,10 +42,12 @@ CLUSTER=$ROOT/tools/ovl-cluster
 [ -x "$BENCH" ] || { echo "reproduce.sh: build first: cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && cmake --build $BUILD --target ovl-bench" >&2; exit 2; }
 mkdir -p "$OUT" "$IMG"
 
-# Wait until both cores are (nearly) idle for 3 s in a row, at most 10 min.
+# Wait until both cores are (nearly) idle for 3 s in a row, at most IDLE_MAX
+# seconds (default 600); the load average at the start of each run goes to
+# the log either way.
 wait_idle() {
     local quiet=0 tries=0
-    while [ $quiet -lt 3 ] && [ $tries -lt 600 ]; do
+    while [ $quiet -lt 3 ] && [ $tries -lt "${IDLE_MAX:-600}" ]; do
         read -r _ u1 n1 s1 i1 w1 q1 sq1 st1 _ < /proc/stat
         sleep 1
         read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ < /proc/stat
@@ -58,14 +63,18 @@ wait_idle() {
 }
 
 on_cluster() { "$CLUSTER" run --np 2 --ppn 1 -- "$@"; }
+on_cluster2() { "$CLUSTER" run --np 2 --ppn 1 --timeout 170 -- "$@"; }
+on_cluster4() { "$CLUSTER" run --np 4 --ppn 1 --timeout 170 -- "$@"; }
 on_shm() { mpiexec -n 2 "$@"; }
 
 # run WHERE NAME ARGS...: one benchmark, its table saved beside its CSV.
 run() {
     local where=$1 name=$2; shift 2
     wait_idle
-    echo "== $where: $name: $*"
-    "on_$where" "$BENCH" "$@" --csv "$OUT/$where-$name.csv" | tee "$OUT/$where-$name.txt"
+    echo "== $where: $name: $* (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+    if ! "on_$where" "$BENCH" "$@" --csv "$OUT/$where-$name.csv" | tee "$OUT/$where-$name.txt"; then
+        return 1
+    fi
     [ "${NOPLOT:-0}" = 1 ] || "$PY" "$ROOT/bench/plot.py" "$OUT/$where-$name.csv" -o "$IMG/$where-$name.png"
 }
 
@@ -95,5 +104,44 @@ if [ "$ONLY" = all ] || [ "$ONLY" = knobs ]; then
     done
     for v in 2 8 32; do
         OVL_STREAM_WINDOW=$v run cluster "knob-win$v" $K
+    done
+fi
+if [ "$ONLY" = all ] || [ "$ONLY" = delta ]; then
+    # issue 3: every kernel x variant on 4 hosts, the pair sweep on 2 of them;
+    # each invocation stays under 2 minutes. Each command is repeated until
+    # DELTA_RUNS (default 5) invocations succeeded, at most twice as many
+    # attempts; a failed invocation (crash, wrong data, hang) keeps its output
+    # as NAME.txt/NAME.csv.failed and is listed in $OUT/delta-failures.txt.
+    "$CLUSTER" status -q || { echo "reproduce.sh: the cluster is down: $CLUSTER up --hosts 4 --rate 1gbit" >&2; exit 2; }
+    RUNS=${DELTA_RUNS:-5}
+    DREPS=5
+    [ "$REPS" = 5 ] && DREPS=3 # --quick
+    export NOPLOT=1
+    : > "$OUT/delta-failures.txt"
+    repeat() { # repeat WHERE KIND ARGS...
+        local where=$1 kind=$2 ok=0 try=0; shift 2
+        rm -f "$OUT/$where-$kind"-[0-9]*.csv "$OUT/$where-$kind"-[0-9]*.csv.failed
+        while [ $ok -lt "$RUNS" ] && [ $try -lt $((2 * RUNS)) ]; do
+            try=$((try + 1))
+            if run "$where" "$kind-$try" "$@"; then
+                ok=$((ok + 1))
+            else
+                echo "$where $kind-$try: exit status $? ($*)" | tee -a "$OUT/delta-failures.txt"
+                mv -f "$OUT/$where-$kind-$try.csv" "$OUT/$where-$kind-$try.csv.failed" 2>/dev/null || true
+            fi
+        done
+    }
+    repeat cluster4 delta delta --reps "$DREPS"
+    repeat cluster2 delta-sweep delta-sweep --reps "$DREPS"
+    repeat cluster4 overview4 overview --reps "$DREPS"
+    # medians over the successful runs (bench/delta_summary.py), then the plots
+    for kind in delta delta-sweep overview4; do
+        where=cluster4; [ $kind = delta-sweep ] && where=cluster2
+        ls "$OUT/$where-$kind"-[0-9]*.csv >/dev/null 2>&1 || continue
+        "$PY" "$ROOT/bench/delta_summary.py" "$OUT/$where-$kind"-[0-9]*.csv \
+            -o "$IMG/cluster-$kind.csv" | tee "$OUT/cluster-$kind-summary.md"
+    done
+    for kind in delta delta-sweep; do
+        [ -f "$IMG/cluster-$kind.csv" ] && "$PY" "$ROOT/bench/plot.py" "$IMG/cluster-$kind.csv" -o "$IMG/cluster-$kind.png"
     done
 fi

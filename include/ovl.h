@@ -420,8 +420,12 @@ OVL_NODISCARD int ovl_monitor_probe(ovl_monitor_t requested, ovl_monitor_t *chos
  * With a fault-based monitor (uffd, mprotect) the program must write the
  * buffer from its first to its last byte (in order, at page granularity);
  * a write into a part already sent is caught, reported on stderr naming
- * the buffer and offset, and the request (and the receiver's) completes
- * with OVL_ERR_STALE. With OVL_MONITOR_EXPLICIT the program instead calls
+ * the buffer and offset, and the request (and the receiver's, when the
+ * write came before the last piece left) completes with OVL_ERR_STALE.
+ * Not checked: the buffer's partial first and last pages (shared with
+ * other data, never protected) and the page being written when the next
+ * delta left. Fault monitors refuse buffers on the calling thread's stack
+ * (OVL_ERR_ARG). With OVL_MONITOR_EXPLICIT the program instead calls
  * ovl_delta_produced() for each range it has finished, in any order.
  *
  * The datatype must be contiguous (MPI_DOUBLE, MPI_BYTE, a contiguous

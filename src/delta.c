@@ -37,6 +37,7 @@
 
 #define HDR_MAGIC 0x6f766c44u /* "ovlD" */
 #define NSLOTS    8
+#define NFWD      8 /* sends that may forward one arriving buffer */
 
 enum { P_LAST = 1u, P_STALE = 2u };
 
@@ -109,7 +110,7 @@ struct ovl__delta {
     size_t staging_len;
     struct ovl__op plain_op;
     atomic_int done;
-    struct ovl__delta *fwd_dst; /* a send forwarding this receive */
+    struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
 };
 
 static struct {
@@ -194,6 +195,31 @@ static int contiguous_bytes(const char *fn, void *buf, int count, MPI_Datatype d
     *bytes = (size_t)count * (size_t)size;
     if (!buf && *bytes > 0)
         return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with count %d", count);
+    return OVL_SUCCESS;
+}
+
+/* Fault monitors cannot guard pages of a thread's stack: the signal frame
+ * and the handler need them. Checked for the calling thread's stack. */
+static int on_my_stack(const void *buf, size_t len)
+{
+    pthread_attr_t a;
+    void *lo = NULL;
+    size_t sz = 0;
+    if (pthread_getattr_np(pthread_self(), &a) != 0)
+        return 0;
+    pthread_attr_getstack(&a, &lo, &sz);
+    pthread_attr_destroy(&a);
+    uintptr_t b = (uintptr_t)buf, l = (uintptr_t)lo;
+    return len > 0 && b < l + sz && b + len > l;
+}
+
+static int check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_t len)
+{
+    if (mon != OVL_MONITOR_EXPLICIT && on_my_stack(buf, len))
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "buffer %p is on the thread's stack: the %s monitor cannot guard stack "
+                          "pages; use heap memory or OVL_MONITOR_EXPLICIT",
+                          buf, ovl_monitor_name(mon));
     return OVL_SUCCESS;
 }
 
@@ -501,8 +527,7 @@ static struct ovl__delta *find_recv(void *buf, size_t len)
     struct ovl__delta *hit = NULL;
     pthread_mutex_lock(&D.lock);
     for (struct ovl__delta *d = D.head; d; d = d->next)
-        if (!d->is_send && !d->plain && d->buf == buf && len <= d->cap && !d->fwd_dst &&
-            !atomic_load(&d->done)) {
+        if (!d->is_send && !d->plain && d->buf == buf && len <= d->cap && !atomic_load(&d->done)) {
             hit = d;
             break;
         }
@@ -564,8 +589,28 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->total = cap;
 
     d->fwd_src = find_recv(buf, cap);
+    if (!d->fwd_src && (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS) {
+        r->delta = NULL;
+        ovl__delta_free(d);
+        ovl__req_release(r);
+        return rc;
+    }
     if (d->fwd_src) {
-        d->fwd_src->fwd_dst = d;
+        struct ovl__delta *src = d->fwd_src;
+        int k = 0;
+        ovl__engine_lock(); /* fwd_dst is read by the driver */
+        while (k < NFWD && src->fwd_dst[k])
+            k++;
+        if (k < NFWD)
+            src->fwd_dst[k] = d;
+        ovl__engine_unlock();
+        if (k == NFWD) {
+            r->delta = NULL;
+            ovl__delta_free(d);
+            ovl__req_release(r);
+            return ovl__error(OVL_ERR_NOMEM, fn,
+                              "more than %d sends forward the same arriving buffer", NFWD);
+        }
         d->mon = OVL_MONITOR_EXPLICIT; /* arrivals drive it, not writes */
     } else if (d->mon == OVL_MONITOR_EXPLICIT) {
         d->use_ranges = 1;
@@ -596,15 +641,23 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
         active_remove(d);
         if (d->w)
             ovl__watch_send_finish(d->w);
-        if (d->fwd_src)
-            d->fwd_src->fwd_dst = NULL;
+        if (d->fwd_src) {
+            ovl__engine_lock();
+            for (int k = 0; k < NFWD; k++)
+                if (d->fwd_src->fwd_dst[k] == d)
+                    d->fwd_src->fwd_dst[k] = NULL;
+            ovl__engine_unlock();
+        }
         ovl__req_release(r);
         return rc != MPI_SUCCESS ? ovl__mpi_error(rc, fn, "MPI_Isend of the header")
                                  : ovl__error(OVL_ERR_NOMEM, fn, "no memory");
     }
     if (d->fwd_src) {
         pthread_mutex_lock(&d->lock);
-        forward_locked(d, atomic_load(&d->fwd_src->done));
+        int done = atomic_load(&d->fwd_src->done);
+        forward_locked(d, done);
+        if (done)
+            d->fwd_src = NULL; /* it completed before it could see us */
         pthread_mutex_unlock(&d->lock);
     }
     *req = h;
@@ -697,11 +750,8 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
 
 /* ---- receive side ------------------------------------------------------------- */
 
-static void forward_from(struct ovl__delta *src)
+static void forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
 {
-    struct ovl__delta *f = src->fwd_dst;
-    if (!f)
-        return;
     int done = atomic_load(&src->done);
     pthread_mutex_lock(&f->lock);
     forward_locked(f, done);
@@ -716,10 +766,24 @@ static void forward_from(struct ovl__delta *src)
         }
     }
     pthread_mutex_unlock(&f->lock);
-    if (done)
-        src->fwd_dst = NULL;
+    if (done) {
+        ovl__engine_lock();
+        src->fwd_dst[k] = NULL;
+        ovl__engine_unlock();
+    }
     if (fin)
         finish_send(f);
+}
+
+static void forward_from(struct ovl__delta *src)
+{
+    for (int k = 0; k < NFWD; k++) {
+        ovl__engine_lock();
+        struct ovl__delta *f = src->fwd_dst[k];
+        ovl__engine_unlock();
+        if (f)
+            forward_one(src, f, k);
+    }
 }
 
 static void finish_recv(struct ovl__delta *d, int err)
@@ -802,8 +866,7 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
     } else if (!d->last_seen) {
         post_slot(d, s);
     }
-    if (d->fwd_dst)
-        forward_from(d);
+    forward_from(d);
     maybe_finish(d);
 }
 
@@ -993,7 +1056,8 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     }
     r->count = count;
     d->mon = ovl__watch_resolve(monitor);
-    if ((rc = ovl__watch_recv_create(d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
+    if ((rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS ||
+        (rc = ovl__watch_recv_create(d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
         ovl__req_release(r);
         return rc;
     }

@@ -204,7 +204,8 @@ static int receives_matched(void)
     if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__stream_active() && !ovl__match_posted())
         return 1;
     for (int p = 0; p < ovl__g.size; p++)
-        if (atomic_load(&ovl__g.recvd_from[p]) < expected_from[p])
+        if (atomic_load(&ovl__g.recvd_from[p]) + (unsigned long long)ovl__match_unexpected_from(p) <
+            expected_from[p])
             return 0;
     return 1;
 }

@@ -32,6 +32,19 @@ static struct {
     atomic_int cancel; /* finalize asked the driver to cancel every posted receive */
 } M = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* Messages probed from @source that no receive has taken yet: finalize
+ * counts them as arrived (the program sent what nobody receives). */
+int ovl__match_unexpected_from(int source)
+{
+    int n = 0;
+    pthread_mutex_lock(&M.lock);
+    for (struct unexp *u = M.unexp; u; u = u->next)
+        if (u->st.MPI_SOURCE == source)
+            n++;
+    pthread_mutex_unlock(&M.lock);
+    return n;
+}
+
 int ovl__match_posted(void)
 {
     return atomic_load_explicit(&M.nposted, memory_order_relaxed);

@@ -163,6 +163,7 @@ void ovl__match_post(struct ovl__match *m);
 /* Probe comm_msg for messages and hand them to posted receives (driver). */
 int ovl__match_poll(void);
 int ovl__match_posted(void);
+int ovl__match_unexpected_from(int source);
 /* Finalize: cancel every posted receive; receive and drop probed messages
  * nobody took. */
 void ovl__match_cancel_all(void);

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define MAX_REGIONS 1024
@@ -45,6 +46,7 @@ static struct {
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
+        atomic_flag busy; /* orders a release against a single-step re-guard */
     } edges[MAX_EDGES];
     /* ranges of regions released lately: a fault racing with the release
      * is retried once instead of being taken for a genuine one */
@@ -57,7 +59,7 @@ static struct {
     size_t nzombies, capzombies;
     atomic_int in_handler;
     int installed;
-    struct sigaction old_segv, old_bus;
+    struct sigaction old_segv, old_bus, old_trap;
     int mem_fd; /* /proc/self/mem */
     /* probe page for measuring the fault cost */
     _Atomic uintptr_t probe;
@@ -252,6 +254,8 @@ static void edge_put_locked(uintptr_t page)
 {
     for (int i = 0; i < MAX_EDGES; i++) {
         if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0) {
+            while (atomic_flag_test_and_set(&W.edges[i].busy))
+                sched_yield();
             if (atomic_load(&W.edges[i].refs) == 1) {
                 /* Open before dropping the last reference: a waiter that
                  * sees refs == 0 retries an accessible page. Retry on
@@ -261,19 +265,94 @@ static void edge_put_locked(uintptr_t page)
                     sched_yield();
             }
             atomic_fetch_sub(&W.edges[i].refs, 1);
+            atomic_flag_clear(&W.edges[i].busy);
             return;
         }
     }
 }
 
-/* From the handler: is @page a guarded edge page? */
-static int edge_guarded(uintptr_t page)
+/* From the handler: the slot of a guarded edge page, or -1. */
+static int edge_slot(uintptr_t page)
 {
     for (int i = 0; i < MAX_EDGES; i++)
         if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0)
+            return i;
+    return -1;
+}
+
+static int edge_guarded(uintptr_t page)
+{
+    return edge_slot(page) >= 0;
+}
+
+/* Is @addr one of the bytes some pending receive is waiting for? */
+static int in_pending_buffer(uintptr_t addr)
+{
+    for (int k = 0; k < MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&W.regs[k]);
+        if (w && !w->is_send && addr >= (uintptr_t)w->base && addr < (uintptr_t)w->base + w->len)
             return 1;
+    }
     return 0;
 }
+
+/* Neighbour data on a guarded edge page (malloc's own headers, other
+ * variables) must not wait for a message: the access may come from inside
+ * malloc or MPI, where driving progress would deadlock. It is let through
+ * by opening the page for one instruction (x86-64 trap flag) and guarding
+ * it again in the SIGTRAP that follows. Elsewhere it waits like the
+ * buffer's own bytes. */
+#if defined(__x86_64__) && defined(__linux__)
+#define OVL_SINGLE_STEP 1
+static __thread uintptr_t step_pages[2] __attribute__((tls_model("initial-exec")));
+
+static int step_over(uintptr_t page, void *uc)
+{
+    ucontext_t *u = uc;
+    int k = step_pages[0] ? (step_pages[1] ? -1 : 1) : 0;
+    if (k < 0 || !u)
+        return 0;
+    if (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0)
+        return 0;
+    step_pages[k] = page;
+    u->uc_mcontext.gregs[REG_EFL] |= 0x100; /* TF */
+    return 1;
+}
+
+static void on_trap(int sig, siginfo_t *si, void *uc)
+{
+    if (!step_pages[0]) {
+        struct sigaction *old = &W.old_trap;
+        if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction)
+            old->sa_sigaction(sig, si, uc);
+        else if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler != SIG_DFL &&
+                 old->sa_handler != SIG_IGN)
+            old->sa_handler(sig);
+        else if (old->sa_handler == SIG_DFL) {
+            signal(SIGTRAP, SIG_DFL);
+            raise(SIGTRAP);
+        }
+        return;
+    }
+    int saved = errno;
+    ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~0x100;
+    for (int k = 0; k < 2; k++) {
+        uintptr_t page = step_pages[k];
+        step_pages[k] = 0;
+        if (!page)
+            continue;
+        int e = edge_slot(page);
+        if (e < 0)
+            continue;
+        while (atomic_flag_test_and_set(&W.edges[e].busy))
+            sched_yield();
+        if (atomic_load(&W.edges[e].page) == page && atomic_load(&W.edges[e].refs) > 0)
+            mprotect((void *)page, ovl__watch_page(), PROT_NONE);
+        atomic_flag_clear(&W.edges[e].busy);
+    }
+    errno = saved;
+}
+#endif
 
 /* ---- the fault handler ---------------------------------------------------- */
 
@@ -317,7 +396,7 @@ static int edge_open(const void *page, size_t unused)
 static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr);
 
 /* 1 if the fault was ovl's (and the access can be retried). */
-static int handle(int sig, uintptr_t addr)
+static int handle(int sig, uintptr_t addr, void *uc)
 {
     size_t ps = ovl__watch_page();
     uintptr_t page = addr & ~(uintptr_t)(ps - 1);
@@ -331,6 +410,12 @@ static int handle(int sig, uintptr_t addr)
     }
     atomic_fetch_add_explicit(&ovl__g.st_faults, 1, memory_order_relaxed);
     if (edge_guarded(page)) {
+#ifdef OVL_SINGLE_STEP
+        if (!in_pending_buffer(addr) && step_over(page, uc))
+            return 1;
+#else
+        (void)uc;
+#endif
         wait_for(edge_open, (const void *)page, 0, addr);
         return 1;
     }
@@ -389,7 +474,7 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     int handled = 0;
     if (si && si->si_code > 0) { /* a real fault, not kill() */
         atomic_fetch_add(&W.in_handler, 1);
-        handled = handle(sig, (uintptr_t)si->si_addr);
+        handled = handle(sig, (uintptr_t)si->si_addr, uc);
         atomic_fetch_sub(&W.in_handler, 1);
     }
     if (!handled)
@@ -427,7 +512,13 @@ static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
         }
         b->send_protect(w, i, i + 1, 0);
     } else {
+        /* A store may straddle pages i-1 and i and fault on page i before
+         * writing anything: the last bytes of page i-1 are not final yet.
+         * Send up to SLACK bytes before page i, and leave page i-1 writable
+         * until the next delta. */
+        enum { SLACK = 64 };
         size_t upto = (size_t)((uintptr_t)ovl__watch_page_addr(w, i) - (uintptr_t)w->base);
+        upto = upto > SLACK ? upto - SLACK : 0;
         if (ovl__engine_driving())
             fatal("a continuation wrote a delta-send buffer that is being monitored", addr);
         size_t d = w->produced(w->ctx, upto);
@@ -435,12 +526,13 @@ static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
         if (dp < 1)
             dp = 1;
         size_t hi = i + dp > w->ihi ? w->ihi : i + dp;
+        size_t lo = i > w->s_lo ? i - 1 : i;
         /* Open the next delta first, then write-protect what was sent. */
         if (b->send_protect(w, i, hi, 0) != 0)
             b->send_protect(w, i, w->ihi, 0); /* coarser: stop monitoring */
-        if (w->s_hi > w->s_lo)
-            b->send_protect(w, w->s_lo, w->s_hi, 1);
-        w->s_lo = i;
+        if (lo > w->s_lo)
+            b->send_protect(w, w->s_lo, lo, 1);
+        w->s_lo = lo;
         w->s_hi = hi;
     }
     atomic_flag_clear(&w->busy);
@@ -714,6 +806,19 @@ void ovl__watch_recv_finish(struct ovl__watch *w)
             atomic_store(&w->valid[i], 1);
         return;
     }
+    /* Pages the message ended in (or that got part of a truncated one)
+     * hold data that must be installed before the rest is opened. */
+    for (size_t i = w->ilo; i < w->ihi;) {
+        if (atomic_load(&w->valid[i]) || w->got[i] == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < w->ihi && !atomic_load(&w->valid[j]) && w->got[j] > 0)
+            j++;
+        open_interior(w, i, j);
+        i = j;
+    }
     if (w->ihi > w->ilo)
         backend(w)->recv_done(w);
     pthread_mutex_lock(&W.lock);
@@ -871,6 +976,10 @@ int ovl__watch_init(void)
         if (sigaction(SIGSEGV, &sa, &W.old_segv) != 0 || sigaction(SIGBUS, &sa, &W.old_bus) != 0)
             return ovl__error(OVL_ERR_MONITOR, "ovl_init", "cannot install the fault handler: %s",
                               strerror(errno));
+#ifdef OVL_SINGLE_STEP
+        sa.sa_sigaction = on_trap;
+        sigaction(SIGTRAP, &sa, &W.old_trap);
+#endif
         W.installed = 1;
     }
     return OVL_SUCCESS;
@@ -895,6 +1004,11 @@ void ovl__watch_fini(void)
         if (sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
             cur.sa_sigaction == on_fault)
             sigaction(SIGBUS, &W.old_bus, NULL);
+#ifdef OVL_SINGLE_STEP
+        if (sigaction(SIGTRAP, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+            cur.sa_sigaction == on_trap)
+            sigaction(SIGTRAP, &W.old_trap, NULL);
+#endif
         W.installed = 0;
     }
 }

@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_delta_interop: delta messages meet plain ones, and monitors mix.
+ *  - every pairing of sender (ovl_isend, delta send with uffd / mprotect /
+ *    explicit, chosen per request with the _with calls) and receiver
+ *    (ovl_irecv, delta receive with each monitor): all in flight at once in
+ *    one program, buffers produced interleaved, receive buffers used before
+ *    ovl_wait in random order; status and every byte checked;
+ *  - OVL_ANY_SOURCE / OVL_ANY_TAG delta receives (each monitor) report the
+ *    real source, tag and size, the data used while pending;
+ *  - order: ovl_isend and delta sends on one tag are received in the order
+ *    they were started (by ovl_irecv and ovl_delta_recv, alternating), also
+ *    when a later delta send is finished before an earlier one;
+ *  - truncation: a longer message into a delta receive, and a delta send
+ *    into a short ovl_irecv -> OVL_ERR_TRUNCATE, the first count elements
+ *    in place, nothing written past the buffer.
+ * Pairs: rank r with r^1; wildcards: a ring.
+ */
+#include "delta_common.h"
+
+#define KIND_PLAIN (-1) /* ovl_isend / ovl_irecv */
+
+static int peer, even;
+static ovl_monitor_t monitors[3];
+static int nmon;
+
+static const char *kind_name(int k)
+{
+    return k == KIND_PLAIN ? "plain" : ovl_monitor_name((ovl_monitor_t)k);
+}
+
+/* ---- the matrix -------------------------------------------------------------- */
+
+struct xfer {
+    int skind, rkind, tag;
+    size_t sbytes, rbytes;
+    unsigned char *sbuf, *rbuf;
+    ovl_request_t sreq, rreq;
+    uint64_t skey, rkey;
+};
+
+static size_t xfer_bytes(int src, int tag)
+{
+    th_rng_t r;
+    th_rng_init(&r, 0x1a7e, (uint64_t)src, (uint64_t)tag);
+    return 1 + (size_t)th_below(&r, (size_t)1 << 20);
+}
+
+static void matrix(void)
+{
+    int kinds[4] = { KIND_PLAIN };
+    for (int i = 0; i < nmon; i++)
+        kinds[1 + i] = (int)monitors[i];
+    int nk = 1 + nmon, n = 0;
+    struct xfer x[16];
+    th_rng_t rng;
+    th_rng_init(&rng, 0x3a7, (uint64_t)th_rank, 0);
+    for (int a = 0; a < nk; a++)
+        for (int b = 0; b < nk; b++) {
+            if (a == 0 && b == 0)
+                continue; /* plain to plain: test_message */
+            struct xfer *t = &x[n];
+            t->skind = kinds[a];
+            t->rkind = kinds[b];
+            t->tag = 10 + n;
+            t->sbytes = xfer_bytes(th_rank, t->tag);
+            t->rbytes = xfer_bytes(peer, t->tag);
+            t->skey = 0x3a70000 + ((uint64_t)th_rank << 8) + (uint64_t)t->tag;
+            t->rkey = 0x3a70000 + ((uint64_t)peer << 8) + (uint64_t)t->tag;
+            t->sbuf = dt_alloc(t->sbytes);
+            t->rbuf = dt_alloc(t->rbytes);
+            CHECK(t->sbuf && t->rbuf);
+            n++;
+        }
+    /* receives first, then the delta sends begin, all at once */
+    for (int i = 0; i < n; i++) {
+        struct xfer *t = &x[i];
+        if (t->rkind == KIND_PLAIN)
+            CHECK_OK(ovl_irecv(t->rbuf, (int)t->rbytes, MPI_BYTE, peer, t->tag, &t->rreq));
+        else
+            CHECK_OK(ovl_delta_recv_with(t->rbuf, (int)t->rbytes, MPI_BYTE, peer, t->tag,
+                                         (ovl_monitor_t)t->rkind, &t->rreq));
+    }
+    for (int i = 0; i < n; i++) {
+        struct xfer *t = &x[i];
+        if (t->skind != KIND_PLAIN)
+            CHECK_OK(ovl_delta_send_begin_with(t->sbuf, (int)t->sbytes, MPI_BYTE, peer, t->tag,
+                                               (ovl_monitor_t)t->skind, &t->sreq));
+    }
+    /* produce: every buffer in order, strips of all buffers interleaved */
+    size_t strip = 2 * dt_page() + 11;
+    for (size_t o = 0; o < ((size_t)1 << 20); o += strip) {
+        for (int i = 0; i < n; i++) {
+            struct xfer *t = &x[i];
+            if (o >= t->sbytes)
+                continue;
+            size_t len = dt_min(strip, t->sbytes - o);
+            th_fill(t->sbuf + o, len, t->skey, o);
+            if (t->skind == OVL_MONITOR_EXPLICIT)
+                CHECK_OK(ovl_delta_produced(t->sreq, o, len));
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        struct xfer *t = &x[i];
+        if (t->skind == KIND_PLAIN)
+            CHECK_OK(ovl_isend(t->sbuf, (int)t->sbytes, MPI_BYTE, peer, t->tag, &t->sreq));
+        else
+            CHECK_OK(ovl_delta_send_end(t->sreq));
+    }
+    /* use the delta receive buffers before waiting */
+    for (int i = 0; i < n; i++) {
+        struct xfer *t = &x[i];
+        if (t->rkind != KIND_PLAIN)
+            dt_use(t->rreq, t->rkind == OVL_MONITOR_EXPLICIT, t->rbuf, t->rbytes, t->rkey, &rng);
+    }
+    for (int i = 0; i < n; i++) {
+        struct xfer *t = &x[i];
+        ovl_status_t st = { .error = 1 };
+        CHECK_OK(ovl_wait(&t->rreq, &st));
+        CHECKF(st.source == peer && st.tag == t->tag && st.bytes == t->rbytes &&
+                   st.error == OVL_SUCCESS,
+               "%s -> %s: status {%d, %d, %zu, %d}, expected %zu bytes", kind_name(t->skind),
+               kind_name(t->rkind), st.source, st.tag, st.bytes, st.error, t->rbytes);
+        size_t bad = t->rkind == KIND_PLAIN ? th_verify(t->rbuf, t->rbytes, t->rkey, 0)
+                                            : dt_check_used(t->rbuf, t->rbytes, t->rkey);
+        CHECKF(bad == TH_OK, "%s -> %s: byte %zu of %zu wrong", kind_name(t->skind),
+               kind_name(t->rkind), bad, t->rbytes);
+        st = (ovl_status_t){ .error = 1 };
+        CHECK_OK(ovl_wait(&t->sreq, &st));
+        CHECK(st.bytes == t->sbytes && st.error == OVL_SUCCESS);
+        dt_free(t->sbuf, t->sbytes);
+        dt_free(t->rbuf, t->rbytes);
+    }
+    if (th_rank == 0)
+        printf("test_delta_interop: %d sender/receiver pairings in flight at once\n", n);
+}
+
+/* ---- wildcards ----------------------------------------------------------------- */
+
+static void wildcards(void)
+{
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    th_rng_t rng;
+    th_rng_init(&rng, 0x11d, (uint64_t)th_rank, 0);
+    for (int i = 0; i < nmon; i++) {
+        for (int w = 0; w < 3; w++) {
+            ovl_monitor_t m = monitors[i];
+            int stag = 400 + 10 * i + w;
+            /* w = 0: any source and tag; 1: any source; 2: any tag */
+            int src = w == 2 ? left : OVL_ANY_SOURCE, rtag = w == 1 ? stag : OVL_ANY_TAG;
+            size_t cap = (size_t)1 << 20, sbytes = 100000 + 4097 * (size_t)th_rank;
+            size_t rbytes = 100000 + 4097 * (size_t)left;
+            uint64_t skey = 0x11d00 + (uint64_t)(th_rank * 64 + stag);
+            uint64_t rkey = 0x11d00 + (uint64_t)(left * 64 + stag);
+            dt_region_t in, out;
+            dt_region_alloc(&in, cap, 17, 0xa1);
+            dt_region_alloc(&out, sbytes, 0, 0xa2);
+            ovl_request_t rr, sr;
+            ovl_status_t st = { .error = 1 };
+            CHECK_OK(ovl_delta_recv_with(in.buf, (int)cap, MPI_BYTE, src, rtag, m, &rr));
+            if (w == 1) { /* a plain send into the wildcard delta receive */
+                th_fill(out.buf, sbytes, skey, 0);
+                CHECK_OK(ovl_isend(out.buf, (int)sbytes, MPI_BYTE, right, stag, &sr));
+            } else {
+                CHECK_OK(
+                    ovl_delta_send_begin_with(out.buf, (int)sbytes, MPI_BYTE, right, stag, m, &sr));
+                dt_produce(sr, out.buf, sbytes, skey,
+                           m == OVL_MONITOR_EXPLICIT ? DT_PROD_RANDOM : DT_PROD_PLAIN, &rng);
+                CHECK_OK(ovl_delta_send_end(sr));
+            }
+            /* only the left neighbour sends here: use the data at once
+             * (FAILS with uffd when first written: the message is shorter
+             * than the buffer, its last page reads as zeros) */
+            dt_use(rr, m == OVL_MONITOR_EXPLICIT, in.buf, rbytes, rkey, &rng);
+            CHECK_OK(ovl_wait(&rr, &st));
+            CHECKF(st.source == left && st.tag == 400 + 10 * i + w && st.bytes == rbytes &&
+                       st.error == OVL_SUCCESS,
+                   "%s wildcard %d: status {%d, %d, %zu, %d}, expected {%d, %d, %zu}",
+                   ovl_monitor_name(m), w, st.source, st.tag, st.bytes, st.error, left, stag,
+                   rbytes);
+            CHECK(dt_check_used(in.buf, rbytes, rkey) == TH_OK);
+            CHECK_OK(ovl_wait(&sr, &st));
+            CHECK(st.bytes == sbytes && st.error == OVL_SUCCESS);
+            CHECK(dt_sentinel_check(&in) == TH_OK && dt_sentinel_check(&out) == TH_OK);
+            dt_region_free(&in);
+            dt_region_free(&out);
+            /* the next round's wildcards must not see this round's messages */
+            CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        }
+    }
+}
+
+/* ---- order on one tag --------------------------------------------------------- */
+
+static void order(void)
+{
+    enum { N = 6, TAG = 600 };
+    /* message i: size, and how it is sent / received */
+    static const size_t sizes[N] = { 1000, 300000, 5000, 2000000, 1, 700000 };
+    size_t cap = 2000000;
+    th_rng_t rng;
+    th_rng_init(&rng, 0x0de, (uint64_t)th_rank, 0);
+    for (int round = 0; round < nmon; round++) {
+        ovl_monitor_t m = monitors[round];
+        int ex = m == OVL_MONITOR_EXPLICIT;
+        unsigned char *in[N], *out[N];
+        ovl_request_t rq[N], sq[N];
+        for (int i = 0; i < N; i++) {
+            in[i] = dt_alloc(cap);
+            out[i] = dt_alloc(sizes[i]);
+            CHECK(in[i] && out[i]);
+        }
+        /* receives alternate: delta, plain, delta, ... */
+        for (int i = 0; i < N; i++) {
+            if (i % 2 == 0)
+                CHECK_OK(ovl_delta_recv_with(in[i], (int)cap, MPI_BYTE, peer, TAG, m, &rq[i]));
+            else
+                CHECK_OK(ovl_irecv(in[i], (int)cap, MPI_BYTE, peer, TAG, &rq[i]));
+        }
+        /* sends alternate the other way: plain, delta, plain, ... The last
+         * two are both delta sends, the later one finished first. */
+        for (int i = 0; i < N; i++) {
+            uint64_t key = 0x0de00 + (uint64_t)(th_rank * 16 + i);
+            if (i % 2 == 0 && i < N - 2) {
+                th_fill(out[i], sizes[i], key, 0);
+                CHECK_OK(ovl_isend(out[i], (int)sizes[i], MPI_BYTE, peer, TAG, &sq[i]));
+            } else {
+                CHECK_OK(ovl_delta_send_begin_with(out[i], (int)sizes[i], MPI_BYTE, peer, TAG, m,
+                                                   &sq[i]));
+                if (i < N - 2) {
+                    dt_produce(sq[i], out[i], sizes[i], key, ex ? DT_PROD_INORDER : DT_PROD_PLAIN,
+                               &rng);
+                    CHECK_OK(ovl_delta_send_end(sq[i]));
+                }
+            }
+        }
+        for (int i = N - 1; i >= N - 2; i--) {
+            uint64_t key = 0x0de00 + (uint64_t)(th_rank * 16 + i);
+            dt_produce(sq[i], out[i], sizes[i], key, ex ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
+            CHECK_OK(ovl_delta_send_end(sq[i]));
+        }
+        for (int i = 0; i < N; i++) {
+            uint64_t key = 0x0de00 + (uint64_t)(peer * 16 + i);
+            if (i % 2 == 0)
+                dt_use(rq[i], ex, in[i], sizes[i], key, &rng);
+            ovl_status_t st = { .error = 1 };
+            CHECK_OK(ovl_wait(&rq[i], &st));
+            CHECKF(st.bytes == sizes[i] && st.source == peer && st.tag == TAG &&
+                       st.error == OVL_SUCCESS,
+                   "%s: receive %d got %zu bytes, expected message %d (%zu bytes): order lost",
+                   ovl_monitor_name(m), i, st.bytes, i, sizes[i]);
+            size_t bad = i % 2 == 0 ? dt_check_used(in[i], sizes[i], key)
+                                    : th_verify(in[i], sizes[i], key, 0);
+            CHECKF(bad == TH_OK, "%s: receive %d: byte %zu wrong", ovl_monitor_name(m), i, bad);
+        }
+        CHECK_OK(ovl_waitall(N, sq, OVL_STATUS_IGNORE));
+        for (int i = 0; i < N; i++) {
+            dt_free(in[i], cap);
+            dt_free(out[i], sizes[i]);
+        }
+    }
+}
+
+/* ---- truncation ------------------------------------------------------------------ */
+
+static void truncation(void)
+{
+    th_rng_t rng;
+    th_rng_init(&rng, 0x7c, (uint64_t)th_rank, 0);
+    for (int i = 0; i < nmon; i++) {
+        ovl_monitor_t m = monitors[i];
+        for (int c = 0; c < 3; c++) {
+            /* c = 0: plain 1000 B into a 600 B delta receive; 1: delta 3 MB
+             * into a 1 MB delta receive; 2: delta 3 MB into a 1 MB ovl_irecv */
+            size_t sbytes = c == 0 ? 1000 : (size_t)3 << 20;
+            size_t rbytes = c == 0 ? 600 : (size_t)1 << 20;
+            int tag = 700 + 10 * i + c;
+            uint64_t key = 0x7c00 + (uint64_t)(th_rank / 2 * 64 + tag);
+            dt_region_t r;
+            ovl_request_t req;
+            ovl_status_t st = { .error = 0 };
+            if (even) {
+                dt_region_alloc(&r, sbytes, 0, 0x7c1);
+                if (c == 0) {
+                    th_fill(r.buf, sbytes, key, 0);
+                    CHECK_OK(ovl_isend(r.buf, (int)sbytes, MPI_BYTE, peer, tag, &req));
+                } else {
+                    CHECK_OK(ovl_delta_send_begin_with(r.buf, (int)sbytes, MPI_BYTE, peer, tag, m,
+                                                       &req));
+                    dt_produce(req, r.buf, sbytes, key,
+                               m == OVL_MONITOR_EXPLICIT ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
+                    CHECK_OK(ovl_delta_send_end(req));
+                }
+                /* not specified by MPI on the sender's side: it must complete */
+                int rc = ovl_wait(&req, &st);
+                CHECKF(rc == OVL_SUCCESS || rc == OVL_ERR_TRUNCATE || rc == OVL_ERR_MPI,
+                       "%s case %d: sender %s", ovl_monitor_name(m), c, th_code_name(rc));
+            } else {
+                /* the buffer ends 10 bytes before its last page does */
+                size_t pg = dt_page();
+                size_t off = (pg - (rbytes + 10) % pg) % pg;
+                dt_region_alloc(&r, rbytes, off, 0x7c2);
+                if (c == 2)
+                    CHECK_OK(ovl_irecv(r.buf, (int)rbytes, MPI_BYTE, peer, tag, &req));
+                else
+                    CHECK_OK(ovl_delta_recv_with(r.buf, (int)rbytes, MPI_BYTE, peer, tag, m, &req));
+                if (c != 2 && m == OVL_MONITOR_EXPLICIT) {
+                    int rc = ovl_delta_need(req, 0, rbytes);
+                    CHECKF(rc == OVL_SUCCESS || rc == OVL_ERR_TRUNCATE, "need: %s",
+                           th_code_name(rc));
+                }
+                if (c != 2) { /* the first count elements arrive */
+                    size_t bad = th_verify(r.buf, rbytes, key, 0);
+                    CHECKF(bad == TH_OK, "%s case %d: byte %zu wrong before ovl_wait",
+                           ovl_monitor_name(m), c, bad);
+                }
+                EXPECT_ERR(ovl_wait(&req, &st), OVL_ERR_TRUNCATE);
+                CHECK(st.error == OVL_ERR_TRUNCATE && req == OVL_REQUEST_NULL);
+                size_t bad = th_verify(r.buf, rbytes, key, 0);
+                CHECKF(bad == TH_OK, "%s case %d: byte %zu of the first %zu wrong",
+                       ovl_monitor_name(m), c, bad, rbytes);
+            }
+            size_t bad = dt_sentinel_check(&r);
+            CHECKF(bad == TH_OK, "%s case %d: %s: byte %zu past the buffer's end changed",
+                   ovl_monitor_name(m), c, even ? "sender" : "receiver", bad);
+            dt_region_free(&r);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    dt_init(&argc, &argv, "test_delta_interop", NULL);
+    peer = th_rank ^ 1;
+    even = th_rank % 2 == 0;
+    CHECKF(peer < th_size, "test_delta_interop needs an even number of ranks");
+    if (dt_uffd_available())
+        monitors[nmon++] = OVL_MONITOR_UFFD;
+    else if (th_rank == 0)
+        printf("test_delta_interop: NOTE: no userfaultfd here, uffd not tested\n");
+    monitors[nmon++] = OVL_MONITOR_MPROTECT;
+    monitors[nmon++] = OVL_MONITOR_EXPLICIT;
+    dt_phase("matrix", 60);
+    matrix();
+    dt_phase("wildcards", 30);
+    wildcards();
+    dt_phase("order", 30);
+    order();
+    dt_phase("truncation", 30);
+    truncation();
+    return dt_finish();
+}
