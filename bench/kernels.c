@@ -229,7 +229,9 @@ static struct chan *CH(struct kernel *k, int i)
 }
 
 /* Partitions: as close to part_size as divides the message evenly. */
-static int choose_parts(size_t n, size_t part_elems)
+__attribute__((unused)) /* only with MPI-4 partitioned communication */
+static int
+choose_parts(size_t n, size_t part_elems)
 {
     size_t p = part_elems ? n / part_elems : 1;
     if (p < 1)
