@@ -29,6 +29,13 @@ static struct {
     struct ovl__match *posted, *posted_tail;
     struct unexp *unexp, *unexp_tail;
     atomic_int nposted;
+    /* receives matched at posting time, handed to the driver: every
+     * `matched` callback runs on the driving thread, never concurrently */
+    struct ready {
+        struct ovl__match *m;
+        struct unexp *u;
+        struct ready *next;
+    } * ready, *ready_tail;
     atomic_int cancel; /* finalize asked the driver to cancel every posted receive */
 } M = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -80,15 +87,30 @@ void ovl__match_post(struct ovl__match *m)
     for (struct unexp *u = M.unexp; u; prev = u, pp = &u->next, u = u->next) {
         if (!matches(m, &u->st))
             continue;
+        struct ready *rd = malloc(sizeof *rd);
         *pp = u->next;
         if (M.unexp_tail == u)
             M.unexp_tail = prev;
+        if (!rd) { /* no memory to defer it: match it here */
+            pthread_mutex_unlock(&M.lock);
+            int delta;
+            user_tag(u->st.MPI_TAG, &delta);
+            count_received(&u->st);
+            m->matched(m, u->msg, &u->st, delta);
+            free(u);
+            return;
+        }
+        rd->m = m;
+        rd->u = u;
+        rd->next = NULL;
+        if (M.ready_tail)
+            M.ready_tail->next = rd;
+        else
+            M.ready = rd;
+        M.ready_tail = rd;
+        atomic_fetch_add(&M.nposted, 1);
         pthread_mutex_unlock(&M.lock);
-        int delta;
-        user_tag(u->st.MPI_TAG, &delta);
-        count_received(&u->st);
-        m->matched(m, u->msg, &u->st, delta);
-        free(u);
+        ovl__engine_wake();
         return;
     }
     if (M.posted_tail)
@@ -125,7 +147,10 @@ static int cancel_posted(void)
     pthread_mutex_lock(&M.lock);
     struct ovl__match *m = M.posted;
     M.posted = M.posted_tail = NULL;
-    atomic_store(&M.nposted, 0);
+    int np = 0;
+    for (struct ovl__match *x = m; x; x = x->next)
+        np++;
+    atomic_fetch_sub(&M.nposted, np);
     atomic_store(&M.cancel, 0);
     pthread_mutex_unlock(&M.lock);
     int n = 0;
@@ -138,12 +163,36 @@ static int cancel_posted(void)
     return n;
 }
 
+/* Run the receives matched at posting time (driver). */
+static int run_ready(void)
+{
+    pthread_mutex_lock(&M.lock);
+    struct ready *rd = M.ready;
+    M.ready = M.ready_tail = NULL;
+    pthread_mutex_unlock(&M.lock);
+    int n = 0;
+    while (rd) {
+        struct ready *next = rd->next;
+        int delta;
+        user_tag(rd->u->st.MPI_TAG, &delta);
+        count_received(&rd->u->st);
+        atomic_fetch_sub(&M.nposted, 1);
+        rd->m->matched(rd->m, rd->u->msg, &rd->u->st, delta);
+        free(rd->u);
+        free(rd);
+        rd = next;
+        n++;
+    }
+    return n;
+}
+
 int ovl__match_poll(void)
 {
     if (!ovl__match_posted())
         return 0;
+    int nready = M.ready ? run_ready() : 0;
     if (atomic_load(&M.cancel))
-        return cancel_posted();
+        return nready + cancel_posted();
     struct hit {
         struct ovl__match *m;
         MPI_Message msg;
@@ -190,7 +239,7 @@ int ovl__match_poll(void)
         count_received(&hits[i].st);
         hits[i].m->matched(hits[i].m, hits[i].msg, &hits[i].st, delta);
     }
-    return n;
+    return n + nready;
 }
 
 /* Cancellation completes requests, which only the driver may do: leave
