@@ -154,7 +154,7 @@ def merge_sweep(runs, out):
         m["time_ms_max"] = f"{max(meds):.6g}"
         m["mpi_ms_med"] = f"{med([fnum(r['mpi_ms_med']) for r in g]):.6g}"
         m["speedup"] = f"{med([fnum(r['speedup']) for r in g]):.4f}"
-        used = sorted({r["delta_used"] for r in g if r["delta_used"]})
+        used = sorted((r["delta_used"] for r in g if r["delta_used"]), key=int)
         m["delta_used"] = used[len(used) // 2] if used else ""
         m["reps"] = str(sum(int(r["reps"]) for r in g))
         merged[k] = m

@@ -1267,10 +1267,15 @@ double kernel_probe_compute(struct kernel *k)
     double t = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     if (k->rank == 0) {
-        /* scratch inputs with valid numbers, output to a scratch array */
+        /* scratch inputs with values like the kernels' (in [0, 1): zeros
+         * would take libm's fast path for sin(0)), output to scratch */
         size_t n = k->n;
         double *a = xcalloc(n, sizeof(double)), *b = xcalloc(n, sizeof(double));
         double *d = xcalloc(n, sizeof(double));
+        for (size_t i = 0; i < n; i++) {
+            a[i] = seed(i, 1);
+            b[i] = seed(i, 2);
+        }
         double t0 = bench_now();
         switch (k->kind) {
         case KK_PAIR:

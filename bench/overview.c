@@ -270,8 +270,8 @@ int bench_overview(int argc, char **argv)
         printf("overview took %.1f s; details: ovl-bench latency-hiding, ovl-bench "
                "callback-latency, docs/PERFORMANCE.md\n",
                bench_now() - t0);
+    bench_csv_close(c.csv, csvpath); /* before ovl_finalize: keep the data if that fails */
     bench_ovl_finalize();
-    bench_csv_close(c.csv, csvpath);
     free(c.sizes);
     return 0;
 }
