@@ -325,15 +325,21 @@ int bench_hosts(void)
     return distinct;
 }
 
-int bench_same_kernel(void)
+void bench_boot_id(char id[64])
 {
-    char id[64] = { 0 };
+    memset(id, 0, 64);
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
-        if (!fgets(id, sizeof id, f))
+        if (!fgets(id, 64, f))
             id[0] = '\0';
         fclose(f);
     }
+}
+
+int bench_same_kernel(void)
+{
+    char id[64];
+    bench_boot_id(id);
     char first[64];
     memcpy(first, id, sizeof first);
     MPI_Bcast(first, (int)sizeof first, MPI_CHAR, 0, MPI_COMM_WORLD);

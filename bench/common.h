@@ -110,6 +110,8 @@ void bench_ovl_finalize(void);
 
 /* Number of distinct hosts (processor names) among the ranks. */
 int bench_hosts(void);
+/* This machine's boot_id ("" if unreadable): identifies a running kernel. */
+void bench_boot_id(char id[64]);
 /* 1 if every rank runs on the same kernel (same boot_id): one clock. */
 int bench_same_kernel(void);
 

@@ -1407,13 +1407,8 @@ int kernel_has_bound(const struct kernel *k)
 
 int bench_cores(void)
 {
-    char id[64] = { 0 };
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(id, sizeof id, f))
-            id[0] = '\0';
-        fclose(f);
-    }
+    char id[64];
+    bench_boot_id(id);
     if (id[0] == '\0')
         snprintf(id, sizeof id, "rank-%d", bench_rank);
     int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);

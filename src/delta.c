@@ -176,25 +176,52 @@ void ovl__delta_free(struct ovl__delta *d)
 
 /* ---- argument checks ----------------------------------------------------- */
 
-static int contiguous_bytes(const char *fn, void *buf, int count, MPI_Datatype dt, size_t *bytes)
+/* Bytes of @count elements of @dt if they are one contiguous block, else
+ * OVL_ERR_ARG (nothing recorded). */
+static int contiguous(int count, MPI_Datatype dt, size_t *bytes)
 {
+    int size = 0;
+    MPI_Aint lb, extent, tlb, textent;
+    if (MPI_Type_size(dt, &size) != MPI_SUCCESS || MPI_Type_get_extent(dt, &lb, &extent) ||
+        MPI_Type_get_true_extent(dt, &tlb, &textent))
+        return OVL_ERR_ARG;
+    if (size > 0 && (tlb != 0 || textent != size || (count > 1 && extent != size)))
+        return OVL_ERR_ARG;
+    *bytes = (size_t)count * (size_t)size;
+    return OVL_SUCCESS;
+}
+
+/* The argument checks both delta calls share; @cap gets the buffer bytes. */
+static int check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int peer, int tag,
+                      int any_ok, ovl_monitor_t monitor, ovl_request_t *req, size_t *cap)
+{
+    int rc;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!req)
+        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
+    if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
+        return ovl__error(OVL_ERR_ARG, fn, "unknown monitor %d", (int)monitor);
     if (count < 0)
         return ovl__error(OVL_ERR_ARG, fn, "negative count %d", count);
     if (dt == MPI_DATATYPE_NULL)
         return ovl__error(OVL_ERR_ARG, fn, "datatype is MPI_DATATYPE_NULL");
     int size = 0;
-    MPI_Aint lb, extent, tlb, textent;
-    if (MPI_Type_size(dt, &size) != MPI_SUCCESS || MPI_Type_get_extent(dt, &lb, &extent) ||
-        MPI_Type_get_true_extent(dt, &tlb, &textent))
+    if (MPI_Type_size(dt, &size) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
-    if (size > 0 && (tlb != 0 || textent != size || (count > 1 && extent != size)))
+    if (contiguous(count, dt, cap) != OVL_SUCCESS) {
+        MPI_Aint lb, extent, tlb, textent;
+        MPI_Type_get_extent(dt, &lb, &extent);
+        MPI_Type_get_true_extent(dt, &tlb, &textent);
         return ovl__error(OVL_ERR_ARG, fn,
                           "datatype is not contiguous (size %d, extent %ld, true lb %ld): delta "
                           "send/receive works on contiguous buffers",
                           size, (long)extent, (long)tlb);
-    *bytes = (size_t)count * (size_t)size;
-    if (!buf && *bytes > 0)
+    }
+    if (!buf && *cap > 0)
         return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with count %d", count);
+    if ((rc = ovl__check_peer(fn, peer, any_ok)) || (rc = ovl__check_tag(fn, tag, any_ok)))
+        return rc;
     return OVL_SUCCESS;
 }
 
@@ -553,16 +580,9 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
                               ovl_monitor_t monitor, ovl_request_t *req)
 {
     static const char *fn = "ovl_delta_send_begin";
-    int rc;
     size_t cap = 0;
-    if ((rc = ovl__check_init(fn)))
-        return rc;
-    if (!req)
-        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
-    if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
-        return ovl__error(OVL_ERR_ARG, fn, "unknown monitor %d", (int)monitor);
-    if ((rc = contiguous_bytes(fn, buf, count, dt, &cap)) || (rc = ovl__check_peer(fn, dest, 0)) ||
-        (rc = ovl__check_tag(fn, tag, 0)))
+    int rc = check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap);
+    if (rc)
         return rc;
 
     struct ovl__req *r = NULL;
@@ -1000,15 +1020,9 @@ void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *
     /* ovl_irecv met a delta message: assemble it into the user's buffer with
      * no monitor (the request completes when all of it is there). */
     size_t cap = 0;
-    int contiguous = 1;
-    int size = 0;
-    MPI_Aint lb, extent, tlb, textent;
-    MPI_Type_size(r->dt, &size);
-    MPI_Type_get_extent(r->dt, &lb, &extent);
-    MPI_Type_get_true_extent(r->dt, &tlb, &textent);
-    if (size > 0 && (tlb != 0 || textent != size || (r->count > 1 && extent != size)))
-        contiguous = 0;
-    cap = contiguous ? (size_t)r->count * (size_t)size : 0;
+    int is_contiguous = contiguous(r->count, r->dt, &cap) == OVL_SUCCESS;
+    if (!is_contiguous)
+        cap = 0;
     ovl__dt_release(r);
     struct ovl__delta *d = new_delta(r, 0, r->buf, cap);
     if (!d || ovl__watch_recv_create(OVL_MONITOR_EXPLICIT, r->buf, cap, &d->w) != OVL_SUCCESS) {
@@ -1023,7 +1037,7 @@ void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *
     }
     d->plain = 1;
     d->mon = OVL_MONITOR_EXPLICIT;
-    if (!contiguous)
+    if (!is_contiguous)
         d->err = ovl__error(OVL_ERR_UNSUPPORTED, "ovl_irecv",
                             "a delta message can only be received into a contiguous datatype");
     active_add(d);
@@ -1034,16 +1048,9 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
                         ovl_monitor_t monitor, ovl_request_t *req)
 {
     static const char *fn = "ovl_delta_recv";
-    int rc;
     size_t cap = 0;
-    if ((rc = ovl__check_init(fn)))
-        return rc;
-    if (!req)
-        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
-    if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
-        return ovl__error(OVL_ERR_ARG, fn, "unknown monitor %d", (int)monitor);
-    if ((rc = contiguous_bytes(fn, buf, count, dt, &cap)) ||
-        (rc = ovl__check_peer(fn, source, 1)) || (rc = ovl__check_tag(fn, tag, 1)))
+    int rc = check_args(fn, buf, count, dt, source, tag, 1, monitor, req, &cap);
+    if (rc)
         return rc;
     struct ovl__req *r = NULL;
     ovl_request_t h;

@@ -79,6 +79,15 @@ static void count_received(const MPI_Status *st)
         atomic_fetch_add(&ovl__g.recvd_from[st->MPI_SOURCE], 1);
 }
 
+/* Hand a matched message to its receive (no lock held). */
+static void deliver(struct ovl__match *m, MPI_Message msg, MPI_Status *st)
+{
+    int delta;
+    user_tag(st->MPI_TAG, &delta);
+    count_received(st);
+    m->matched(m, msg, st, delta);
+}
+
 void ovl__match_post(struct ovl__match *m)
 {
     m->next = NULL;
@@ -93,10 +102,7 @@ void ovl__match_post(struct ovl__match *m)
             M.unexp_tail = prev;
         if (!rd) { /* no memory to defer it: match it here */
             pthread_mutex_unlock(&M.lock);
-            int delta;
-            user_tag(u->st.MPI_TAG, &delta);
-            count_received(&u->st);
-            m->matched(m, u->msg, &u->st, delta);
+            deliver(m, u->msg, &u->st);
             free(u);
             return;
         }
@@ -173,11 +179,8 @@ static int run_ready(void)
     int n = 0;
     while (rd) {
         struct ready *next = rd->next;
-        int delta;
-        user_tag(rd->u->st.MPI_TAG, &delta);
-        count_received(&rd->u->st);
         atomic_fetch_sub(&M.nposted, 1);
-        rd->m->matched(rd->m, rd->u->msg, &rd->u->st, delta);
+        deliver(rd->m, rd->u->msg, &rd->u->st);
         free(rd->u);
         free(rd);
         rd = next;
@@ -233,12 +236,8 @@ int ovl__match_poll(void)
         M.unexp_tail = u;
     }
     pthread_mutex_unlock(&M.lock);
-    for (int i = 0; i < n; i++) {
-        int delta;
-        user_tag(hits[i].st.MPI_TAG, &delta);
-        count_received(&hits[i].st);
-        hits[i].m->matched(hits[i].m, hits[i].msg, &hits[i].st, delta);
-    }
+    for (int i = 0; i < n; i++)
+        deliver(hits[i].m, hits[i].msg, &hits[i].st);
     return n + nready;
 }
 
