@@ -52,8 +52,9 @@ static struct {
      * is retried once instead of being taken for a genuine one */
     struct {
         _Atomic uintptr_t lo, hi;
+        _Atomic unsigned long gen; /* which release this entry records */
     } recent[RECENT];
-    unsigned recent_next;
+    unsigned long recent_next;
     struct ovl__watch *zombies;
     struct ovl__watch **zombie_v;
     size_t nzombies, capzombies;
@@ -96,7 +97,10 @@ static void say_hex(uintptr_t v)
     say(b);
 }
 
+/* The last fault retried because its region was being released: a fault
+ * at the same address under the same release is a genuine one. */
 static __thread uintptr_t last_recent_fault __attribute__((tls_model("initial-exec")));
+static __thread unsigned long last_recent_gen __attribute__((tls_model("initial-exec")));
 
 /* ---- /proc/self/mem ---------------------------------------------------- */
 
@@ -191,8 +195,10 @@ static void reg_remove_locked(struct ovl__watch *w)
     if (w->slot >= 0) {
         atomic_store(&W.regs[w->slot], NULL);
         w->slot = -1;
-        unsigned k = W.recent_next++ % RECENT;
+        unsigned long g = ++W.recent_next;
+        unsigned k = (unsigned)(g % RECENT);
         atomic_store(&W.recent[k].hi, 0);
+        atomic_store(&W.recent[k].gen, g);
         atomic_store(&W.recent[k].lo, w->p0);
         atomic_store(&W.recent[k].hi, w->p0 + w->npages * ovl__watch_page());
     }
@@ -433,11 +439,15 @@ static int handle(int sig, uintptr_t addr, void *uc)
         return 1;
     }
     (void)sig;
-    /* Released while this fault was on its way: retry once. */
+    /* Released while this fault was on its way: retry once per release
+     * (a buffer used again and again faults at the same address each time
+     * it races with its region's release). */
     for (int k = 0; k < RECENT; k++) {
-        uintptr_t lo = atomic_load(&W.recent[k].lo), hi = atomic_load(&W.recent[k].hi);
-        if (page >= lo && page < hi && last_recent_fault != addr) {
+        uintptr_t hi = atomic_load(&W.recent[k].hi), lo = atomic_load(&W.recent[k].lo);
+        unsigned long g = atomic_load(&W.recent[k].gen);
+        if (page >= lo && page < hi && (last_recent_fault != addr || last_recent_gen != g)) {
             last_recent_fault = addr;
+            last_recent_gen = g;
             return 1;
         }
     }

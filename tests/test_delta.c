@@ -26,6 +26,9 @@
  *  - 4 application threads using one pending receive buffer at once;
  *  - requests freed early on both sides: the data still arrives;
  *  - counters add up: deltas sent == deltas received over all ranks;
+ *  - one pair of buffers reused for hundreds of short messages (both ends
+ *    touch them again at once after ovl_wait, racing with the release of
+ *    the previous message's pages);
  *  - ovl_finalize with a delta receive nobody sends to: cancelled, its
  *    continuation runs, the buffer is usable afterwards.
  * With argument "heap" (ctest test_delta_heap) only the sizes and several
@@ -467,6 +470,60 @@ static void several_pending(void)
     free(order);
 }
 
+/* ---- one pair of buffers, many short messages ------------------------------- */
+
+static void reuse(void)
+{
+    const size_t sizes[] = { 32 << 10, 32 << 10, 64 << 10, 3 };
+    const int reps = 200;
+    size_t cap = 64 << 10;
+    unsigned char *in = heap_mode ? malloc(cap) : dt_alloc(cap);
+    unsigned char *out = heap_mode ? malloc(cap) : dt_alloc(cap);
+    CHECK(in && out);
+    for (int rep = 0; rep < reps; rep++) {
+        size_t bytes = sizes[rep % 4];
+        uint64_t kin = key_of(9, rep, peer, th_rank), kout = key_of(9, rep, th_rank, peer);
+        ovl_request_t rq, sq;
+        CHECK_OK(ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, 77, &rq));
+        CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, 77, &sq));
+        /* produce page by page, a little slowly, as a computation would */
+        size_t pg = dt_page();
+        for (size_t o = 0; o < bytes; o += pg) {
+            size_t len = dt_min(pg, bytes - o);
+            th_fill(out + o, len, kout, o);
+            if (explicit_mode)
+                CHECK_OK(ovl_delta_produced(sq, o, len));
+            for (volatile int spin = 0; spin < 2000; spin++)
+                ;
+        }
+        CHECK_OK(ovl_delta_send_end(sq));
+        /* use the received pages in order while they arrive */
+        for (size_t o = 0; o < bytes; o += pg) {
+            if (explicit_mode)
+                CHECK_OK(ovl_delta_need(rq, o, 1));
+            CHECKF(th_verify(in + o, 1, kin, o) == TH_OK, "rep %d: byte %zu differs", rep, o);
+        }
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&rq, &st));
+        CHECKF(st.bytes == bytes && st.error == OVL_SUCCESS, "rep %d: status {%zu, %d}", rep,
+               st.bytes, st.error);
+        size_t bad = th_verify(in, bytes, kin, 0);
+        CHECKF(bad == TH_OK, "rep %d (%zu bytes): byte %zu differs", rep, bytes, bad);
+        CHECK_OK(ovl_wait(&sq, &st));
+        CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
+        /* both buffers are the program's again: write them at once */
+        memset(in, 0xa5, cap);
+        memset(out, 0x5a, cap);
+    }
+    if (heap_mode) {
+        free(in);
+        free(out);
+    } else {
+        dt_free(in, cap);
+        dt_free(out, cap);
+    }
+}
+
 /* ---- several threads using one pending receive buffer ---------------------- */
 
 #define NUSERS 4 /* the main thread and 3 more */
@@ -661,6 +718,8 @@ int main(int argc, char **argv)
     early_end();
     dt_phase("several pending receives", 30);
     several_pending();
+    dt_phase("reused buffers", 30);
+    reuse();
     dt_phase("threads", 30);
     threads();
     dt_phase("requests freed early", 30);
