@@ -494,6 +494,14 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * with EFAULT. Plain MPI calls on it wait like any other access, except
  * under the progress thread's own callbacks (see docs/ARCHITECTURE.md).
  *
+ * Under a fault monitor the buffer's partial first and last pages are
+ * guarded too, with whatever else lives there. Other data on them stays
+ * usable by the program (each access is let through), but not by the
+ * kernel (a mutex or a read() buffer there fails), and with several
+ * threads another thread may briefly see old bytes of the buffer on those
+ * pages. Threaded programs should pass page-aligned buffers
+ * (posix_memalign, mmap, or malloc blocks of 128 KiB and more).
+ *
  * @return as ovl_delta_send_begin()
  */
 OVL_NODISCARD int ovl_delta_recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,

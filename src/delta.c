@@ -80,7 +80,7 @@ struct ovl__delta {
     ovl_monitor_t mon;
     struct ovl__watch *w;
     size_t dsize, max_piece;
-    pthread_mutex_t lock;
+    ovl__spin_t lock; /* not a mutex: a futex word on a guarded page would fail (EFAULT) */
     struct ovl__delta *next, *prev; /* active list */
     int active;
 
@@ -170,7 +170,6 @@ void ovl__delta_free(struct ovl__delta *d)
     ovl__watch_destroy(d->w);
     free(d->ready);
     free(d->sent);
-    pthread_mutex_destroy(&d->lock);
     free(d);
 }
 
@@ -294,14 +293,14 @@ static void piece_sent(struct ovl__op *op, MPI_Status *st)
         p = op->ctx;
         d = p->d;
     }
-    pthread_mutex_lock(&d->lock);
+    ovl__spin_lock(&d->lock);
     if (st->MPI_ERROR != MPI_SUCCESS && !d->err)
         d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_send", "piece transfer");
     d->inflight--;
     int fin = d->last_sent && d->inflight == 0 && !d->finished;
     if (fin)
         d->finished = 1;
-    pthread_mutex_unlock(&d->lock);
+    ovl__spin_unlock(&d->lock);
     free(p);
     if (fin)
         finish_send(d);
@@ -426,7 +425,7 @@ static int flush_ready(struct ovl__delta *d, int k)
 static size_t produced_upto(void *ctx, size_t upto)
 {
     struct ovl__delta *d = ctx;
-    pthread_mutex_lock(&d->lock);
+    ovl__spin_lock(&d->lock);
     if (upto > d->sent_prefix && !atomic_load(&d->ended)) {
         double t = now_us() - d->t_begin;
         if (t > 0) {
@@ -437,7 +436,7 @@ static size_t produced_upto(void *ctx, size_t upto)
         d->sent_prefix = upto;
     }
     size_t ds = d->dsize;
-    pthread_mutex_unlock(&d->lock);
+    ovl__spin_unlock(&d->lock);
     if (!ovl__engine_thread_on())
         ovl__engine_drive(); /* push what is in flight while we are here */
     return ds;
@@ -494,16 +493,16 @@ static void send_last_locked(struct ovl__delta *d)
 
 static int end_send(struct ovl__delta *d, size_t total, const char *fn)
 {
-    pthread_mutex_lock(&d->lock);
+    ovl__spin_lock(&d->lock);
     if (atomic_load(&d->ended)) {
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return ovl__error(OVL_ERR_REQUEST, fn, "delta send already ended");
     }
     size_t sent_hi = d->sent_prefix;
     if (d->nsent && d->sent[d->nsent - 1].hi > sent_hi)
         sent_hi = d->sent[d->nsent - 1].hi;
     if (total < sent_hi) {
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return ovl__error(OVL_ERR_ARG, fn,
                           "count gives %zu bytes but %zu bytes were already produced and sent",
                           total, sent_hi);
@@ -517,7 +516,7 @@ static int end_send(struct ovl__delta *d, size_t total, const char *fn)
     int fin = d->last_sent && d->inflight == 0 && !d->finished;
     if (fin)
         d->finished = 1;
-    pthread_mutex_unlock(&d->lock);
+    ovl__spin_unlock(&d->lock);
     if (fin)
         finish_send(d);
     ovl__engine_drive();
@@ -567,7 +566,7 @@ static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, 
     struct ovl__delta *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
-    pthread_mutex_init(&d->lock, NULL);
+    atomic_flag_clear(&d->lock.f);
     d->req = r;
     d->is_send = is_send;
     d->buf = buf;
@@ -673,12 +672,12 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
                                  : ovl__error(OVL_ERR_NOMEM, fn, "no memory");
     }
     if (d->fwd_src) {
-        pthread_mutex_lock(&d->lock);
+        ovl__spin_lock(&d->lock);
         int done = atomic_load(&d->fwd_src->done);
         forward_locked(d, done);
         if (done)
             d->fwd_src = NULL; /* it completed before it could see us */
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
     }
     *req = h;
     return OVL_SUCCESS;
@@ -727,13 +726,13 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
                           offset + bytes, d->cap);
     if (bytes == 0)
         return OVL_SUCCESS;
-    pthread_mutex_lock(&d->lock);
+    ovl__spin_lock(&d->lock);
     if (atomic_load(&d->ended)) {
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return ovl__error(OVL_ERR_REQUEST, fn, "delta send already ended");
     }
     if (d->fwd_src) { /* forwarding: arrivals decide */
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return OVL_SUCCESS;
     }
     if (d->w) {
@@ -742,29 +741,29 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
             send_range(d, d->sent_prefix, offset + bytes);
             d->sent_prefix = offset + bytes;
         } else if (offset + bytes <= d->sent_prefix) {
-            pthread_mutex_unlock(&d->lock);
+            ovl__spin_unlock(&d->lock);
             return ovl__error(OVL_ERR_STALE, fn, "range [%zu, %zu) was already sent", offset,
                               offset + bytes);
         }
         rc = d->err;
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return rc;
     }
     if (range_overlaps(d->sent, d->nsent, offset, offset + bytes)) {
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return ovl__error(OVL_ERR_STALE, fn,
                           "range [%zu, %zu) of buffer %p overlaps a part already sent", offset,
                           offset + bytes, (void *)d->buf);
     }
     int k = range_add(&d->ready, &d->nready, &d->capready, offset, offset + bytes);
     if (k < 0) {
-        pthread_mutex_unlock(&d->lock);
+        ovl__spin_unlock(&d->lock);
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for the range list");
     }
     if (d->ready[k].hi - d->ready[k].lo >= d->dsize)
         flush_ready(d, k);
     rc = d->err;
-    pthread_mutex_unlock(&d->lock);
+    ovl__spin_unlock(&d->lock);
     return rc;
 }
 
@@ -773,7 +772,7 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
 static void forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
 {
     int done = atomic_load(&src->done);
-    pthread_mutex_lock(&f->lock);
+    ovl__spin_lock(&f->lock);
     forward_locked(f, done);
     int fin = 0;
     if (done) {
@@ -785,7 +784,7 @@ static void forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
                 f->finished = 1;
         }
     }
-    pthread_mutex_unlock(&f->lock);
+    ovl__spin_unlock(&f->lock);
     if (done) {
         ovl__engine_lock();
         src->fwd_dst[k] = NULL;
@@ -893,7 +892,7 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
 static int post_slot(struct ovl__delta *d, struct slot *s)
 {
     size_t len = sizeof(struct piece_hdr) + d->max_piece;
-    if (!s->buf && !(s->buf = malloc(len)))
+    if (!s->buf && !(s->buf = ovl__page_alloc(len)))
         return OVL_ERR_NOMEM;
     s->d = d;
     s->seq = ++d->seq;
@@ -982,7 +981,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
         d->staging_len = 0;
         rc = MPI_Imrecv(d->buf, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
     } else {
-        d->staging = malloc(n > 0 ? (size_t)n : 1);
+        d->staging = ovl__page_alloc(n > 0 ? (size_t)n : 1);
         if (!d->staging) {
             MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
             finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer"));

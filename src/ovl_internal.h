@@ -23,6 +23,7 @@
 #include "ovl.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -210,6 +211,29 @@ size_t ovl__watch_send_stale(struct ovl__watch *w);
 void ovl__watch_send_seal(struct ovl__watch *w);
 void ovl__watch_send_finish(struct ovl__watch *w);
 size_t ovl__watch_page(void);
+/* Memory for ovl's own buffers that MPI may fill or read (piece slots,
+ * staging): whole pages of their own (free with free()), so that no page
+ * is shared with a user buffer whose edge is guarded -- the kernel (CMA,
+ * /proc/self/mem) cannot pass a guarded page, only this process's threads
+ * can. */
+void *ovl__page_alloc(size_t bytes);
+
+/* A lock for ovl objects that live in the heap, which may share a page with
+ * a guarded buffer edge: a mutex's futex system call cannot reach such a
+ * page (EFAULT, glibc aborts), a spin on an atomic can (a fault handled as
+ * a neighbour access). Held for a few instructions only. */
+typedef struct {
+    atomic_flag f;
+} ovl__spin_t;
+static inline void ovl__spin_lock(ovl__spin_t *s)
+{
+    while (atomic_flag_test_and_set_explicit(&s->f, memory_order_acquire))
+        sched_yield();
+}
+static inline void ovl__spin_unlock(ovl__spin_t *s)
+{
+    atomic_flag_clear_explicit(&s->f, memory_order_release);
+}
 /* One-shot probe of fault cost in microseconds for the model. */
 double ovl__watch_fault_cost_us(ovl_monitor_t m);
 

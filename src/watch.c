@@ -78,6 +78,15 @@ size_t ovl__watch_page(void)
     return page_size;
 }
 
+void *ovl__page_alloc(size_t bytes)
+{
+    size_t ps = ovl__watch_page();
+    void *p = NULL;
+    if (bytes > SIZE_MAX - ps || posix_memalign(&p, ps, (bytes + ps - 1) / ps * ps) != 0)
+        return NULL;
+    return p;
+}
+
 /* ---- helpers usable from the handler -------------------------------------- */
 
 static void say(const char *s)
@@ -108,6 +117,15 @@ int ovl__watch_poke(void *dst, const void *src, size_t len)
 {
     while (len > 0) {
         ssize_t n = pwrite(W.mem_fd, src, len, (off_t)(uintptr_t)dst);
+        if (n < 0 && errno == EFAULT) {
+            /* The source shares a guarded page (a malloc'd buffer next to a
+             * pending receive): the kernel cannot read it, but this thread
+             * can (the fault handler lets neighbours through). Bounce. */
+            char b[256];
+            size_t m = len < sizeof b ? len : sizeof b;
+            memcpy(b, src, m);
+            n = pwrite(W.mem_fd, b, m, (off_t)(uintptr_t)dst);
+        }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -170,12 +188,27 @@ static int reg_add(struct ovl__watch *w)
     return -1;
 }
 
+/* A region and its page arrays on pages of their own: the fault handler
+ * reads them, and a heap block could share a page with a guarded edge
+ * (the handler would fault on its own bookkeeping). */
+static struct ovl__watch *new_region(size_t npages)
+{
+    size_t n = npages ? npages : 1;
+    size_t head = (sizeof(struct ovl__watch) + 15) & ~(size_t)15;
+    size_t bytes = head + n * sizeof(uint32_t) + n;
+    struct ovl__watch *w = ovl__page_alloc(bytes);
+    if (!w)
+        return NULL;
+    memset(w, 0, bytes);
+    w->got = (uint32_t *)((char *)w + head);
+    w->valid = (_Atomic uint8_t *)((char *)w->got + n * sizeof(uint32_t));
+    return w;
+}
+
 static void free_region(struct ovl__watch *w)
 {
     if (w->shadow)
         munmap(w->shadow, w->shadow_len);
-    free(w->got);
-    free((void *)w->valid);
     free(w);
 }
 
@@ -310,12 +343,23 @@ static int in_pending_buffer(uintptr_t addr)
  * buffer's own bytes. */
 #if defined(__x86_64__) && defined(__linux__)
 #define OVL_SINGLE_STEP 1
-static __thread uintptr_t step_pages[2] __attribute__((tls_model("initial-exec")));
+/* Pages this thread opened for its current instruction (a string move
+ * can touch four: source and destination, each straddling two pages). */
+#define STEP_MAX 4
+static __thread uintptr_t step_pages[STEP_MAX] __attribute__((tls_model("initial-exec")));
 
 static int step_over(uintptr_t page, void *uc)
 {
     ucontext_t *u = uc;
-    int k = step_pages[0] ? (step_pages[1] ? -1 : 1) : 0;
+    int k = -1;
+    /* The same page again: another thread's trap guarded it before this
+     * instruction ran. Open it again in the same slot. */
+    for (int j = 0; j < STEP_MAX && k < 0; j++)
+        if (step_pages[j] == page)
+            k = j;
+    for (int j = 0; j < STEP_MAX && k < 0; j++)
+        if (!step_pages[j])
+            k = j;
     if (k < 0 || !u)
         return 0;
     if (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0)
@@ -342,7 +386,7 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
     }
     int saved = errno;
     ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~0x100;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < STEP_MAX; k++) {
         uintptr_t page = step_pages[k];
         step_pages[k] = 0;
         if (!page)
@@ -551,7 +595,7 @@ static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
 int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta,
                            ovl__watch_produced_fn fn, void *ctx, struct ovl__watch **out)
 {
-    struct ovl__watch *w = calloc(1, sizeof *w);
+    struct ovl__watch *w = new_region(0);
     if (!w)
         return OVL_ERR_NOMEM;
     geometry(w, base, len);
@@ -623,17 +667,13 @@ void ovl__watch_send_finish(struct ovl__watch *w)
 int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out)
 {
     static const char *fn = "ovl_delta_recv";
-    struct ovl__watch *w = calloc(1, sizeof *w);
+    struct ovl__watch probe;
+    geometry(&probe, base, len);
+    struct ovl__watch *w = new_region(probe.npages);
     if (!w)
-        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a region");
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory to track %zu pages", probe.npages);
     geometry(w, base, len);
     w->mon = m;
-    w->got = calloc(w->npages ? w->npages : 1, sizeof *w->got);
-    w->valid = calloc(w->npages ? w->npages : 1, sizeof *w->valid);
-    if (!w->got || !w->valid) {
-        free_region(w);
-        return ovl__error(OVL_ERR_NOMEM, fn, "no memory to track %zu pages", w->npages);
-    }
     for (size_t i = 0; i < w->npages; i++)
         if (page_bytes(w, i) == 0)
             atomic_store(&w->valid[i], 1);
