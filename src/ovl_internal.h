@@ -113,6 +113,7 @@ struct ovl__req {
     MPI_Datatype dt; /* owned copy for derived types (freed at match) */
     int dt_owned;
     struct ovl__delta *delta; /* delta requests, and ovl_irecv of a delta */
+    double t_post_us;         /* OVL_TRACE: when it was posted */
 };
 
 int ovl__req_table_init(void);

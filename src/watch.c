@@ -178,6 +178,8 @@ static void free_region(struct ovl__watch *w)
         munmap(w->shadow, w->shadow_len);
     free(w->got);
     free((void *)w->valid);
+    free(w->touch);
+    free((void *)w->touched);
     free(w);
 }
 
@@ -377,6 +379,7 @@ static void fatal(const char *what, uintptr_t addr)
 /* Wait in the faulting thread until @ready(arg) holds. */
 static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t i, uintptr_t addr)
 {
+    uint64_t t0 = ovl__now_ns();
     atomic_fetch_add_explicit(&ovl__g.st_fault_waits, 1, memory_order_relaxed);
     if (ovl__engine_driving())
         fatal("a continuation or progress handler touched a delta-receive buffer whose data "
@@ -388,6 +391,11 @@ static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t
         if (ovl__engine_drive() < 0)
             sched_yield();
     }
+    uint64_t dt = ovl__now_ns() - t0;
+    ovl__stats_wait_ns(dt);
+    if (ovl__trace_on)
+        ovl__trace_complete("watch", "fault-wait", (double)t0 / 1e3, (double)dt / 1e3, "addr",
+                            (long long)addr, NULL, 0, NULL, 0);
 }
 
 static int page_valid(const void *w, size_t i)
@@ -435,10 +443,15 @@ static int handle(int sig, uintptr_t addr, void *uc)
         if (!w || page < w->p0 || page >= w->p0 + w->npages * ps)
             continue;
         size_t i = (page - w->p0) / ps;
+        if (ovl__trace_on)
+            ovl__trace_instant("watch", w->is_send ? "fault-send" : "fault-recv", "page",
+                               (long long)i, "addr", (long long)addr);
         if (w->is_send) {
             send_fault(w, i, addr);
             return 1;
         }
+        if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
+            w->touch[atomic_fetch_add(&w->ntouch, 1)] = (uint32_t)i;
         if (!atomic_load(&w->valid[i]))
             wait_for(page_valid, w, i, addr);
         return 1;
@@ -642,6 +655,11 @@ int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__
     for (size_t i = 0; i < w->npages; i++)
         if (page_bytes(w, i) == 0)
             atomic_store(&w->valid[i], 1);
+    if (ovl__trace_on && m != OVL_MONITOR_EXPLICIT && w->npages < UINT32_MAX) {
+        /* best effort: without memory, no page-access trace */
+        w->touch = malloc(w->npages * sizeof *w->touch);
+        w->touched = calloc(w->npages, sizeof *w->touched);
+    }
     if (m == OVL_MONITOR_EXPLICIT) {
         *out = w;
         return OVL_SUCCESS;
@@ -836,6 +854,8 @@ void ovl__watch_recv_finish(struct ovl__watch *w)
     }
     if (w->ihi > w->ilo)
         backend(w)->recv_done(w);
+    if (w->touch && w->touched)
+        ovl__trace_page_access(w->base, w->len, w->npages, w->touch, atomic_load(&w->ntouch));
     pthread_mutex_lock(&W.lock);
     if (w->edge_lo)
         edge_put_locked(w->p0);
