@@ -239,6 +239,14 @@ static int quick_estimate(void)
         ovl__m.prot_page_us = (p64 - p1) / 63;
         ovl__m.prot_base_us = p1 - ovl__m.prot_page_us;
     }
+    p1 = ovl__watch_protect_cost_us(OVL_MONITOR_UFFD, 1, 3);
+    p64 = ovl__watch_protect_cost_us(OVL_MONITOR_UFFD, 64, 3);
+    if (p1 > 0 && p64 > p1) {
+        ovl__m.uffd_wp_page_us = (p64 - p1) / 63;
+        ovl__m.uffd_wp_base_us = p1 - ovl__m.uffd_wp_page_us;
+    } else if (p1 < 0) {
+        ovl__m.uffd_wp_base_us = ovl__m.uffd_wp_page_us = -1; /* unavailable */
+    }
     ovl__m.compute_us_per_B = quick_copy_rate();
     return OVL_SUCCESS;
 }
