@@ -307,7 +307,7 @@ int ovl__model_calibrate(void)
             snprintf(why, sizeof why, "no perfdb path (HOME unset)");
         else if (loaded)
             snprintf(why, sizeof why, "%s: not usable on every rank", path);
-        snprintf(ovl__m.source_detail, sizeof ovl__m.source_detail, "%s (%s)", fallback, why);
+        snprintf(ovl__m.source_detail, sizeof ovl__m.source_detail, "%s (%.290s)", fallback, why);
         /* Say so only if the user asked for a database: a missing default
          * database is the normal case before ovl-calibrate ran. */
         if (explicit_db && !off && ovl__g.rank == 0 && ovl__g.cfg.verbose >= 1)

@@ -150,9 +150,9 @@ void ovl__trace_page_access(const void *base, size_t len, size_t npages, const u
     size_t shown = n < MAX_LISTED ? n : MAX_LISTED;
     size_t up = 0, down = 0;
     for (size_t i = 1; i < n; i++) {
-        if (order[i] == order[i - 1] + 1)
-            up++;
-        else if (order[i] + 1 == order[i - 1])
+        if (order[i] > order[i - 1]) /* monotonic, not necessarily adjacent: */
+            up++;                    /* pages that came first never fault */
+        else if (order[i] < order[i - 1])
             down++;
     }
     const char *pattern = n < 2                     ? (n ? "single" : "none")

@@ -29,6 +29,11 @@
 
 static MPI_Comm comm;
 static int rank, nranks, quick;
+/* Fewer repetitions: with --quick, or once the run falls behind its time
+ * budget (a busy machine makes every round trip wait for the scheduler). */
+static int light, degraded;
+static double t_start;
+#define BUDGET_US 40e6
 static char *buf, *buf2;
 #define BUF_MAX (4u << 20)
 
@@ -90,6 +95,19 @@ static double robust_slope(const double *x, const double *y, int n)
             if (x[j] != x[i])
                 sl[k++] = (y[j] - y[i]) / (x[j] - x[i]);
     return k ? median(sl, k) : 0;
+}
+
+/* Ranks 0 and 1 agree whether the run is past @frac of its budget; from
+ * then on it takes fewer samples. */
+static void check_budget(double frac)
+{
+    int late = rank == 0 && !light && now() - t_start > frac * BUDGET_US;
+    MPI_Bcast(&late, 1, MPI_INT, 0, comm);
+    if (late) {
+        light = degraded = 1;
+        if (rank == 0)
+            fprintf(stderr, "ovl-calibrate: behind schedule (busy machine?): fewer samples\n");
+    }
 }
 
 /* ---- point-to-point ------------------------------------------------------ */
@@ -336,12 +354,12 @@ int main(int argc, char **argv)
 {
     const char *out = NULL;
     MPI_Init(&argc, &argv);
-    double t_start = now();
+    t_start = now();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc)
             out = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
-            quick = 1;
+            quick = light = 1;
         else {
             usage();
             MPI_Finalize();
@@ -404,7 +422,8 @@ int main(int argc, char **argv)
         double tmp[256];
         pingpong(1, 50, tmp); /* connection warm-up */
         for (int i = 0; i < ns; i++) {
-            int reps = sizes[i] >= (1 << 20) ? (quick ? 3 : 10) : (quick ? 10 : 60);
+            check_budget(0.05 + 0.25 * i / ns);
+            int reps = sizes[i] >= (1 << 20) ? (light ? 3 : 10) : (light ? 10 : 60);
             pingpong(sizes[i], reps, tmp);
             oneway[i] = minimum(tmp, reps);
             oneway_med[i] = median(tmp, reps);
@@ -412,8 +431,9 @@ int main(int argc, char **argv)
         MPI_Bcast(oneway, ns, MPI_DOUBLE, 0, comm);
         MPI_Bcast(oneway_med, ns, MPI_DOUBLE, 0, comm);
         lat = oneway[0];
-        pingpong(1, quick ? 20 : 200, tmp);
-        rtt = 2 * minimum(tmp, quick ? 20 : 200);
+        int nrtt = light ? 20 : 200;
+        pingpong(1, nrtt, tmp);
+        rtt = 2 * minimum(tmp, nrtt);
         MPI_Bcast(&rtt, 1, MPI_DOUBLE, 0, comm);
         /* G: slope of the one-way time over the large sizes. */
         double x[32], y[32];
@@ -427,14 +447,18 @@ int main(int argc, char **argv)
         G = b > 0 ? b : (oneway[ns - 1] - lat) / sizes[ns - 1];
         if (G <= 0)
             G = 1e-4;
-        for (int i = 0; i < ns; i++)
-            overheads(sizes[i], quick ? 5 : 30, 2 * oneway[i] + 20, &os[i], &orv[i]);
+        for (int i = 0; i < ns; i++) {
+            check_budget(0.3 + 0.25 * i / ns);
+            overheads(sizes[i], light ? 5 : 30, 2 * oneway[i] + 20, &os[i], &orv[i]);
+        }
         for (int i = 0; i < ns; i++)
             if (sizes[i] == 8)
                 i8 = i;
         o_small = os[i8] + orv[i8];
-        for (int i = 0; i < nc; i++)
-            burst(counts[i], quick ? 5 : 20, rtt, &per_msg[i], &post[i]);
+        for (int i = 0; i < nc; i++) {
+            check_budget(0.55 + 0.1 * i / nc);
+            burst(counts[i], light ? 5 : 20, rtt, &per_msg[i], &post[i]);
+        }
         /* g: the slope of the burst time over its last two lengths. */
         gap = (per_msg[nc - 1] * counts[nc - 1] - per_msg[nc - 2] * counts[nc - 2]) /
               (counts[nc - 1] - counts[nc - 2]);
@@ -445,6 +469,7 @@ int main(int argc, char **argv)
         double late = 10 * rtt + 500;
         if (late > 5000)
             late = 5000;
+        check_budget(0.65);
         eager = find_eager(late);
         double jump = 0;
         for (int i = 4; i + 1 < ns; i++) {
@@ -454,7 +479,8 @@ int main(int argc, char **argv)
                 step = (size_t)sizes[i + 1];
             }
         }
-        rma(sizes, ns, quick ? 3 : 10, get_us, put_us);
+        check_budget(0.75);
+        rma(sizes, ns, light ? 3 : 10, get_us, put_us);
     }
     comm = world;
     /* On this process (rank 0's figures are written). */
@@ -465,7 +491,7 @@ int main(int argc, char **argv)
     const size_t *pages = quick ? pages_quick : pages_full;
     int np = quick ? 3 : 8;
     double m_mp[8], m_uf[8], px[8];
-    int reps = quick ? 3 : 10;
+    int reps = light ? 3 : 10;
     for (int i = 0; i < np; i++) {
         px[i] = (double)pages[i];
         m_mp[i] = ovl__watch_protect_cost_us(OVL_MONITOR_MPROTECT, pages[i], reps);
@@ -537,6 +563,8 @@ int main(int argc, char **argv)
             fprintf(f, "ranks = %d\n", nranks);
             fprintf(f, "page_B = %zu\n", ovl__watch_page());
             fprintf(f, "quick = %d\n", quick);
+            fprintf(f, "# 1: the run fell behind its budget and took fewer samples\n");
+            fprintf(f, "degraded = %d\n", degraded);
             fprintf(f, "\n# LogGP link parameters (ranks 0 and 1)\n");
             fprintf(f, "# L: one-way time of a 1-byte message\nlat_us = %.3f\n", lat);
             fprintf(f, "# round trip of a 1-byte message\nrtt_us = %.3f\n", rtt);
