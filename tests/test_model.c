@@ -338,9 +338,30 @@ static void test_split(void)
     unlink(p);
 }
 
+/* The database ovl-calibrate --quick just wrote is accepted and usable. */
+static void test_calibrated(const char *path)
+{
+    char msg[2048];
+    init_with(path, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "%.200s: %.200s", ovl__m.source_detail, msg);
+    CHECK(msg[0] == 0);
+    sane_model();
+    size_t thr = ovl__model_split_threshold(th_rank ^ 1);
+    CHECK(thr >= 2 * ovl__watch_page());
+    if (th_rank == 0)
+        printf("calibrated: L %.2f us, G %.6f us/B, eager %zu B, split from %zu B\n", ovl__m.lat_us,
+               1 / ovl__m.bw_Bpus, ovl__m.eager, thr);
+    CHECK_OK(ovl_finalize());
+}
+
 int main(int argc, char **argv)
 {
     th_init_mpi(&argc, &argv, "test_model", MPI_THREAD_MULTIPLE);
+    const char *cal = getenv("OVL_TEST_PERFDB");
+    if (cal && *cal) {
+        test_calibrated(cal);
+        return th_finish();
+    }
     /* one scratch directory for the job */
     if (th_rank == 0) {
         snprintf(dir, sizeof dir, "/tmp/ovl_test_model.XXXXXX");
