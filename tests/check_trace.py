@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Check an OVL_TRACE file: valid JSON in the Chrome trace-event format,
-well-formed events, and the event names given on the command line present.
+"""Check OVL_TRACE files: valid JSON in the Chrome trace-event format,
+well-formed events, and the event names asked for present.
 
-  check_trace.py FILE RANK NAME... [--page-access PATTERN[,PATTERN...]]
+  check_trace.py SPEC...
+  SPEC = FILE:RANK:NAME[,NAME...][:PATTERN[,PATTERN...]]
+
+PATTERN: page-access verdicts that must appear (sequential-up, ...).
+One process checks every rank's file (python starts slowly on a busy
+machine).
 """
 import json
 import sys
@@ -14,14 +19,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def main():
-    args = sys.argv[1:]
-    pattern = None
-    if "--page-access" in args:
-        i = args.index("--page-access")
-        pattern = args[i + 1]
-        del args[i:i + 2]
-    path, rank, names = args[0], int(args[1]), args[2:]
+def check(path, rank, names, pattern):
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -63,6 +61,17 @@ def main():
     if doc.get("otherData", {}).get("dropped", 0):
         fail("%s: events dropped" % path)
     print("check_trace: %s: %d events, %d names ok" % (path, len(evs), len(names)))
+
+
+def main():
+    if len(sys.argv) < 2:
+        fail("usage: check_trace.py FILE:RANK:NAMES[:PATTERNS]...")
+    for spec in sys.argv[1:]:
+        parts = spec.rsplit(":", 3) if spec.count(":") >= 3 else spec.rsplit(":", 2)
+        if len(parts) == 3:
+            parts.append("")
+        path, rank, names, pattern = parts
+        check(path, int(rank), [n for n in names.split(",") if n], pattern or None)
 
 
 main()
