@@ -377,6 +377,10 @@ int main(int argc, char **argv)
     }
     /* ovl's own model must not load or measure anything here: this tool is
      * what produces its figures. ovl_init sets up the access monitor. */
+    const char *user_db = getenv("OVL_PERFDB");
+    char user_path[512] = "";
+    if (user_db)
+        snprintf(user_path, sizeof user_path, "%s", user_db);
     setenv("OVL_PERFDB", "off", 1);
     setenv("OVL_CALIBRATE", "0", 1);
     if (ovl_init(comm, NULL) != OVL_SUCCESS) {
@@ -527,11 +531,11 @@ int main(int argc, char **argv)
     int rc = 0;
     if (rank == 0) {
         char path[512];
-        const char *env = getenv("OVL_PERFDB");
+        const char *env = user_path;
         if (out)
             snprintf(path, sizeof path, "%s", out);
-        else if (env && *env && strcmp(env, "off") && strcmp(env, "none") && strcmp(env, "0"))
-            snprintf(path, sizeof path, "%s", env); /* (ours was set to off above) */
+        else if (*env && strcmp(env, "off") && strcmp(env, "none") && strcmp(env, "0"))
+            snprintf(path, sizeof path, "%s", env);
         else if (!ovl__perfdb_default_path(path, sizeof path)) {
             fprintf(stderr, "ovl-calibrate: no HOME or XDG_CACHE_HOME: give -o FILE\n");
             MPI_Abort(MPI_COMM_WORLD, 2);
