@@ -97,6 +97,8 @@ struct ovl__delta {
     int err;
     int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
     double t_begin;
+    double t_trace;             /* OVL_TRACE / stats: creation time */
+    unsigned npieces;           /* pieces sent or received */
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
 
     /* receive */
@@ -277,6 +279,10 @@ static void finish_send(struct ovl__delta *d)
         ovl__error(OVL_ERR_STALE, "ovl_delta_send",
                    "buffer %p written at offset %zu after that part was sent", (void *)d->buf,
                    stale);
+    ovl__stats_transfer(d->total, d->npieces);
+    if (ovl__trace_on)
+        ovl__trace_complete("delta", "delta-send", d->t_trace, ovl__trace_now_us() - d->t_trace,
+                            "bytes", (long long)d->total, "pieces", d->npieces, "peer", d->peer);
     active_remove(d);
     ovl__req_complete(r);
 }
@@ -343,7 +349,11 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         return d->err = ovl__mpi_error(rc, "ovl_delta_send", "MPI_Isend of a piece");
     }
     d->inflight++;
+    d->npieces++;
     atomic_fetch_add_explicit(&ovl__g.st_deltas_sent, 1, memory_order_relaxed);
+    if (ovl__trace_on)
+        ovl__trace_instant("delta", "piece-send", "offset", (long long)off, "bytes",
+                           (long long)len);
     if (ovl__engine_add(&p->op) != OVL_SUCCESS) {
         MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
@@ -571,6 +581,7 @@ static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, 
     d->is_send = is_send;
     d->buf = buf;
     d->cap = cap;
+    d->t_trace = ovl__trace_now_us();
     r->delta = d;
     return d;
 }
@@ -826,6 +837,11 @@ static void finish_recv(struct ovl__delta *d, int err)
                          "message of %zu bytes, buffer of %zu", d->total_r, d->cap);
     r->status.bytes = d->total_r > d->cap ? d->cap : d->total_r;
     r->status.error = err;
+    ovl__stats_transfer(r->status.bytes, d->npieces);
+    if (ovl__trace_on)
+        ovl__trace_complete("delta", "delta-recv", d->t_trace, ovl__trace_now_us() - d->t_trace,
+                            "bytes", (long long)r->status.bytes, "pieces", d->npieces, "peer",
+                            d->peer);
     atomic_store(&d->done, 1);
     forward_from(d);
     active_remove(d);
@@ -867,6 +883,10 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
     struct piece_hdr h;
     memcpy(&h, s->buf, sizeof h);
     atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
+    d->npieces++;
+    if (ovl__trace_on)
+        ovl__trace_instant("delta", "piece-recv", "offset", (long long)h.off, "bytes",
+                           (long long)h.len);
     if (h.len && h.off < d->cap && d->w) {
         size_t n = h.len;
         if (n > d->cap - h.off)

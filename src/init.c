@@ -10,7 +10,9 @@
 #include "ovl_internal.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct ovl__global ovl__g;
 
@@ -152,6 +154,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     atomic_store(&ovl__g.st_fault_waits, 0);
     atomic_store(&ovl__g.st_deltas_sent, 0);
     atomic_store(&ovl__g.st_deltas_recv, 0);
+    atomic_store(&ovl__g.st_transfers, 0);
+    atomic_store(&ovl__g.st_strips, 0);
+    atomic_store(&ovl__g.st_bytes, 0);
+    atomic_store(&ovl__g.st_wait_ns, 0);
+    for (int i = 0; i < OVL__SPLIT_NREASONS; i++)
+        atomic_store(&ovl__g.st_split[i], 0);
+    ovl__trace_init();
     if ((rc = ovl__watch_init()) != OVL_SUCCESS)
         goto fail_counts;
     if ((rc = ovl__model_calibrate()) != OVL_SUCCESS)
@@ -174,12 +183,84 @@ fail_table:
 fail_watch:
     ovl__watch_fini();
 fail_counts:
+    ovl__trace_fini();
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
 fail_comms:
     free_comms();
     return rc;
+}
+
+/* ---- statistics ----------------------------------------------------------- */
+
+void ovl__stats_transfer(size_t bytes, unsigned nstrips)
+{
+    atomic_fetch_add_explicit(&ovl__g.st_transfers, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ovl__g.st_strips, nstrips, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ovl__g.st_bytes, bytes, memory_order_relaxed);
+}
+
+void ovl__stats_split_reason(int reason)
+{
+    if (reason >= 0 && reason < OVL__SPLIT_NREASONS)
+        atomic_fetch_add_explicit(&ovl__g.st_split[reason], 1, memory_order_relaxed);
+}
+
+void ovl__stats_wait_ns(uint64_t ns)
+{
+    atomic_fetch_add_explicit(&ovl__g.st_wait_ns, ns, memory_order_relaxed);
+}
+
+/* OVL_STATS=1: what this rank did and why, printed at ovl_finalize (one
+ * block per rank, each line prefixed so ranks' output can be told apart). */
+static void print_stats(void)
+{
+    const char *e = getenv("OVL_STATS");
+    if (!e || !*e || !strcmp(e, "0"))
+        return;
+    char split[512];
+    size_t at = 0;
+    split[0] = 0;
+    for (int i = 0; i < OVL__SPLIT_NREASONS && at < sizeof split; i++) {
+        unsigned long long n = atomic_load(&ovl__g.st_split[i]);
+        if (n)
+            at += (size_t)snprintf(split + at, sizeof split - at, " %s=%llu",
+                                   ovl__split_reason_name(i), n);
+    }
+    int r = ovl__g.rank;
+    char buf[2048];
+    int n = snprintf(
+        buf, sizeof buf,
+        "ovl stats [rank %d] model: %s; %.2f ms at init\n"
+        "ovl stats [rank %d] model: L %.2f us, o %.2f us, g %.2f us, %.1f MB/s, eager %zu B, "
+        "fault %.2f us, M(1) %.2f us, copy %.0f MB/s, split from %zu B\n"
+        "ovl stats [rank %d] transfers %llu, strips %llu, bytes %llu, waiting %.3f ms\n"
+        "ovl stats [rank %d] faults %llu (waited %llu), delta pieces sent %llu received %llu, "
+        "fragments sent %llu received %llu\n"
+        "ovl stats [rank %d] split decisions:%s\n"
+        "ovl stats [rank %d] progress: polls %llu, completions %llu, continuations %llu, "
+        "thread wake-ups %llu\n",
+        r, ovl__m.source_detail, ovl__m.init_us / 1e3, r, ovl__m.lat_us, ovl__m.o_us, ovl__m.gap_us,
+        ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us,
+        ovl__model_protect_us(ovl__watch_resolve(OVL_MONITOR_AUTO), 1),
+        1.0 / ovl__m.compute_us_per_B, ovl__model_split_threshold(r ^ 1), r,
+        (unsigned long long)atomic_load(&ovl__g.st_transfers),
+        (unsigned long long)atomic_load(&ovl__g.st_strips),
+        (unsigned long long)atomic_load(&ovl__g.st_bytes),
+        (double)atomic_load(&ovl__g.st_wait_ns) / 1e6, r,
+        (unsigned long long)atomic_load(&ovl__g.st_faults),
+        (unsigned long long)atomic_load(&ovl__g.st_fault_waits),
+        (unsigned long long)atomic_load(&ovl__g.st_deltas_sent),
+        (unsigned long long)atomic_load(&ovl__g.st_deltas_recv),
+        (unsigned long long)atomic_load(&ovl__g.st_frag_sent),
+        (unsigned long long)atomic_load(&ovl__g.st_frag_recv), r, at ? split : " none", r,
+        (unsigned long long)atomic_load(&ovl__g.st_polls),
+        (unsigned long long)atomic_load(&ovl__g.st_completions),
+        (unsigned long long)atomic_load(&ovl__g.st_callbacks),
+        (unsigned long long)atomic_load(&ovl__g.st_wakeups));
+    if (n > 0)
+        fwrite(buf, 1, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, stderr);
 }
 
 static void drive_until(int (*cond)(void))
@@ -260,7 +341,9 @@ int ovl_finalize(void)
     drive_until(nothing_in_flight);
     ovl__match_drop_unexpected();
 
+    print_stats();
     ovl__engine_stop();
+    ovl__trace_fini();
     atomic_store(&ovl__g.initialized, 0);
     ovl__req_table_fini();
     ovl__watch_fini();

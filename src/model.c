@@ -13,6 +13,28 @@
  *     doubles its latency (rendezvous handshake), so the model charges the
  *     handshake to such sizes and in practice stays below the limit.
  *
+ * Where the figures come from, first that applies (ovl__m.source):
+ *   1. the performance database written by tools/ovl-calibrate (perfdb.c;
+ *      OVL_PERFDB, else $XDG_CACHE_HOME/ovl/perfdb or ~/.cache/ovl/perfdb),
+ *      if every rank can read it and it was measured with this MPI;
+ *   2. the quick estimate below, at ovl_init;
+ *   3. the defaults in ovl__m's initialiser.
+ *
+ * Split decisions (HUNT section 5.1): a transfer of S bytes followed by
+ * computation on it costs o + RTT + G*S + C(S). Cut into strips issued
+ * together, the first strip must hide the setup (message overheads,
+ * protecting the destination, half a fault):
+ *     o + M(S) + I/2 + M(N1) < RTT + G*N1                       (1)
+ * and the transfer plus computation of a strip must cover the next one:
+ *     RTT + G*N1 + I/2 + C(N1) > RTT + G*(S-N1) + I + M(S-N1)    (2)
+ * C(n) is bounded below by the memory-to-cache rate (the worst case: the
+ * program does nothing but read the data). (1) gives the smallest first
+ * strip, (2) whether a second one is covered; among equal and
+ * geometrically growing strip sizes that satisfy them, the model simulates
+ * the pipeline (strip k arrives at setup + RTT + G * bytes so far, the
+ * program faults on it if it is not there yet) and keeps the fastest,
+ * splitting only if that beats the plain transfer.
+ *
  * Delta size: a message of N bytes cut into n = N/d pieces flows through
  * three stages -- produce (d/P + fault), transfer (overhead + d/B), consume
  * (d/P + fault) -- and a pipeline takes about the sum of the three stage
@@ -23,11 +45,23 @@
  */
 #include "ovl_internal.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-struct ovl__model ovl__m = { .lat_us = 50.0, .bw_Bpus = 117.0, .fault_us = 5.0, .eager = 65536 };
+/* Defaults: a 1 Gbit/s Ethernet link and a typical x86 Linux node. */
+#define MODEL_DEFAULTS                                                                            \
+    {                                                                                             \
+        .lat_us = 50.0, .bw_Bpus = 117.0, .fault_us = 5.0, .eager = 65536, .o_us = 5.0,           \
+        .gap_us = 5.0, .rtt_us = 100.0, .fault_mprotect_us = 5.0, .fault_uffd_us = 5.0,           \
+        .prot_base_us = 1.0, .prot_page_us = 0.05, .uffd_wp_base_us = 1.0,                        \
+        .uffd_wp_page_us = 0.05, .compute_us_per_B = 1.0 / 5000.0, .rma_lat_us = 100.0,           \
+        .rma_bw_Bpus = 117.0, .source = OVL__MODEL_DEFAULTS, .source_detail = "built-in defaults" \
+    }
+static const struct ovl__model model_defaults = MODEL_DEFAULTS;
+struct ovl__model ovl__m = MODEL_DEFAULTS;
 
 /* Largest piece a delta send uses; receivers size their buffers with it. */
 #define MAX_DELTA (256u << 10)
@@ -77,7 +111,7 @@ static size_t cvar_size(const char *name)
     return v;
 }
 
-static size_t detect_eager(void)
+size_t ovl__model_detect_eager(void)
 {
     if (ovl__g.cfg.eager_limit)
         return ovl__g.cfg.eager_limit;
@@ -129,17 +163,39 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
     return best;
 }
 
-int ovl__model_calibrate(void)
+/* Memory-to-cache copy rate, microseconds per byte: a lower bound on the
+ * time any computation on received data takes. Small and quick: the buffer
+ * may still be in cache, which only makes the bound lower. */
+static double quick_copy_rate(void)
 {
-    ovl__m.eager = detect_eager();
-    ovl__m.calibrated = 0;
-    const char *c = getenv("OVL_CALIBRATE");
-    int want = ovl__g.cfg.delta_size == 0 && !(c && !strcmp(c, "0"));
-    int all = 0;
-    if (MPI_Allreduce(&want, &all, 1, MPI_INT, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
-    if (!all)
-        return OVL_SUCCESS;
+    enum { N = 256 << 10 };
+    char *a = malloc(N), *b = malloc(N);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, N);
+        memset(b, 2, N);
+        best = 1e30;
+        for (int k = 0; k < 4; k++) {
+            double t0 = now_us();
+            memcpy(b, a, N);
+            __asm__ __volatile__("" ::"r"(b) : "memory");
+            double t = now_us() - t0;
+            if (t < best)
+                best = t;
+        }
+        best /= N;
+    }
+    free(a);
+    free(b);
+    return best > 0 ? best : model_defaults.compute_us_per_B;
+}
+
+/* The quick estimate at ovl_init: one warm-up, then ping-pongs of 4 KiB and
+ * 128 KiB between ranks 2r and 2r+1, the fault and protection cost of this
+ * process, and the copy rate. Budget: a few milliseconds on shared memory,
+ * about 15 ms on a 1 Gbit/s link (docs/PERFORMANCE.md). */
+static int quick_estimate(void)
+{
     int peer = ovl__g.rank ^ 1;
     double lat = 0, bw = 0;
     if (peer < ovl__g.size) {
@@ -165,11 +221,353 @@ int ovl__model_calibrate(void)
     if (out[0] > 0 && out[1] > 0) {
         ovl__m.lat_us = out[0];
         ovl__m.bw_Bpus = 1.0 / out[1];
+        ovl__m.rtt_us = 2 * out[0];
+        /* No separate measurement of o and g here: take the one-way time as
+         * the per-message cost (pessimistic) and half of it as the gap. */
+        ovl__m.o_us = out[0];
+        ovl__m.gap_us = out[0] / 2;
         ovl__m.calibrated = 1;
     }
-    ovl__info("model: latency %.1f us, bandwidth %.1f MB/s, eager limit %zu B%s", ovl__m.lat_us,
-              ovl__m.bw_Bpus, ovl__m.eager, ovl__m.calibrated ? "" : " (defaults)");
+    double f = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);
+    if (f > 0)
+        ovl__m.fault_mprotect_us = f;
+    f = ovl__watch_fault_cost_us(OVL_MONITOR_UFFD);
+    ovl__m.fault_uffd_us = f > 0 ? f : -1;
+    double p1 = ovl__watch_protect_cost_us(OVL_MONITOR_MPROTECT, 1, 3);
+    double p64 = ovl__watch_protect_cost_us(OVL_MONITOR_MPROTECT, 64, 3);
+    if (p1 > 0 && p64 > p1) {
+        ovl__m.prot_page_us = (p64 - p1) / 63;
+        ovl__m.prot_base_us = p1 - ovl__m.prot_page_us;
+    }
+    p1 = ovl__watch_protect_cost_us(OVL_MONITOR_UFFD, 1, 3);
+    p64 = ovl__watch_protect_cost_us(OVL_MONITOR_UFFD, 64, 3);
+    if (p1 > 0 && p64 > p1) {
+        ovl__m.uffd_wp_page_us = (p64 - p1) / 63;
+        ovl__m.uffd_wp_base_us = p1 - ovl__m.uffd_wp_page_us;
+    } else if (p1 < 0) {
+        ovl__m.uffd_wp_base_us = ovl__m.uffd_wp_page_us = -1; /* unavailable */
+    }
+    ovl__m.compute_us_per_B = quick_copy_rate();
     return OVL_SUCCESS;
+}
+
+int ovl__model_calibrate(void)
+{
+    double t0 = now_us();
+    ovl__m = model_defaults;
+    ovl__m.eager = ovl__model_detect_eager();
+    int rc = OVL_SUCCESS;
+
+    /* 1. The performance database. Every rank must agree on using it (the
+     *    quick estimate is collective). */
+    const char *env = getenv("OVL_PERFDB");
+    int explicit_db = env && *env;
+    int off = explicit_db && (!strcmp(env, "off") || !strcmp(env, "none") || !strcmp(env, "0"));
+    char path[256] = "", why[300] = "";
+    int loaded = 0, lrc = -1;
+    struct ovl__model db = ovl__m;
+    if (!off) {
+        if (explicit_db)
+            snprintf(path, sizeof path, "%s", env);
+        else if (!ovl__perfdb_default_path(path, sizeof path))
+            path[0] = 0;
+        if (path[0]) {
+            lrc = ovl__perfdb_load(path, &db, why, sizeof why);
+            loaded = lrc == 0;
+        }
+    }
+    int all = 0;
+    if (MPI_Allreduce(&loaded, &all, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
+    if (all) {
+        size_t eager = ovl__g.cfg.eager_limit;
+        ovl__m = db;
+        if (eager)
+            ovl__m.eager = eager; /* OVL_EAGER_LIMIT wins */
+        ovl__m.calibrated = 1;
+        ovl__m.source = OVL__MODEL_PERFDB;
+        snprintf(ovl__m.source_detail, sizeof ovl__m.source_detail, "perfdb %s", why);
+    } else {
+        const char *fallback;
+        /* 2. The quick estimate, unless nobody needs it. */
+        const char *c = getenv("OVL_CALIBRATE");
+        int want = !(c && !strcmp(c, "0"));
+        int any = 0;
+        if (MPI_Allreduce(&want, &any, 1, MPI_INT, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
+            return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
+        if (any) {
+            if ((rc = quick_estimate()) != OVL_SUCCESS)
+                return rc;
+            ovl__m.source = ovl__m.calibrated ? OVL__MODEL_INIT : OVL__MODEL_DEFAULTS;
+        }
+        fallback = ovl__m.source == OVL__MODEL_INIT ? "estimate at ovl_init" : "built-in defaults";
+        if (off)
+            snprintf(why, sizeof why, "OVL_PERFDB=%s", env);
+        else if (!path[0])
+            snprintf(why, sizeof why, "no perfdb path (HOME unset)");
+        else if (loaded)
+            snprintf(why, sizeof why, "%s: not usable on every rank", path);
+        snprintf(ovl__m.source_detail, sizeof ovl__m.source_detail, "%s (%.290s)", fallback, why);
+        /* Say so only if the user asked for a database: a missing default
+         * database is the normal case before ovl-calibrate ran. */
+        if (explicit_db && !off && ovl__g.rank == 0 && ovl__g.cfg.verbose >= 1)
+            fprintf(stderr, "ovl: performance database ignored: %s; using the %s\n", why, fallback);
+    }
+    ovl__m.fault_us = ovl__m.fault_mprotect_us;
+    if (ovl__watch_resolve(OVL_MONITOR_AUTO) == OVL_MONITOR_UFFD && ovl__m.fault_uffd_us > 0)
+        ovl__m.fault_us = ovl__m.fault_uffd_us;
+    ovl__m.init_us = now_us() - t0;
+    ovl__info("model: latency %.1f us, bandwidth %.1f MB/s, eager limit %zu B, fault %.1f us; "
+              "%s; %.0f us at init",
+              ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us, ovl__m.source_detail,
+              ovl__m.init_us);
+    (void)lrc;
+    return OVL_SUCCESS;
+}
+
+double ovl__model_protect_us(ovl_monitor_t mon, size_t npages)
+{
+    if (mon == OVL_MONITOR_EXPLICIT)
+        return 0;
+    if (mon == OVL_MONITOR_UFFD && ovl__m.uffd_wp_base_us >= 0 && ovl__m.uffd_wp_page_us >= 0)
+        return ovl__m.uffd_wp_base_us + (double)npages * ovl__m.uffd_wp_page_us;
+    return ovl__m.prot_base_us + (double)npages * ovl__m.prot_page_us;
+}
+
+/* ---- split decisions (HUNT 5.1) -------------------------------------------- */
+
+const char *ovl__split_reason_name(int reason)
+{
+    static const char *names[OVL__SPLIT_NREASONS] = {
+        [OVL__SPLIT_YES] = "split",
+        [OVL__SPLIT_SMALL] = "too-small",
+        [OVL__SPLIT_NO_OVERLAP] = "not-covered",
+        [OVL__SPLIT_NO_GAIN] = "no-gain",
+        [OVL__SPLIT_SELF] = "local",
+        [OVL__SPLIT_TRAIN] = "train",
+        [OVL__SPLIT_NONBLOCKING] = "nonblocking",
+        [OVL__SPLIT_HINT] = "hint",
+    };
+    return reason >= 0 && reason < OVL__SPLIT_NREASONS ? names[reason] : "?";
+}
+
+#define MAX_STRIPS 64
+
+static size_t pages_of(size_t bytes, size_t ps)
+{
+    return (bytes + ps - 1) / ps;
+}
+
+static size_t round_page(double bytes, size_t ps)
+{
+    if (bytes < (double)ps)
+        return ps;
+    if (bytes > 1e18)
+        return SIZE_MAX / 2;
+    return ((size_t)bytes + ps - 1) / ps * ps;
+}
+
+size_t ovl__model_strip_size(const struct ovl__split *sp, size_t bytes, int k)
+{
+    if (!sp->should_split || sp->nstrips <= 1)
+        return k == 0 ? bytes : 0;
+    size_t ps = ovl__watch_page(), off = 0, s = 0;
+    for (int i = 0; i <= k && off < bytes; i++) {
+        double want = (double)sp->first;
+        for (int j = 0; j < i; j++)
+            want *= sp->growth;
+        s = i == sp->nstrips - 1 ? bytes - off : round_page(want, ps);
+        if (s > bytes - off)
+            s = bytes - off;
+        if (i == k)
+            return s;
+        off += s;
+    }
+    return 0;
+}
+
+/* Number of strips for (first, growth) over @bytes. */
+static int count_strips(size_t bytes, size_t first, double growth, size_t ps)
+{
+    size_t off = 0;
+    double want = (double)first;
+    int n = 0;
+    while (off < bytes) {
+        size_t s = round_page(want, ps);
+        off += s < bytes - off ? s : bytes - off;
+        want *= growth;
+        n++;
+    }
+    return n;
+}
+
+/* Predicted time from the call until the program has read every strip. */
+static double simulate(size_t bytes, size_t first, double growth, int n, ovl_monitor_t mon)
+{
+    size_t ps = ovl__watch_page();
+    double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
+    double setup = n * ovl__m.o_us + ovl__model_protect_us(mon, pages_of(bytes, ps));
+    double cpu = setup, wire = setup + ovl__m.rtt_us / 2;
+    size_t off = 0;
+    double want = (double)first;
+    for (int k = 0; k < n && off < bytes; k++) {
+        size_t s = k == n - 1 ? bytes - off : round_page(want, ps);
+        if (s > bytes - off)
+            s = bytes - off;
+        double send_at = setup + k * ovl__m.gap_us;
+        wire = (wire > send_at ? wire : send_at) + G * (double)s;
+        double arrive = wire + ovl__m.rtt_us / 2;
+        if (arrive > cpu)
+            cpu = arrive + I; /* faulted: wait, then the handler returns */
+        cpu += ovl__model_protect_us(mon, pages_of(s, ps)) + c * (double)s;
+        off += s;
+        want *= growth;
+    }
+    return cpu;
+}
+
+int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
+{
+    size_t ps = ovl__watch_page();
+    ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
+    double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
+    struct ovl__split r = { .should_split = 0, .nstrips = 1, .first = bytes, .growth = 1.0 };
+    r.t_plain_us = ovl__m.o_us + ovl__m.rtt_us + G * (double)bytes + c * (double)bytes;
+    r.t_split_us = r.t_plain_us;
+    if (peer == ovl__g.rank && ovl__g.size > 1) {
+        r.reason = OVL__SPLIT_SELF;
+        r.why = "local transfer: nothing to overlap";
+        goto done;
+    }
+    if (bytes < 2 * ps) {
+        r.reason = OVL__SPLIT_SMALL;
+        r.why = "smaller than two pages";
+        goto done;
+    }
+    /* (1): o + M(S) + I/2 + M(N1) < RTT + G*N1, with M(N1) = b + p*N1/ps:
+     * N1 > (o + M(S) + I/2 + b - RTT) / (G - p/ps). */
+    double pb = ovl__model_protect_us(mon, 0), pp = ovl__model_protect_us(mon, 1) - pb;
+    double setup = ovl__m.o_us + ovl__model_protect_us(mon, pages_of(bytes, ps)) + I / 2 + pb;
+    double slope = G - pp / (double)ps;
+    double n1;
+    if (setup < ovl__m.rtt_us)
+        n1 = (double)ps;
+    else if (slope <= 0)
+        n1 = 1e300;
+    else
+        n1 = (setup - ovl__m.rtt_us) / slope;
+    size_t N1 = round_page(n1, ps);
+    if (n1 > (double)(bytes - ps)) {
+        r.reason = OVL__SPLIT_SMALL;
+        r.why = "first strip cannot hide the setup (HUNT 5.1 (1))";
+        goto done;
+    }
+    /* (2): G*N1 + C(N1) + I/2 > G*(S-N1) + I + M(S-N1):
+     * N1 >= (G*S + I/2 + b + p*S/ps) / (2G + c + p/ps). */
+    double n2 = (G * (double)bytes + I / 2 + pb + pp * (double)bytes / (double)ps) /
+                (2 * G + c + pp / (double)ps);
+    if (n2 > (double)N1)
+        N1 = round_page(n2, ps);
+    if (N1 > bytes - ps) {
+        r.reason = OVL__SPLIT_NO_OVERLAP;
+        r.why = "second strip not covered by the first (HUNT 5.1 (2))";
+        goto done;
+    }
+    /* Candidates: equal strips (n = 2.. while each is at least the (1)
+     * minimum) and geometric growth from the (1) minimum. */
+    size_t n1min = round_page(n1, ps);
+    double best = r.t_plain_us;
+    int found = 0;
+    for (int n = 2; n <= MAX_STRIPS; n++) {
+        size_t s = round_page((double)bytes / n, ps);
+        if (s < n1min || s >= bytes)
+            break;
+        int real = count_strips(bytes, s, 1.0, ps);
+        double t = simulate(bytes, s, 1.0, real, mon);
+        if (t < best) {
+            best = t;
+            r.first = s;
+            r.growth = 1.0;
+            r.nstrips = real;
+            found = 1;
+        }
+    }
+    static const double growths[] = { 1.5, 2.0, 3.0, 4.0 };
+    for (size_t g = 0; g < sizeof growths / sizeof growths[0]; g++) {
+        for (size_t f = n1min; f < bytes; f *= 2) {
+            int real = count_strips(bytes, f, growths[g], ps);
+            if (real < 2 || real > MAX_STRIPS)
+                continue;
+            double t = simulate(bytes, f, growths[g], real, mon);
+            if (t < best) {
+                best = t;
+                r.first = f;
+                r.growth = growths[g];
+                r.nstrips = real;
+                found = 1;
+            }
+        }
+    }
+    if (!found) {
+        r.reason = OVL__SPLIT_NO_GAIN;
+        r.why = "no strip sizes beat one transfer";
+        r.first = bytes;
+        goto done;
+    }
+    r.should_split = 1;
+    r.reason = OVL__SPLIT_YES;
+    r.t_split_us = best;
+    r.why = r.growth > 1.0 ? "split, geometric strips" : "split, equal strips";
+done:
+    if (!r.should_split) {
+        r.nstrips = 1;
+        r.first = bytes;
+        r.growth = 1.0;
+    }
+    *out = r;
+    return 0;
+}
+
+size_t ovl__model_split_threshold(int peer)
+{
+    size_t ps = ovl__watch_page(), lo = ps, hi = 0;
+    struct ovl__split sp;
+    for (size_t s = 2 * ps; s <= ((size_t)1 << 30); s *= 2) {
+        ovl__model_split(s, peer, &sp);
+        if (sp.should_split) {
+            hi = s;
+            break;
+        }
+        lo = s;
+    }
+    if (!hi)
+        return SIZE_MAX;
+    /* Bisect in pages between the last size not split and the first split. */
+    size_t a = lo / ps, b = hi / ps;
+    while (b - a > 1) {
+        size_t m = a + (b - a) / 2;
+        ovl__model_split(m * ps, peer, &sp);
+        if (sp.should_split)
+            b = m;
+        else
+            a = m;
+    }
+    return b * ps;
+}
+
+size_t ovl__model_piggyback_threshold(void)
+{
+    /* Guarding a transfer costs M(pages) + I; it can hide at most its own
+     * wire time G*s. Below s* = (b + I) / (G - p/ps) guarding costs more
+     * than it could hide. */
+    size_t ps = ovl__watch_page();
+    ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
+    double pb = ovl__model_protect_us(mon, 0), pp = ovl__model_protect_us(mon, 1) - pb;
+    double slope = 1.0 / ovl__m.bw_Bpus - pp / (double)ps;
+    if (slope <= 0)
+        return SIZE_MAX;
+    double s = (pb + ovl__m.fault_us) / slope;
+    return s > 1e15 ? SIZE_MAX : round_page(s, ps);
 }
 
 size_t ovl__model_max_delta(void)

@@ -114,6 +114,7 @@ struct ovl__req {
     MPI_Datatype dt; /* owned copy for derived types (freed at match) */
     int dt_owned;
     struct ovl__delta *delta; /* delta requests, and ovl_irecv of a delta */
+    double t_post_us;         /* OVL_TRACE: when it was posted */
 };
 
 int ovl__req_table_init(void);
@@ -234,21 +235,103 @@ static inline void ovl__spin_unlock(ovl__spin_t *s)
 {
     atomic_flag_clear_explicit(&s->f, memory_order_release);
 }
-/* One-shot probe of fault cost in microseconds for the model. */
+/* Measured cost of one access fault served by @m's mechanism, in
+ * microseconds (mprotect: SIGSEGV + mprotect; uffd: SIGBUS +
+ * UFFDIO_ZEROPAGE). Best of a few; <= 0 when @m is unavailable here. */
 double ovl__watch_fault_cost_us(ovl_monitor_t m);
+/* Measured cost of guarding @npages populated pages with @m's mechanism
+ * (mprotect PROT_NONE, or UFFDIO_WRITEPROTECT), in microseconds; < 0 when
+ * unavailable. Best of @reps. */
+double ovl__watch_protect_cost_us(ovl_monitor_t m, size_t npages, int reps);
 
 /* ---- model.c ---------------------------------------------------------- */
 
+/* Where the figures in force came from (OVL_STATS prints it). */
+enum { OVL__MODEL_DEFAULTS, OVL__MODEL_INIT, OVL__MODEL_PERFDB };
+
 struct ovl__model {
-    double lat_us;   /* one-way small-message time */
-    double bw_Bpus;  /* bytes per microsecond */
-    double fault_us; /* cost of one access fault */
+    double lat_us;   /* one-way small-message time (L) */
+    double bw_Bpus;  /* bytes per microsecond (1/G) */
+    double fault_us; /* cost of one access fault (I) of the monitor in use */
     size_t eager;    /* eager/rendezvous switch of the MPI library */
     int calibrated;
+    /* LogGP and HUNT 5.1 terms; the defaults are conservative guesses,
+     * replaced by the performance database (perfdb.c) or the quick estimate
+     * at ovl_init. */
+    double o_us;                             /* per-message CPU overhead o = o_s + o_r */
+    double gap_us;                           /* g: minimum interval between two messages */
+    double rtt_us;                           /* round trip of a small message */
+    double fault_mprotect_us, fault_uffd_us; /* I per backend (<= 0: unknown) */
+    double prot_base_us;                     /* M(N) = prot_base_us + N * prot_page_us (mprotect) */
+    double prot_page_us;
+    double uffd_wp_base_us; /* the same for userfaultfd write-protect */
+    double uffd_wp_page_us;
+    double compute_us_per_B; /* C(n) >= n * this: memory-to-cache rate */
+    double rma_lat_us;       /* MPI_Rget of a small block, round trip */
+    double rma_bw_Bpus;      /* MPI_Rget bandwidth */
+    int source;              /* OVL__MODEL_* */
+    double init_us;          /* time ovl_init spent measuring */
+    char source_detail[320]; /* perfdb path, or why it was not used */
 };
 extern struct ovl__model ovl__m;
-/* Collective (inside ovl_init): measure latency and bandwidth. */
+/* Collective (inside ovl_init): load the performance database, or measure
+ * a quick estimate of latency, bandwidth, fault and copy cost. */
 int ovl__model_calibrate(void);
+/* The eager limit as model.c detects it without measuring (OVL_EAGER_LIMIT,
+ * MPI_T, UCX_RNDV_THRESH, 64 KiB). */
+size_t ovl__model_detect_eager(void);
+/* M(N): predicted cost of protecting @npages pages with @mon's mechanism. */
+double ovl__model_protect_us(ovl_monitor_t mon, size_t npages);
+
+/* The performance database (perfdb.c; format in docs/PERFDB.md). */
+/* Default path: $XDG_CACHE_HOME/ovl/perfdb, else $HOME/.cache/ovl/perfdb.
+ * Returns @buf, or NULL if neither variable is set. */
+char *ovl__perfdb_default_path(char *buf, size_t len);
+/* Read @path into @m (only the fields it holds). Returns 0, -1 if the file
+ * does not exist, -2 if it is unusable (corrupt, truncated, another MPI);
+ * @why says which and why. Never crashes on any input. */
+int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t why_len);
+/* The MPI library's version string as the perfdb header stores it: first
+ * line of MPI_Get_library_version, trimmed. */
+void ovl__perfdb_mpi_id(char *buf, size_t len);
+
+/* Whether and how to split a transfer into strips (HUNT 5.1, 5.3). */
+enum ovl__split_reason {
+    OVL__SPLIT_YES,         /* split: both HUNT 5.1 inequalities hold */
+    OVL__SPLIT_SMALL,       /* too small: first strip cannot pay its setup */
+    OVL__SPLIT_NO_OVERLAP,  /* second strip would not be covered */
+    OVL__SPLIT_NO_GAIN,     /* inequalities hold but the predicted time is not lower */
+    OVL__SPLIT_SELF,        /* local transfer (peer is this rank) */
+    OVL__SPLIT_TRAIN,       /* front end: others outstanding, piggybacked (5.3) */
+    OVL__SPLIT_NONBLOCKING, /* front end: explicit non-blocking call (5.3) */
+    OVL__SPLIT_HINT,        /* front end: a user hint decided */
+    OVL__SPLIT_NREASONS
+};
+/* Short name of a reason, for OVL_STATS. */
+const char *ovl__split_reason_name(int reason);
+struct ovl__split {
+    int should_split;
+    int reason;        /* enum ovl__split_reason */
+    int nstrips;       /* 1 when not split */
+    size_t first;      /* first strip in bytes (page multiple unless the whole transfer) */
+    double growth;     /* strip k+1 = growth * strip k (1.0: equal strips) */
+    double t_plain_us; /* predicted time: one transfer then compute */
+    double t_split_us; /* predicted time with the chosen strips */
+    const char *why;   /* one line, static storage */
+};
+/* Decide how to move @bytes to/from @peer, assuming the data is then read
+ * in order at the memory-to-cache rate (the worst case HUNT 5.1 uses).
+ * Returns 0; *out always filled. */
+int ovl__model_split(size_t bytes, int peer, struct ovl__split *out);
+/* Smallest transfer that the model splits (HUNT 5.1's lower bound);
+ * SIZE_MAX if none up to 1 GiB. */
+size_t ovl__model_split_threshold(int peer);
+/* Size of strip @k (0-based) of a split @bytes transfer. */
+size_t ovl__model_strip_size(const struct ovl__split *s, size_t bytes, int k);
+/* Transfers smaller than this, posted while others are outstanding, are
+ * not guarded: their synchronisation piggybacks on the last guarded one
+ * (HUNT 5.3's "train"). */
+size_t ovl__model_piggyback_threshold(void);
 /* Delta size for a message of @bytes produced at @rate bytes/us (0 =
  * unknown), fault-triggered or annotated. */
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
@@ -315,6 +398,10 @@ struct ovl__global {
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
         st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv;
+    /* OVL_STATS: transfers of every front end, their strips, bytes, time
+     * spent waiting, and the split decisions by reason */
+    atomic_ullong st_transfers, st_strips, st_bytes, st_wait_ns;
+    atomic_ullong st_split[OVL__SPLIT_NREASONS];
 };
 extern struct ovl__global ovl__g;
 
@@ -323,6 +410,47 @@ int ovl__check_init(const char *fn);
 int ovl__check_peer(const char *fn, int rank, int any_ok);
 int ovl__check_tag(const char *fn, int tag, int any_ok);
 int ovl__check_not_in_callback(const char *fn);
+
+/* ---- statistics (init.c), for every front end ----------------------------- */
+
+/* One transfer of @bytes moved in @nstrips strips (pieces, fragments). */
+void ovl__stats_transfer(size_t bytes, unsigned nstrips);
+/* A split decision was taken, for the reason (enum ovl__split_reason). */
+void ovl__stats_split_reason(int reason);
+/* Time spent blocked waiting for data or completion. */
+void ovl__stats_wait_ns(uint64_t ns);
+/* CLOCK_MONOTONIC in nanoseconds (async-signal-safe). */
+uint64_t ovl__now_ns(void);
+
+/* ---- trace.c: OVL_TRACE timeline ------------------------------------------ */
+
+/* Non-zero while OVL_TRACE records. Test it before building arguments:
+ * `if (ovl__trace_on) ovl__trace_complete(...)`. */
+extern int ovl__trace_on;
+/* Read OVL_TRACE (ovl_init, rank known); write the file (ovl_finalize). */
+void ovl__trace_init(void);
+void ovl__trace_fini(void);
+/* Microseconds on the trace clock (the same clock as ovl__now_ns). */
+double ovl__trace_now_us(void);
+/* A complete event ("ph":"X") that began at @t0_us and lasted @dur_us, with
+ * up to three integer arguments (@k* NULL: unused). @cat, @name and the
+ * keys must be string literals (stored by pointer). Async-signal-safe: no
+ * allocation, no lock (the fault handler records too). */
+void ovl__trace_complete(const char *cat, const char *name, double t0_us, double dur_us,
+                         const char *k1, long long v1, const char *k2, long long v2, const char *k3,
+                         long long v3);
+/* An instant event ("ph":"i"). */
+void ovl__trace_instant(const char *cat, const char *name, const char *k1, long long v1,
+                        const char *k2, long long v2);
+/* An instant whose arguments are a JSON object body written by the caller
+ * (taken over; freed after writing). Not for signal handlers. */
+void ovl__trace_instant_json(const char *cat, const char *name, char *json_args);
+/* Name the calling thread in the timeline (@name: a string literal). */
+void ovl__trace_thread_name(const char *name);
+/* The page-access trace of a watched transfer: @order[0..n) are the page
+ * indices in the order the program first touched them, of @npages. */
+void ovl__trace_page_access(const void *base, size_t len, size_t npages, const uint32_t *order,
+                            size_t n);
 
 static inline int ovl__delta_tag(int t)
 {

@@ -153,9 +153,13 @@ void ovl__engine_schedule_coro(struct ovl__coro *c)
 static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
 {
     struct ovl__tls *t = ovl__tls();
+    double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
     t->in_callback++;
     fn(&r->status, arg);
     t->in_callback--;
+    if (ovl__trace_on)
+        ovl__trace_complete("cont", "continuation", t0, ovl__trace_now_us() - t0, "error",
+                            r->status.error, "bytes", (long long)r->status.bytes, NULL, 0);
     atomic_fetch_add_explicit(&ovl__g.st_callbacks, 1, memory_order_relaxed);
 }
 
@@ -339,10 +343,18 @@ int ovl__engine_drive(void)
 
 void ovl__engine_wait_flag(atomic_int *flag)
 {
+    if (atomic_load_explicit(flag, memory_order_acquire))
+        return;
+    uint64_t t0 = ovl__now_ns();
     while (!atomic_load_explicit(flag, memory_order_acquire)) {
         if (ovl__engine_drive() < 0)
             sched_yield(); /* another thread is driving */
     }
+    uint64_t dt = ovl__now_ns() - t0;
+    ovl__stats_wait_ns(dt);
+    if (ovl__trace_on)
+        ovl__trace_complete("wait", "wait", (double)t0 / 1e3, (double)dt / 1e3, NULL, 0, NULL, 0,
+                            NULL, 0);
 }
 
 static uint64_t now_us(void)
@@ -363,6 +375,7 @@ static void *progress_thread(void *unused)
     /* Short sleeps must stay short: the default 50 us timer slack would add
      * up to 50 us to every poll interval. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     unsigned backoff = 0;
     uint64_t last_activity = now_us();
@@ -382,8 +395,12 @@ static void *progress_thread(void *unused)
         }
         if (!has_work_locked()) {
             backoff = 0;
+            double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
             while (!E.stop && !E.posted && !has_work_locked())
                 pthread_cond_wait(&E.cond, &E.lock);
+            if (ovl__trace_on)
+                ovl__trace_complete("progress", "idle", t0, ovl__trace_now_us() - t0, NULL, 0, NULL,
+                                    0, NULL, 0);
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
             last_activity = now_us();
             continue;
@@ -398,8 +415,13 @@ static void *progress_thread(void *unused)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        if (!E.posted)
+        if (!E.posted) {
+            double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
             pthread_cond_timedwait(&E.cond, &E.lock, &ts);
+            if (ovl__trace_on)
+                ovl__trace_complete("progress", "sleep", t0, ovl__trace_now_us() - t0, "backoff_us",
+                                    backoff, NULL, 0, NULL, 0);
+        }
         atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&E.lock);

@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <ucontext.h>
@@ -209,6 +211,7 @@ static void free_region(struct ovl__watch *w)
 {
     if (w->shadow)
         munmap(w->shadow, w->shadow_len);
+    free(w->touch); /* w->touched lives in the same block */
     free(w);
 }
 
@@ -419,6 +422,7 @@ static void fatal(const char *what, uintptr_t addr)
 /* Wait in the faulting thread until @ready(arg) holds. */
 static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t i, uintptr_t addr)
 {
+    uint64_t t0 = ovl__now_ns();
     atomic_fetch_add_explicit(&ovl__g.st_fault_waits, 1, memory_order_relaxed);
     if (ovl__engine_driving())
         fatal("a continuation or progress handler touched a delta-receive buffer whose data "
@@ -430,6 +434,11 @@ static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t
         if (ovl__engine_drive() < 0)
             sched_yield();
     }
+    uint64_t dt = ovl__now_ns() - t0;
+    ovl__stats_wait_ns(dt);
+    if (ovl__trace_on)
+        ovl__trace_complete("watch", "fault-wait", (double)t0 / 1e3, (double)dt / 1e3, "addr",
+                            (long long)addr, NULL, 0, NULL, 0);
 }
 
 static int page_valid(const void *w, size_t i)
@@ -453,8 +462,11 @@ static int handle(int sig, uintptr_t addr, void *uc)
 
     uintptr_t probe = atomic_load(&W.probe);
     if (probe && page == probe) {
-        if (W.probe_uffd)
-            return 1; /* the prober resolves it (see measure_fault) */
+        if (W.probe_uffd) { /* a missing page: fill it, as a receive install does */
+            struct uffdio_zeropage z = { .range = { .start = page, .len = ps }, .mode = 0 };
+            ioctl(ovl__uffd_fd(), UFFDIO_ZEROPAGE, &z);
+            return 1;
+        }
         mprotect((void *)page, ps, PROT_READ | PROT_WRITE);
         return 1;
     }
@@ -474,10 +486,15 @@ static int handle(int sig, uintptr_t addr, void *uc)
         if (!w || page < w->p0 || page >= w->p0 + w->npages * ps)
             continue;
         size_t i = (page - w->p0) / ps;
+        if (ovl__trace_on)
+            ovl__trace_instant("watch", w->is_send ? "fault-send" : "fault-recv", "page",
+                               (long long)i, "addr", (long long)addr);
         if (w->is_send) {
             send_fault(w, i, addr);
             return 1;
         }
+        if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
+            w->touch[atomic_fetch_add(&w->ntouch, 1)] = (uint32_t)i;
         if (!atomic_load(&w->valid[i]))
             wait_for(page_valid, w, i, addr);
         return 1;
@@ -677,6 +694,14 @@ int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__
     for (size_t i = 0; i < w->npages; i++)
         if (page_bytes(w, i) == 0)
             atomic_store(&w->valid[i], 1);
+    if (ovl__trace_on && m != OVL_MONITOR_EXPLICIT && w->npages < UINT32_MAX) {
+        /* best effort: without memory, no page-access trace */
+        w->touch = ovl__page_alloc(w->npages * (sizeof *w->touch + 1)); /* handler reads it */
+        if (w->touch) {
+            w->touched = (_Atomic uint8_t *)(w->touch + w->npages);
+            memset((void *)w->touched, 0, w->npages);
+        }
+    }
     if (m == OVL_MONITOR_EXPLICIT) {
         *out = w;
         return OVL_SUCCESS;
@@ -871,6 +896,8 @@ void ovl__watch_recv_finish(struct ovl__watch *w)
     }
     if (w->ihi > w->ilo)
         backend(w)->recv_done(w);
+    if (w->touch && w->touched)
+        ovl__trace_page_access(w->base, w->len, w->npages, w->touch, atomic_load(&w->ntouch));
     pthread_mutex_lock(&W.lock);
     if (w->edge_lo)
         edge_put_locked(w->p0);
@@ -996,14 +1023,112 @@ static double measure_mprotect_fault(void)
     return best;
 }
 
+/* userfaultfd in SIGBUS mode: a missing-page fault on a registered page,
+ * resolved by the handler with UFFDIO_ZEROPAGE (as a receive is installed
+ * with UFFDIO_COPY). */
+static double measure_uffd_fault(void)
+{
+    size_t ps = ovl__watch_page();
+    int fd = ovl__uffd_fd();
+    if (fd < 0)
+        return -1;
+    char *p = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    struct uffdio_register r = { .range = { .start = (uintptr_t)p, .len = ps },
+                                 .mode = UFFDIO_REGISTER_MODE_MISSING };
+    double best = -1;
+    if (ioctl(fd, UFFDIO_REGISTER, &r) == 0) {
+        W.probe_uffd = 1;
+        atomic_store(&W.probe, (uintptr_t)p);
+        best = 1e9;
+        for (int k = 0; k < 8; k++) {
+            madvise(p, ps, MADV_DONTNEED);
+            double t0 = now_us();
+            (void)*(volatile char *)p;
+            double t = now_us() - t0;
+            if (t < best)
+                best = t;
+        }
+        atomic_store(&W.probe, 0);
+        W.probe_uffd = 0;
+        struct uffdio_range u = { .start = (uintptr_t)p, .len = ps };
+        ioctl(fd, UFFDIO_UNREGISTER, &u);
+    }
+    munmap(p, ps);
+    return best;
+}
+
 double ovl__watch_fault_cost_us(ovl_monitor_t m)
 {
-    if (m == OVL_MONITOR_EXPLICIT || !W.installed)
-        return m == OVL_MONITOR_EXPLICIT ? 0.1 : 5.0;
+    if (m == OVL_MONITOR_EXPLICIT)
+        return 0.1;
+    if (!W.installed)
+        return -1;
+    if (m == OVL_MONITOR_UFFD) {
+        if (ovl__watch_resolve(OVL_MONITOR_UFFD) != OVL_MONITOR_UFFD)
+            return -1;
+        if (W.fault_us[OVL_MONITOR_UFFD] == 0)
+            W.fault_us[OVL_MONITOR_UFFD] = measure_uffd_fault();
+        return W.fault_us[OVL_MONITOR_UFFD];
+    }
     if (W.fault_us[OVL_MONITOR_MPROTECT] == 0)
         W.fault_us[OVL_MONITOR_MPROTECT] = measure_mprotect_fault();
-    /* userfaultfd in SIGBUS mode costs about the same signal round trip. */
     return W.fault_us[OVL_MONITOR_MPROTECT];
+}
+
+double ovl__watch_protect_cost_us(ovl_monitor_t m, size_t npages, int reps)
+{
+    size_t ps = ovl__watch_page(), len = npages * ps;
+    if (!npages || m == OVL_MONITOR_EXPLICIT || m == OVL_MONITOR_AUTO)
+        return -1;
+    int fd = -1;
+    if (m == OVL_MONITOR_UFFD) {
+        if (ovl__watch_resolve(OVL_MONITOR_UFFD) != OVL_MONITOR_UFFD)
+            return -1;
+        fd = ovl__uffd_fd();
+    }
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    memset(p, 1, len); /* populated, as a buffer the program wrote */
+    double best = -1;
+    if (fd >= 0) {
+        struct uffdio_register r = { .range = { .start = (uintptr_t)p, .len = len },
+                                     .mode = UFFDIO_REGISTER_MODE_WP };
+        if (ioctl(fd, UFFDIO_REGISTER, &r) == 0) {
+            best = 1e30;
+            for (int k = 0; k < reps; k++) {
+                struct uffdio_writeprotect w = { .range = { .start = (uintptr_t)p, .len = len },
+                                                 .mode = UFFDIO_WRITEPROTECT_MODE_WP };
+                double t0 = now_us();
+                int rc = ioctl(fd, UFFDIO_WRITEPROTECT, &w);
+                double t = now_us() - t0;
+                w.mode = 0;
+                ioctl(fd, UFFDIO_WRITEPROTECT, &w);
+                if (rc != 0) {
+                    best = -1;
+                    break;
+                }
+                if (t < best)
+                    best = t;
+            }
+            struct uffdio_range u = { .start = (uintptr_t)p, .len = len };
+            ioctl(fd, UFFDIO_UNREGISTER, &u);
+        }
+    } else {
+        best = 1e30;
+        for (int k = 0; k < reps; k++) {
+            double t0 = now_us();
+            mprotect(p, len, PROT_NONE);
+            double t = now_us() - t0;
+            mprotect(p, len, PROT_READ | PROT_WRITE);
+            if (t < best)
+                best = t;
+        }
+    }
+    munmap(p, len);
+    return best;
 }
 
 /* ---- life cycle --------------------------------------------------------------- */

@@ -32,6 +32,10 @@ struct ovl__watch {
     size_t shadow_len;
     int open_deferred;    /* mprotect hit the map-count limit: open later, coarser */
     int edge_lo, edge_hi; /* holds a reference on its first / last page */
+    /* OVL_TRACE page-access trace: pages in the order of their first fault */
+    uint32_t *touch;
+    _Atomic uint8_t *touched;
+    atomic_uint ntouch;
 
     /* send */
     atomic_flag busy;  /* fault handler vs. finish */

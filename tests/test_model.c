@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The performance model: loading the performance database (a valid file is
+ * used; every kind of broken file is refused with a clear message on rank
+ * 0 and the model falls back, never crashes), and the split decisions
+ * (strips cover the transfer exactly, page-sized, the threshold is where
+ * splitting starts). White-box: reads the model through ovl_internal.h.
+ */
+#include "harness.h"
+#include "ovl_internal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[256];
+
+/* A valid database for this MPI, with a few lines replaced or removed:
+ * @drop: key whose line is left out; @extra: text appended before the
+ * final line; @no_end: leave out "complete = 1". */
+static void write_db(const char *path, const char *drop, const char *replace_key,
+                     const char *replace_val, const char *extra, int no_end)
+{
+    char mpi[256];
+    ovl__perfdb_mpi_id(mpi, sizeof mpi);
+    static const char *lines[][2] = {
+        { "ovl_perfdb_version", "1" },
+        { "hostname", "testhost" },
+        { "mpi_library", NULL },
+        { "ranks", "2" },
+        { "page_B", "4096" },
+        { "lat_us", "3.5" },
+        { "rtt_us", "7" },
+        { "o_us", "1.25" },
+        { "gap_us", "0.5" },
+        { "G_us_per_B", "0.001" },
+        { "eager_B", "12288" },
+        { "fault_mprotect_us", "4" },
+        { "fault_uffd_us", "-1" },
+        { "protect_mprotect_base_us", "1" },
+        { "protect_mprotect_per_page_us", "0.02" },
+        { "compute_us_per_B", "0.0001" },
+    };
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "# test database\n");
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        const char *k = lines[i][0], *v = lines[i][1] ? lines[i][1] : mpi;
+        if (drop && !strcmp(drop, k))
+            continue;
+        if (replace_key && !strcmp(replace_key, k))
+            v = replace_val;
+        fprintf(f, "%s = %s\n", k, v);
+    }
+    fprintf(f, "[table pingpong]\n# bytes us\n8 3.5\n1024 4.5\n[end]\n");
+    if (extra)
+        fputs(extra, f);
+    if (!no_end)
+        fprintf(f, "complete = 1\n");
+    fclose(f);
+}
+
+/* ovl_init with OVL_PERFDB=@path on this rank; returns what rank 0 printed
+ * on stderr during it (in @msg). */
+static void init_with(const char *path, char *msg, size_t len)
+{
+    char cap[300];
+    snprintf(cap, sizeof cap, "%s/stderr.%d", dir, th_rank);
+    if (path)
+        setenv("OVL_PERFDB", path, 1);
+    else
+        unsetenv("OVL_PERFDB");
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(cap, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    int rc = ovl_init(MPI_COMM_WORLD, NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK_OK(rc);
+    FILE *f = fopen(cap, "r");
+    CHECK(f != NULL);
+    size_t n = fread(msg, 1, len - 1, f);
+    msg[n] = 0;
+    fclose(f);
+    unlink(cap);
+}
+
+static void sane_model(void)
+{
+    CHECK(ovl__m.lat_us > 0 && ovl__m.lat_us < 1e7);
+    CHECK(ovl__m.bw_Bpus > 0 && ovl__m.bw_Bpus < 1e9);
+    CHECK(ovl__m.eager > 0);
+    CHECK(ovl__m.compute_us_per_B > 0);
+    struct ovl__split sp;
+    CHECK(ovl__model_split(1 << 20, th_rank ^ 1, &sp) == 0);
+    CHECK(sp.nstrips >= 1 && sp.why != NULL);
+    /* the library still works */
+    int peer = th_rank ^ 1;
+    if (peer < th_size) {
+        int out = th_rank, in = -1;
+        ovl_request_t r[2];
+        CHECK_OK(ovl_irecv(&in, 1, MPI_INT, peer, 3, &r[0]));
+        CHECK_OK(ovl_isend(&out, 1, MPI_INT, peer, 3, &r[1]));
+        CHECK_OK(ovl_waitall(2, r, NULL));
+        CHECK(in == peer);
+    }
+}
+
+/* A broken database: refused on every rank, rank 0 says why. */
+static void refused(const char *path, const char *expect)
+{
+    char msg[2048];
+    init_with(path, msg, sizeof msg);
+    CHECKF(ovl__m.source != OVL__MODEL_PERFDB, "%s was accepted", path);
+    if (th_rank == 0) {
+        CHECKF(strstr(msg, "performance database ignored") != NULL, "no message for %s: [%.300s]",
+               path, msg);
+        CHECKF(strstr(msg, expect) != NULL, "message for %s lacks \"%s\": [%.300s]", path, expect,
+               msg);
+        CHECKF(strchr(msg, '\n') == msg + strlen(msg) - 1, "not one line: [%.300s]", msg);
+    } else {
+        CHECKF(strstr(msg, "performance database") == NULL, "rank %d printed: [%.300s]", th_rank,
+               msg);
+    }
+    CHECKF(strstr(ovl__m.source_detail, "estimate") || strstr(ovl__m.source_detail, "default"),
+           "source: %.300s", ovl__m.source_detail);
+    sane_model();
+    CHECK_OK(ovl_finalize());
+}
+
+static void test_perfdb(void)
+{
+    char p[300], msg[2048];
+    snprintf(p, sizeof p, "%s/db.%d", dir, th_rank);
+
+    /* valid: every figure is taken */
+    write_db(p, NULL, NULL, NULL, "unknown_key_from_newer_ovl = 5\n", 0);
+    init_with(p, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "valid database refused: %.200s / %.200s",
+           ovl__m.source_detail, msg);
+    CHECK(ovl__m.lat_us == 3.5 && ovl__m.rtt_us == 7 && ovl__m.o_us == 1.25);
+    CHECK(ovl__m.bw_Bpus > 999 && ovl__m.bw_Bpus < 1001);
+    CHECK(ovl__m.eager == 12288);
+    CHECK(ovl__m.fault_uffd_us == -1 && ovl__m.fault_mprotect_us == 4);
+    CHECK(msg[0] == 0);
+    CHECK(strstr(ovl__m.source_detail, p) != NULL);
+    sane_model();
+    CHECK_OK(ovl_finalize());
+
+    /* OVL_EAGER_LIMIT still wins over the database */
+    setenv("OVL_EAGER_LIMIT", "5000", 1);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.source == OVL__MODEL_PERFDB && ovl__m.eager == 5000);
+    CHECK_OK(ovl_finalize());
+    unsetenv("OVL_EAGER_LIMIT");
+
+    /* broken in every way we can think of */
+    setenv("OVL_CALIBRATE", "0", 1); /* keep the fallbacks fast */
+    write_db(p, NULL, "lat_us", "fast", NULL, 0);
+    refused(p, "not a number");
+    write_db(p, NULL, "lat_us", "1e300", NULL, 0);
+    refused(p, "out of range");
+    write_db(p, NULL, "lat_us", "nan", NULL, 0);
+    refused(p, "not a number");
+    write_db(p, NULL, "G_us_per_B", "-0.5", NULL, 0);
+    refused(p, "out of range");
+    write_db(p, NULL, "eager_B", "99999999999999999999999", NULL, 0);
+    refused(p, "out of range");
+    write_db(p, NULL, "eager_B", "4096.5", NULL, 0);
+    refused(p, "not an integer");
+    write_db(p, NULL, "o_us", "1.0 2.0", NULL, 0);
+    refused(p, "not a number");
+    write_db(p, "gap_us", NULL, NULL, NULL, 0);
+    refused(p, "missing key gap_us");
+    write_db(p, NULL, NULL, NULL, NULL, 1);
+    refused(p, "truncated");
+    write_db(p, NULL, NULL, NULL, "[table cut\n", 1);
+    refused(p, "unexpected");
+    write_db(p, NULL, NULL, NULL, "[table cut]\n1 2\n", 1);
+    refused(p, "truncated");
+    write_db(p, NULL, "mpi_library", "Some Other MPI 9.9", NULL, 0);
+    refused(p, "another MPI");
+    write_db(p, NULL, "ovl_perfdb_version", "2", NULL, 0);
+    refused(p, "out of range");
+    write_db(p, NULL, NULL, NULL, "this line has no equals sign\n", 0);
+    refused(p, "expected \"key = value\"");
+    write_db(p, NULL, NULL, NULL, "bad key! = 3\n", 0);
+    refused(p, "bad key");
+    {
+        char *longl = malloc(10001);
+        memset(longl, 'x', 9999);
+        longl[9999] = '\n';
+        longl[10000] = 0;
+        write_db(p, NULL, NULL, NULL, longl, 0);
+        free(longl);
+        refused(p, "longer than");
+    }
+    /* binary junk and an empty file */
+    FILE *f = fopen(p, "w");
+    for (int i = 0; i < 5000; i++)
+        fputc((i * 7919 + 13) & 0xff, f);
+    fclose(f);
+    refused(p, p);
+    f = fopen(p, "w");
+    fclose(f);
+    refused(p, "missing key");
+    /* a file cut in the middle of a line */
+    write_db(p, NULL, NULL, NULL, NULL, 0);
+    {
+        f = fopen(p, "r");
+        char all[8192];
+        size_t n = fread(all, 1, sizeof all, f);
+        fclose(f);
+        f = fopen(p, "w");
+        fwrite(all, 1, n / 2, f);
+        fclose(f);
+    }
+    refused(p, p);
+    refused("/nonexistent/ovl/perfdb", "No such file");
+    refused(dir, "read error"); /* a directory */
+
+    /* one rank's database is broken: nobody uses theirs */
+    write_db(p, NULL, th_rank == th_size - 1 ? "lat_us" : NULL, "oops", NULL, 0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.source != OVL__MODEL_PERFDB);
+    if (th_rank == 0)
+        CHECKF(strstr(msg, "performance database ignored") != NULL, "[%.300s]", msg);
+    sane_model();
+    CHECK_OK(ovl_finalize());
+
+    /* off: no database, no message */
+    init_with("off", msg, sizeof msg);
+    CHECK(ovl__m.source != OVL__MODEL_PERFDB && msg[0] == 0);
+    CHECK_OK(ovl_finalize());
+    /* the default path missing: silent */
+    char home[300];
+    snprintf(home, sizeof home, "%s/nohome", dir);
+    setenv("XDG_CACHE_HOME", home, 1);
+    init_with(NULL, msg, sizeof msg);
+    CHECK(ovl__m.source != OVL__MODEL_PERFDB && msg[0] == 0);
+    CHECK(strstr(ovl__m.source_detail, "nohome/ovl/perfdb") != NULL);
+    CHECK_OK(ovl_finalize());
+    /* ... and found there */
+    char d2[400];
+    snprintf(d2, sizeof d2, "%s/ovl", home);
+    mkdir(home, 0700);
+    mkdir(d2, 0700);
+    snprintf(d2, sizeof d2, "%s/ovl/perfdb", home);
+    if (th_rank == 0)
+        write_db(d2, NULL, NULL, NULL, NULL, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    init_with(NULL, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "%.300s", ovl__m.source_detail);
+    CHECK_OK(ovl_finalize());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (th_rank == 0) {
+        unlink(d2);
+        snprintf(d2, sizeof d2, "%s/ovl", home);
+        rmdir(d2);
+        rmdir(home);
+    }
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("OVL_CALIBRATE");
+    unlink(p);
+}
+
+/* Split decisions on a model with known figures. */
+static void test_split(void)
+{
+    char p[300], msg[2048];
+    snprintf(p, sizeof p, "%s/db.%d", dir, th_rank);
+    write_db(p, NULL, NULL, NULL, NULL, 0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.source == OVL__MODEL_PERFDB);
+    size_t ps = ovl__watch_page();
+    int peer = (th_rank + 1) % th_size;
+    struct ovl__split sp;
+    /* small and local transfers are not split */
+    CHECK(ovl__model_split(100, peer, &sp) == 0 && !sp.should_split &&
+          sp.reason == OVL__SPLIT_SMALL && sp.nstrips == 1 && sp.first == 100);
+    CHECK(ovl__model_split(64 << 20, th_rank, &sp) == 0 && !sp.should_split &&
+          sp.reason == OVL__SPLIT_SELF);
+    size_t thr = ovl__model_split_threshold(peer);
+    CHECKF(thr != SIZE_MAX && thr >= 2 * ps && thr % ps == 0, "threshold %zu", thr);
+    ovl__model_split(thr, peer, &sp);
+    CHECK(sp.should_split);
+    ovl__model_split(thr - ps, peer, &sp);
+    CHECK(!sp.should_split && sp.reason != OVL__SPLIT_YES);
+    if (th_rank == 0)
+        printf("split threshold with G = 1 us/kB, o = 1.25 us: %zu B\n", thr);
+    /* Strips cover every split transfer exactly, page multiples but the
+     * last, the first at least one page, growth as declared. */
+    for (size_t b = 2 * ps; b <= ((size_t)256 << 20); b = b * 3 / 2 + 1) {
+        ovl__model_split(b, peer, &sp);
+        CHECK(sp.why && sp.reason >= 0 && sp.reason < OVL__SPLIT_NREASONS);
+        CHECK(sp.should_split == (sp.reason == OVL__SPLIT_YES));
+        if (!sp.should_split) {
+            CHECK(sp.nstrips == 1 && sp.first == b);
+            continue;
+        }
+        CHECKF(sp.nstrips >= 2 && sp.nstrips <= 64, "%zu: %d strips", b, sp.nstrips);
+        CHECK(sp.t_split_us < sp.t_plain_us);
+        CHECK(sp.growth >= 1.0);
+        size_t sum = 0;
+        for (int k = 0; k < sp.nstrips; k++) {
+            size_t s = ovl__model_strip_size(&sp, b, k);
+            CHECKF(s > 0, "%zu: strip %d empty", b, k);
+            if (k < sp.nstrips - 1)
+                CHECKF(s % ps == 0, "%zu: strip %d of %zu", b, k, s);
+            if (k > 0 && k < sp.nstrips - 1 && sp.growth > 1.0)
+                CHECK(s >= ovl__model_strip_size(&sp, b, k - 1));
+            sum += s;
+        }
+        CHECKF(sum == b, "%zu bytes: strips sum to %zu", b, sum);
+        CHECK(ovl__model_strip_size(&sp, b, sp.nstrips) == 0);
+    }
+    /* far above the threshold: split */
+    ovl__model_split(64 << 20, peer, &sp);
+    CHECK(sp.should_split);
+    CHECK(ovl__model_piggyback_threshold() >= ps);
+    /* the reasons are counted */
+    ovl_stats_t st;
+    CHECK_OK(ovl_stats_get(&st));
+    ovl__stats_split_reason(OVL__SPLIT_YES);
+    ovl__stats_split_reason(OVL__SPLIT_TRAIN);
+    ovl__stats_split_reason(99); /* ignored */
+    CHECK(atomic_load(&ovl__g.st_split[OVL__SPLIT_YES]) == 1);
+    CHECK(atomic_load(&ovl__g.st_split[OVL__SPLIT_TRAIN]) == 1);
+    CHECK(!strcmp(ovl__split_reason_name(OVL__SPLIT_TRAIN), "train"));
+    CHECK_OK(ovl_finalize());
+    unlink(p);
+}
+
+/* The database ovl-calibrate --quick just wrote is accepted and usable. */
+static void test_calibrated(const char *path)
+{
+    char msg[2048];
+    init_with(path, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "%.200s: %.200s", ovl__m.source_detail, msg);
+    CHECK(msg[0] == 0);
+    sane_model();
+    size_t thr = ovl__model_split_threshold(th_rank ^ 1);
+    CHECK(thr >= 2 * ovl__watch_page());
+    if (th_rank == 0)
+        printf("calibrated: L %.2f us, G %.6f us/B, eager %zu B, split from %zu B\n", ovl__m.lat_us,
+               1 / ovl__m.bw_Bpus, ovl__m.eager, thr);
+    CHECK_OK(ovl_finalize());
+}
+
+int main(int argc, char **argv)
+{
+    th_init_mpi(&argc, &argv, "test_model", MPI_THREAD_MULTIPLE);
+    const char *cal = getenv("OVL_TEST_PERFDB");
+    if (cal && *cal) {
+        test_calibrated(cal);
+        return th_finish();
+    }
+    /* one scratch directory for the job */
+    if (th_rank == 0) {
+        snprintf(dir, sizeof dir, "/tmp/ovl_test_model.XXXXXX");
+        CHECK(mkdtemp(dir) != NULL);
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    test_perfdb();
+    test_split();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (th_rank == 0)
+        rmdir(dir);
+    return th_finish();
+}
