@@ -214,3 +214,114 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
     }
     return best;
 }
+
+/* ---- one-sided transfers: automatic strip-mining (HUNT 5.1) ----------------
+ *
+ * A get of `size` bytes cut into a first strip of N1 bytes and the rest pays
+ * off when (HUNT's two inequalities, with o the per-message overhead, RTT
+ * the round trip, G the inverse bandwidth, I one fault's service, M(N) the
+ * cost of changing the protection of N bytes and C(N) the least computation
+ * a program can do on N bytes -- reading them from memory):
+ *
+ *   (1) o + M(size) + I/2 + M(N1)  <  RTT + G*N1
+ *       the set-up must hide inside the first strip's own transfer;
+ *   (2) RTT + G*N1 + I/2 + C(N1)   >  RTT + G*(size - N1) + I/2 + I/2 + M(size - N1)
+ *       the first strip's transfer and use must cover the rest's transfer
+ *       and the extra fault.
+ *
+ * The smallest N1 (a page multiple) meeting both, if below `size`, is the
+ * first strip; later strips grow geometrically while (2) keeps holding for
+ * each next one against everything left, so the strips cover each other's
+ * transfers and the number of faults stays logarithmic. M(N) and C(N) are
+ * not calibrated yet: M(N) = fault_us/4 + 0.05 us per page, C(N) = N at
+ * MEM_BPUS bytes/us (memory to cache). Every rank computes the same
+ * decision from the same figures. */
+
+#define MEM_BPUS 4000.0 /* bytes/us, lower bound of computation on data */
+
+static double strip_M(size_t bytes)
+{
+    return ovl__m.fault_us / 4 + 0.05 * (double)((bytes + 4095) / 4096);
+}
+
+/* Smallest page-multiple N1 < size meeting (1) and (2), or 0. */
+static size_t first_strip(size_t size)
+{
+    size_t ps = ovl__watch_page();
+    double G = ovl__m.bw_Bpus > 0 ? 1.0 / ovl__m.bw_Bpus : 0.01;
+    double o = ovl__m.lat_us < 1 ? 1 : ovl__m.lat_us, rtt = 2 * o, I = ovl__m.fault_us;
+    for (size_t n1 = ps; n1 + ps <= size; n1 += ps) {
+        double lhs1 = o + strip_M(size) + I / 2 + strip_M(n1), rhs1 = rtt + G * (double)n1;
+        if (lhs1 >= rhs1)
+            continue;
+        double rest = (double)(size - n1);
+        double lhs2 = rtt + G * (double)n1 + I / 2 + (double)n1 / MEM_BPUS;
+        double rhs2 = rtt + G * rest + I + strip_M(size - n1);
+        if (lhs2 > rhs2)
+            return n1;
+        if (n1 > 64 * ps && n1 * 2 > size)
+            break; /* past half: the rest cannot get smaller than the first */
+        if (n1 >= 64 * ps)
+            n1 += n1 / 8 / ps * ps; /* coarser steps for large sizes */
+    }
+    return 0;
+}
+
+size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max)
+{
+    (void)peer; /* one set of link figures for every peer so far */
+    if (max < 1)
+        return 0;
+    sizes[0] = bytes;
+    if (max < 2 || bytes < ovl__model_split_threshold())
+        return 1;
+    size_t n1 = first_strip(bytes);
+    if (!n1)
+        return 1;
+    /* growth: strip k+1 may be as large as strip k's transfer plus use
+     * covers, i.e. (G + 1/MEM)/G times strip k; at least 1.5, at most 4 */
+    double G = ovl__m.bw_Bpus > 0 ? 1.0 / ovl__m.bw_Bpus : 0.01;
+    double r = (G + 1.0 / MEM_BPUS) / G;
+    r = r < 1.5 ? 1.5 : r > 4 ? 4 : r;
+    size_t n = 0, at = 0, s = n1;
+    while (at < bytes && n < max) {
+        size_t take = bytes - at;
+        if (n + 1 < max && take > s + s / 2)
+            take = s;
+        sizes[n++] = take;
+        at += take;
+        s = (size_t)((double)s * r);
+    }
+    if (at < bytes)
+        sizes[n - 1] += bytes - at;
+    return n;
+}
+
+size_t ovl__model_split_threshold(void)
+{
+    /* the smallest size (page multiples, doubling then refining) for which
+     * a first strip exists; cached for the figures it was computed from */
+    static double key[3];
+    static size_t cached;
+    double k[3] = { ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.fault_us };
+    if (cached && !memcmp(k, key, sizeof k))
+        return cached;
+    size_t ps = ovl__watch_page(), hi = 2 * ps;
+    while (hi < ((size_t)1 << 32) && !first_strip(hi))
+        hi *= 2;
+    if (hi >= ((size_t)1 << 32))
+        return (size_t)-1;
+    size_t lo = hi / 2 > ps ? hi / 2 : ps;
+    while (hi - lo > ps) {
+        size_t mid = (lo + hi) / 2 / ps * ps;
+        if (mid <= lo)
+            break;
+        if (first_strip(mid))
+            hi = mid;
+        else
+            lo = mid;
+    }
+    memcpy(key, k, sizeof k);
+    cached = hi;
+    return hi;
+}
