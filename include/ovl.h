@@ -638,6 +638,13 @@ OVL_NODISCARD int ovl_lock(ovl_segment_t seg, int rank);
  */
 OVL_NODISCARD int ovl_unlock(ovl_segment_t seg, int rank);
 
+/**
+ * The smallest transfer the performance model splits into strips (HUNT
+ * 5.1), from the link figures in force; SIZE_MAX if it never splits.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL)
+ */
+OVL_NODISCARD int ovl_get_split_threshold(size_t *bytes);
+
 /** Access order of get destinations (ovl_hint_order()). */
 typedef enum {
     OVL_ORDER_UP = 0,    /**< from the first byte to the last (default) */

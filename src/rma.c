@@ -131,6 +131,17 @@ int ovl_hint_piggyback(unsigned threshold)
     return OVL_SUCCESS;
 }
 
+int ovl_get_split_threshold(size_t *bytes)
+{
+    int rc;
+    if ((rc = ovl__check_init("ovl_get_split_threshold")))
+        return rc;
+    if (!bytes)
+        return ovl__error(OVL_ERR_ARG, "ovl_get_split_threshold", "bytes is NULL");
+    *bytes = ovl__model_split_threshold();
+    return OVL_SUCCESS;
+}
+
 /* ---- strips ------------------------------------------------------------------ */
 
 /* Cut [0, bytes) of a buffer at @addr into strips whose inner boundaries
