@@ -645,13 +645,6 @@ OVL_NODISCARD int ovl_unlock(ovl_segment_t seg, int rank);
  */
 OVL_NODISCARD int ovl_get_split_threshold(size_t *bytes);
 
-/** Access order of get destinations (ovl_hint_order()). */
-typedef enum {
-    OVL_ORDER_UP = 0,    /**< from the first byte to the last (default) */
-    OVL_ORDER_DOWN = 1,  /**< from the last byte to the first */
-    OVL_ORDER_RANDOM = 2 /**< any order */
-} ovl_order_t;
-
 /**
  * Decomposition of later transfers: 0 never splits; 1 (default) lets the
  * model choose (HUNT 5.1: geometrically growing strips above its threshold);
@@ -661,12 +654,23 @@ typedef enum {
  */
 OVL_NODISCARD int ovl_hint_decomp(unsigned factor);
 
+/** Access order of get destinations (ovl_hint_order()). */
+typedef enum {
+    OVL_ORDER_UP = 0,    /**< from the first byte to the last */
+    OVL_ORDER_DOWN = 1,  /**< from the last byte to the first */
+    OVL_ORDER_RANDOM = 2 /**< any order (default) */
+} ovl_order_t;
+
 /**
- * How the program will read later get destinations. UP and DOWN order the
- * strips so the part read first is issued first (lazy protection: only the
- * first page of the next outstanding strip is guarded, mprotect monitor);
- * RANDOM guards every page (always safe). @return OVL_SUCCESS,
- * OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown order)
+ * How the program will read the destinations of later gets. UP and DOWN
+ * issue the strips in that order (the part read first leaves first) and,
+ * with the mprotect monitor, turn on lazy protection (HUNT 5.2): only the
+ * first page of the next outstanding strip is guarded, and when a strip
+ * arrives every strip already there is skipped, so a sequential scan costs
+ * one protection change and at most one fault per strip. A program that
+ * then reads out of order may see bytes that have not arrived: give UP or
+ * DOWN only for sequential scans. RANDOM (default) guards every page.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown order)
  */
 OVL_NODISCARD int ovl_hint_order(ovl_order_t order);
 

@@ -50,6 +50,7 @@ struct strip {
     size_t off, len; /* in the user's buffer */
     int user;        /* put: sent from the user's (held) memory */
     int held;        /* get: arrived, install deferred (piggyback anchor) */
+    int arrived;     /* get: its request completed */
 };
 
 struct xfer {
@@ -70,6 +71,9 @@ struct xfer {
     int nfollow;         /* anchor: piggybacked gets not yet arrived */
     int last;            /* anchor: index of its last-issued strip */
     int last_arrived;    /* that strip's request has completed */
+    int lazy;            /* HUNT 5.2: only the next outstanding strip's first page is guarded */
+    int down;            /* strips issued (and read) from the end */
+    int gpos;            /* lazy: position (issue order) of the guarded strip */
     struct xfer *next, *prev;
 };
 
@@ -83,7 +87,7 @@ static struct {
     ovl_order_t order;
     /* stats */
     atomic_ullong transfers, strips, split, bytes, waits, wait_ns;
-} X = { .lock = PTHREAD_MUTEX_INITIALIZER, .decomp = 1, .order = OVL_ORDER_UP };
+} X = { .lock = PTHREAD_MUTEX_INITIALIZER, .decomp = 1, .order = OVL_ORDER_RANDOM };
 
 static double now_us(void)
 {
@@ -283,6 +287,32 @@ static struct xfer *finish_locked(struct xfer *x)
     return next;
 }
 
+/* Strip at position @k of the issue (= reading) order. */
+static struct strip *in_order(struct xfer *x, int k)
+{
+    return &x->st[x->down ? x->nstrips - 1 - k : k];
+}
+
+/* Lazy protection (lock held): guard the first page the program will read
+ * of the first strip still outstanding, skipping every strip that arrived.
+ * Runs before the strip that just arrived is opened, so a sequential reader
+ * always meets the guard before data that is not there. */
+static void lazy_advance(struct xfer *x, int first)
+{
+    int k = x->gpos;
+    while (k < x->nstrips && in_order(x, k)->arrived)
+        k++;
+    if (k == x->gpos && !first)
+        return; /* that strip's page is guarded already */
+    x->gpos = k;
+    if (k >= x->nstrips)
+        return;
+    struct strip *p = in_order(x, k);
+    if (ovl__watch_recv_guard(x->w, x->down ? p->off + p->len - 1 : p->off) != 0 && !x->err)
+        x->err = ovl__error(OVL_ERR_MONITOR, "ovl_get",
+                            "cannot guard a page for lazy protection (vm.max_map_count?)");
+}
+
 static void strip_done(struct ovl__op *op, MPI_Status *st)
 {
     struct strip *p = op->ctx;
@@ -298,6 +328,9 @@ static void strip_done(struct ovl__op *op, MPI_Status *st)
     } else if (x->w) {
         if (p == &x->st[x->last])
             x->last_arrived = 1;
+        p->arrived = 1;
+        if (x->lazy)
+            lazy_advance(x, 0);
         if (p == &x->st[x->last] && x->nfollow > 0) {
             p->held = 1; /* shown once the train behind it has arrived */
             count = 0;
@@ -362,7 +395,7 @@ static int issue_locked(struct xfer *x, const char *fn)
     int n = x->nstrips;
     for (int k = 0; k < n && rc == MPI_SUCCESS; k++) {
         /* DOWN: the end is read first, so it leaves first */
-        int i = X.order == OVL_ORDER_DOWN && !x->is_put ? n - 1 - k : k;
+        int i = x->down ? n - 1 - k : k;
         struct strip *p = &x->st[i];
         if (k == 0)
             x->first = i;
@@ -400,9 +433,8 @@ static int issue_locked(struct xfer *x, const char *fn)
  * them at once on another thread). */
 static void engine_add_all(struct xfer *x, int issued, int n)
 {
-    int order_down = X.order == OVL_ORDER_DOWN && !x->is_put;
     for (int k = 0; k < issued; k++) {
-        int i = order_down ? n - 1 - k : k;
+        int i = x->down ? n - 1 - k : k;
         if (ovl__engine_add(&x->st[i].op) != OVL_SUCCESS) {
             MPI_Status st;
             MPI_Wait(&x->st[i].op.mreq, &st);
@@ -526,7 +558,9 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         x->direct = 1;
         x->anchor = anchor;
         anchor->nfollow++;
-    } else if ((rc = ovl__watch_recv_create(mon, dst, bytes, &x->w)) != OVL_SUCCESS) {
+    } else if ((rc = (x->lazy = mon == OVL_MONITOR_MPROTECT && X.order != OVL_ORDER_RANDOM)
+                         ? ovl__watch_recv_create_lazy(dst, bytes, &x->w)
+                         : ovl__watch_recv_create(mon, dst, bytes, &x->w)) != OVL_SUCCESS) {
         pthread_mutex_unlock(&X.lock);
         free(x->st);
         free(x->staging);
@@ -534,6 +568,9 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         goto fail_req;
     }
     x->left = x->nstrips;
+    x->down = X.order == OVL_ORDER_DOWN;
+    if (x->lazy)
+        lazy_advance(x, 1); /* the first strip's first page */
     list_add_locked(x);
     int n = x->nstrips;
     int issued = issue_locked(x, fn);
@@ -821,7 +858,7 @@ void ovl__rma_finalize(void)
     pthread_mutex_lock(&X.lock);
     X.decomp = 1;
     X.piggyback = 0;
-    X.order = OVL_ORDER_UP;
+    X.order = OVL_ORDER_RANDOM;
     X.err = 0;
     pthread_mutex_unlock(&X.lock);
 }

@@ -628,7 +628,29 @@ void ovl__watch_send_finish(struct ovl__watch *w)
 
 /* ---- receive regions ------------------------------------------------------- */
 
+static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct ovl__watch **out);
+
 int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out)
+{
+    return recv_create(m, base, len, 0, out);
+}
+
+int ovl__watch_recv_create_lazy(void *base, size_t len, struct ovl__watch **out)
+{
+    return recv_create(OVL_MONITOR_MPROTECT, base, len, 1, out);
+}
+
+int ovl__watch_recv_guard(struct ovl__watch *w, size_t off)
+{
+    if (off >= w->len || w->mon != OVL_MONITOR_MPROTECT)
+        return 0;
+    size_t i = ((uintptr_t)w->base + off - w->p0) / ovl__watch_page();
+    if (is_edge(w, i) || atomic_load(&w->valid[i]))
+        return 0;
+    return mprotect(ovl__watch_page_addr(w, i), ovl__watch_page(), PROT_NONE) == 0 ? 0 : errno;
+}
+
+static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct ovl__watch **out)
 {
     static const char *fn = "ovl_delta_recv";
     struct ovl__watch *w = calloc(1, sizeof *w);
@@ -663,7 +685,7 @@ int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__
     if (!err && w->npages > 1 && is_edge(w, w->npages - 1) &&
         (err = edge_get_locked((uintptr_t)ovl__watch_page_addr(w, w->npages - 1))) == 0)
         w->edge_hi = 1;
-    if (!err && w->ihi > w->ilo)
+    if (!err && w->ihi > w->ilo && !lazy)
         err = backend(w)->recv_guard(w);
     if (err) {
         if (w->edge_lo)

@@ -171,8 +171,8 @@ static void phase_orders(void)
         CHECK_OK(ovl_fence(seg));
         dt_region_free(&r);
     }
+    /* ovl_get_nb: a handle for the first strip (read upwards, lazily) */
     CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
-    /* ovl_get_nb: a handle for the first strip */
     dt_region_t r;
     dt_region_alloc(&r, n, 1, 0x0b0);
     ovl_request_t req = OVL_REQUEST_NULL;
@@ -189,6 +189,7 @@ static void phase_orders(void)
     CHECK_OK(ovl_get_nb(r.buf, peer, 0, 0, seg, &req));
     CHECK_OK(ovl_wait(&req, &st));
     CHECK_OK(ovl_fence(seg));
+    CHECK_OK(ovl_hint_order(OVL_ORDER_RANDOM)); /* the default, for later phases */
     dt_region_free(&r);
     (void)pg;
     free_segment();
