@@ -21,7 +21,7 @@
  *  - sync:    a counter on rank 0 incremented under ovl_lock by every rank
  *             (get, need, put, unlock) ends at size * iterations; a put
  *             retired by ovl_barrier alone is visible to its target;
- *  - hints:   ovl_hint_decomp(0) never splits, a large factor splits into
+ *  - hints:   (4 MiB gets) ovl_hint_decomp(0) never splits, a large factor splits into
  *             many strips (when the model splits at all), counters move;
  *  - errors:  bad rank, range beyond the target's size, NULL pointers,
  *             freed / null segment, overlapping outstanding gets, a stack
@@ -351,7 +351,7 @@ static void phase_sync(void)
 static void phase_hints(void)
 {
     dt_phase("hints", 60);
-    size_t n = 8 * MiB;
+    size_t n = 4 * MiB;
     new_segment(n);
     int peer = (rank + 1) % nranks;
     unsigned char *b = dt_alloc(n);
@@ -374,7 +374,7 @@ static void phase_hints(void)
     CHECKF(s2.rma_split == s1.rma_split || s2.rma_strips >= s1.rma_strips + 16,
            "split into %llu strips", (unsigned long long)(s2.rma_strips - s1.rma_strips));
     if (rank == 0)
-        printf("  8 MiB get with decomp 16: %llu strips\n",
+        printf("  4 MiB get with decomp 16: %llu strips\n",
                (unsigned long long)(s2.rma_strips - s1.rma_strips));
     CHECK_OK(ovl_hint_decomp(1));
     EXPECT_ERR(ovl_hint_decomp(65), OVL_ERR_ARG);
