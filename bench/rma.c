@@ -9,6 +9,8 @@
  *                  blocking (MPI_Get + MPI_Win_flush), hand-written
  *                  non-blocking (MPI_Rget ... MPI_Wait before the use) and
  *                  ovl (ovl_get, the use waits in the access fault).
+ *                  Then the same single get while the target computes
+ *                  without calling MPI: is the target still responsive?
  *   decomposition  Figures 8-9: a get of N bytes (8 KB .. 8 MB) followed by
  *                  a memcpy of the received data ("self-induced overlap":
  *                  only strip-mining can help), and the same with an
@@ -161,6 +163,37 @@ int bench_dds(int argc, char **argv)
                    st[1].med * 1e6, st[2].med * 1e6, st[2].med / st[0].med, st[2].med / st[1].med);
         }
     }
+    /* Target progress: rank 1 computes (no MPI call) for a while; rank 0's
+     * single gets are served only if something on rank 1 drives MPI -- the
+     * progress thread while a segment exists. */
+    double busy = 0.5;
+    int nb = reps < 200 ? reps : 200;
+    double *tb[2] = { calloc((size_t)nb, sizeof(double)), calloc((size_t)nb, sizeof(double)) };
+    int got[2] = { 0, 0 };
+    for (int v = 1; v < 3; v++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (bench_rank == 1) {
+            bench_daxpy_for(busy);
+        } else {
+            double end = bench_now() + busy * 0.8;
+            while (got[v - 1] < nb && bench_now() < end) {
+                tb[v - 1][got[v - 1]] = dds_once(&e, v, 1, dst);
+                got[v - 1]++;
+            }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    if (bench_rank == 0) {
+        struct bench_stat s1 = bench_stat_of(tb[0], got[0]), s2 = bench_stat_of(tb[1], got[1]);
+        printf("target computing %.1f s without MPI calls: nb %d gets (median %.2f us, max "
+               "%.0f us), ovl %d gets (median %.2f us, max %.0f us)\n",
+               busy, got[0], s1.med * 1e6, s1.max * 1e6, got[1], s2.med * 1e6, s2.max * 1e6);
+        if (f)
+            fprintf(f, "# target_busy,nb,%d,%.3f,ovl,%d,%.3f\n", got[0], s1.med * 1e6, got[1],
+                    s2.med * 1e6);
+    }
+    free(tb[0]);
+    free(tb[1]);
     bench_csv_close(f, csv);
     for (int k = 0; k < 2; k++)
         for (int v = 0; v < 3; v++)
