@@ -241,6 +241,8 @@ static int overlaps(const char *a, size_t an, const char *b, size_t bn)
     return an && bn && a < b + bn && b < a + an;
 }
 
+static void lazy_advance(struct xfer *x, int first);
+
 /* ---- completion (driver) ------------------------------------------------------- */
 
 static void xfer_free(struct xfer *x)
@@ -275,6 +277,9 @@ static struct xfer *finish_locked(struct xfer *x)
     struct xfer *a = x->anchor;
     if (a && --a->nfollow == 0 && a->st[a->last].held) {
         a->st[a->last].held = 0;
+        a->st[a->last].arrived = 1;
+        if (a->lazy)
+            lazy_advance(a, 0);
         install(a, &a->st[a->last]);
         if (--a->left == 0)
             next = a;
@@ -328,13 +333,13 @@ static void strip_done(struct ovl__op *op, MPI_Status *st)
     } else if (x->w) {
         if (p == &x->st[x->last])
             x->last_arrived = 1;
-        p->arrived = 1;
-        if (x->lazy)
-            lazy_advance(x, 0);
         if (p == &x->st[x->last] && x->nfollow > 0) {
             p->held = 1; /* shown once the train behind it has arrived */
             count = 0;
         } else {
+            p->arrived = 1;
+            if (x->lazy)
+                lazy_advance(x, 0); /* before opening it */
             install(x, p);
         }
     }

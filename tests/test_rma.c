@@ -227,8 +227,10 @@ static void phase_many(void)
         dt_region_free(&r[i]);
     free(ord);
 
-    /* a train: gets beyond the second outstanding one piggyback */
+    /* a train: gets beyond the second outstanding one piggyback (read in
+     * issue order, upwards: lazy protection on the guarded ones too) */
     CHECK_OK(ovl_hint_piggyback(2));
+    CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
     for (int i = 0; i < nget; i++) {
         size_t n = 4096 + th_size_log(g, 200000);
         toff[i] = (size_t)th_below(g, 2 * MiB - n);
@@ -244,6 +246,7 @@ static void phase_many(void)
         dt_region_free(&r[i]);
     }
     CHECK_OK(ovl_hint_piggyback(0));
+    CHECK_OK(ovl_hint_order(OVL_ORDER_RANDOM));
     free(r);
     free(toff);
     free(src);
