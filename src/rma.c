@@ -380,17 +380,26 @@ static int check_common(const char *fn, const void *buf, int rank, size_t offset
     return OVL_SUCCESS;
 }
 
+/* The calling thread's stack, looked up once per thread: for the main
+ * thread pthread_getattr_np parses /proc/self/maps, far too slow for every
+ * 8-byte get. */
+static __thread uintptr_t stack_lo, stack_hi;
+
 static int on_my_stack(const void *buf, size_t len)
 {
-    pthread_attr_t a;
-    void *lo = NULL;
-    size_t sz = 0;
-    if (pthread_getattr_np(pthread_self(), &a) != 0)
-        return 0;
-    pthread_attr_getstack(&a, &lo, &sz);
-    pthread_attr_destroy(&a);
-    uintptr_t b = (uintptr_t)buf, l = (uintptr_t)lo;
-    return len > 0 && b < l + sz && b + len > l;
+    if (!stack_hi) {
+        pthread_attr_t a;
+        void *lo = NULL;
+        size_t sz = 0;
+        if (pthread_getattr_np(pthread_self(), &a) != 0)
+            return 0;
+        pthread_attr_getstack(&a, &lo, &sz);
+        pthread_attr_destroy(&a);
+        stack_lo = (uintptr_t)lo;
+        stack_hi = stack_lo + sz;
+    }
+    uintptr_t b = (uintptr_t)buf;
+    return len > 0 && b < stack_hi && b + len > stack_lo;
 }
 
 /* Start every strip's MPI request (lock held; x is on the list). */
