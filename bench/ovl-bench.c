@@ -20,6 +20,9 @@ static const struct bench_cmd cmds[] = {
       bench_delta },
     { "delta-sweep", "pair kernel: delta size x message size, both monitors, auto size",
       bench_delta_sweep },
+    { "dds", "one-sided: cost of demand-driven synchronisation (HUNT Table 2)", bench_dds },
+    { "decomposition", "one-sided: get + use, strip-mined or not, vs MPI (HUNT Figs 8-9)",
+      bench_decomposition },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

@@ -4,7 +4,7 @@
 #
 #   bench/reproduce.sh [--build DIR] [--out DIR] [--img DIR] [--quick] [--only WHAT]
 #
-# WHAT: cluster | shm | knobs | delta | all (default all). The cluster part needs an
+# WHAT: cluster | shm | knobs | delta | rma | all (default all). The cluster part needs an
 # emulated cluster (tools/ovl-cluster up --hosts 2 --rate 1gbit) and root;
 # it leaves the cluster as it found it. The delta part (issue 3: delta
 # send/receive kernels and the delta-size sweep) needs 4 hosts
@@ -155,4 +155,12 @@ if [ "$ONLY" = all ] || [ "$ONLY" = delta ]; then
     for kind in delta delta-sleep delta-sweep; do
         [ -f "$IMG/cluster-$kind.csv" ] && "$PY" "$ROOT/bench/plot.py" "$IMG/cluster-$kind.csv" -o "$IMG/cluster-$kind.png"
     done
+fi
+if [ "$ONLY" = all ] || [ "$ONLY" = rma ]; then
+    # issue 4: one-sided get/put (HUNT Table 2, Figures 8-9) on 2 hosts,
+    # 1 Gbit/s; tables and CSVs only
+    "$CLUSTER" status -q || { echo "reproduce.sh: the cluster is down: $CLUSTER up --hosts 2 --rate 1gbit" >&2; exit 2; }
+    export NOPLOT=1
+    run cluster2 rma-dds dds --reps $((REPS * 50))
+    run cluster2 rma-decomposition decomposition --reps "$REPS"
 fi

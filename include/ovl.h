@@ -524,6 +524,174 @@ OVL_NODISCARD int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
 OVL_NODISCARD int ovl_delta_size(ovl_request_t req, size_t *bytes);
 
 /* ------------------------------------------------------------------------ */
+/* One-sided get/put on segments                                             */
+/* ------------------------------------------------------------------------ */
+
+/** A segment: memory every rank exposes for ovl_get/ovl_put (an MPI-3 RMA
+ *  window with passive-target access). OVL_SEGMENT_NULL is the null handle. */
+typedef struct ovl_segment_s *ovl_segment_t;
+#define OVL_SEGMENT_NULL ((ovl_segment_t)0)
+
+/**
+ * Collective over ovl's communicator: every rank allocates @p bytes (0 is
+ * allowed; sizes may differ between ranks) that other ranks can read with
+ * ovl_get() and write with ovl_put(). *base receives this rank's memory
+ * (MPI_Win_allocate), which the program may use directly. The segment is
+ * open for passive-target access from creation to ovl_segment_free().
+ * A computing target stays responsive only while something calls MPI:
+ * with OVL_PROGRESS=thread the progress thread polls while a segment
+ * exists; with OVL_PROGRESS=inline only ovl calls on that rank do.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer),
+ *         OVL_ERR_NOMEM (too many segments), OVL_ERR_MPI,
+ *         OVL_ERR_IN_CALLBACK
+ */
+OVL_NODISCARD int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg);
+
+/**
+ * Collective: retire every transfer on the segment (gets in place, puts
+ * complete at their targets), then free it. *seg becomes OVL_SEGMENT_NULL.
+ * Segments should be freed before ovl_finalize(), which frees leftovers
+ * (collectively, so every rank must have left the same ones).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL, freed or
+ *         unknown segment), OVL_ERR_MPI, OVL_ERR_IN_CALLBACK
+ */
+OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
+
+/**
+ * Start reading @p bytes at @p offset of @p rank's part of @p seg into
+ * @p dst, and return at once. The program may use @p dst immediately: with
+ * a fault monitor (uffd, mprotect) an access to a part that has not
+ * arrived waits for the strip that holds it, and computation proceeds on
+ * each strip as soon as it lands. Large transfers are split into strips by
+ * the performance model (ovl_hint_decomp()). Bytes of @p dst's first and
+ * last pages that are not part of it are never modified (an access to them
+ * may wait too). With OVL_MONITOR=explicit call ovl_get_need() before using
+ * a range. As with delta receives, @p dst must not be given to a system
+ * call while pending, fault monitors refuse a @p dst on the calling
+ * thread's stack, and a continuation must not touch it.
+ *
+ * Consistency: the data is that of the target at some time between the
+ * call and the arrival; order against remote writes with ovl_fence(),
+ * ovl_barrier() or ovl_lock().
+ *
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer, freed
+ *         segment, range beyond the target's segment size, @p dst
+ *         overlapping an outstanding ovl_get or ovl_put buffer, stack
+ *         buffer), OVL_ERR_RANK, OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg);
+
+/**
+ * ovl_get() that also returns a request completing when the FIRST strip is
+ * in place (HUNT's explicitly non-blocking form: the program already
+ * overlaps, so the first strip is large, and later strips are still
+ * demand-driven). Complete it with ovl_wait()/ovl_test()/ovl_request_free().
+ * @return as ovl_get()
+ */
+OVL_NODISCARD int ovl_get_nb(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+                             ovl_request_t *req);
+
+/**
+ * Wait until bytes [@p dst, @p dst + @p bytes) of outstanding gets have
+ * arrived (any monitor; needed before using them with OVL_MONITOR=explicit).
+ * Memory that is not the destination of an outstanding get returns at once.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL with bytes > 0),
+ *         OVL_ERR_IN_CALLBACK, or the transfer's error
+ */
+OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
+
+/**
+ * Start writing @p bytes from @p src to @p offset of @p rank's part of
+ * @p seg, and return at once. The program may go on reading @p src; with a
+ * fault monitor a write to it waits until the strip holding that page has
+ * left (the bytes of @p src's partial first and last pages, and whole
+ * transfers without a full page, are copied at the call). With
+ * OVL_MONITOR=explicit the source is copied at the call. Remote
+ * completion: ovl_fence(), ovl_barrier(), ovl_unlock(). A @p src that is
+ * an outstanding get's destination is waited for first.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
+ *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_put(const void *src, int rank, size_t offset, size_t bytes,
+                          ovl_segment_t seg);
+
+/**
+ * Retire every transfer this rank started on @p seg: gets are in place,
+ * puts complete at their targets and their sources writable. Local (not
+ * collective). @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG,
+ *         OVL_ERR_IN_CALLBACK, OVL_ERR_MPI, or a transfer's error
+ */
+OVL_NODISCARD int ovl_fence(ovl_segment_t seg);
+
+/**
+ * Collective over ovl's communicator: retire every transfer on every
+ * segment, then synchronise, so data put before the barrier is visible to
+ * every rank after it (HUNT 5.4). The wait keeps driving progress.
+ * @return as ovl_fence()
+ */
+OVL_NODISCARD int ovl_barrier(void);
+
+/**
+ * Acquire the exclusive lock of @p rank's part of @p seg (one lock per rank
+ * and segment, kept in the segment; other ranks' ovl_lock on it wait).
+ * Transfers to @p rank are retired first. @return OVL_SUCCESS,
+ * OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK, OVL_ERR_BUSY (this rank
+ * already holds it), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_lock(ovl_segment_t seg, int rank);
+
+/**
+ * Retire every transfer to @p rank on @p seg (complete at the target), then
+ * release the lock. @return as ovl_lock(); OVL_ERR_ARG if not held
+ */
+OVL_NODISCARD int ovl_unlock(ovl_segment_t seg, int rank);
+
+/**
+ * The smallest transfer the performance model splits into strips (HUNT
+ * 5.1), from the link figures in force; SIZE_MAX if it never splits.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL)
+ */
+OVL_NODISCARD int ovl_get_split_threshold(size_t *bytes);
+
+/**
+ * Decomposition of later transfers: 0 never splits; 1 (default) lets the
+ * model choose (HUNT 5.1: geometrically growing strips above its threshold);
+ * @p factor > 1 splits above the same threshold into @p factor times as
+ * many equal strips (more aggressive), at most 64.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (factor > 64)
+ */
+OVL_NODISCARD int ovl_hint_decomp(unsigned factor);
+
+/** Access order of get destinations (ovl_hint_order()). */
+typedef enum {
+    OVL_ORDER_UP = 0,    /**< from the first byte to the last */
+    OVL_ORDER_DOWN = 1,  /**< from the last byte to the first */
+    OVL_ORDER_RANDOM = 2 /**< any order (default) */
+} ovl_order_t;
+
+/**
+ * How the program will read the destinations of later gets. UP and DOWN
+ * issue the strips in that order (the part read first leaves first) and,
+ * with the mprotect monitor, turn on lazy protection (HUNT 5.2): only the
+ * first page of the next outstanding strip is guarded, and when a strip
+ * arrives every strip already there is skipped, so a sequential scan costs
+ * one protection change and at most one fault per strip. A program that
+ * then reads out of order may see bytes that have not arrived: give UP or
+ * DOWN only for sequential scans. RANDOM (default) guards every page.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown order)
+ */
+OVL_NODISCARD int ovl_hint_order(ovl_order_t order);
+
+/**
+ * Trains (HUNT 5.3): a get started while at least @p threshold others are
+ * outstanding is not split, and its synchronisation is piggybacked on the
+ * last get before it: that get's last strip is only made visible once the
+ * train has arrived. 0 (default) turns it off.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT
+ */
+OVL_NODISCARD int ovl_hint_piggyback(unsigned threshold);
+
+/* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -540,6 +708,12 @@ typedef struct {
     uint64_t fault_waits;     /**< faults that had to wait for data */
     uint64_t deltas_sent;     /**< delta pieces sent */
     uint64_t deltas_received; /**< delta pieces received */
+    uint64_t rma_transfers;   /**< ovl_get/ovl_put calls */
+    uint64_t rma_strips;      /**< strips they were split into (= transfers: none split) */
+    uint64_t rma_split;       /**< transfers split into more than one strip */
+    uint64_t rma_bytes;       /**< bytes got and put */
+    uint64_t rma_waits;       /**< ovl_get_need/fence/barrier/lock calls that had to wait */
+    double rma_wait_us;       /**< time spent in those waits, microseconds */
 } ovl_stats_t;
 
 /** Copy the counters. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */

@@ -303,6 +303,8 @@ int ovl_finalize(void)
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
+    /* 0. Segments left over (collective, like their creation). */
+    ovl__rma_finalize();
     /* 1. Everything this rank sends has left (delta sends the program did
      *    not end are ended here). */
     ovl__delta_end_all();
@@ -384,5 +386,6 @@ int ovl_stats_get(ovl_stats_t *s)
     s->fault_waits = atomic_load(&ovl__g.st_fault_waits);
     s->deltas_sent = atomic_load(&ovl__g.st_deltas_sent);
     s->deltas_received = atomic_load(&ovl__g.st_deltas_recv);
+    ovl__rma_stats(s);
     return OVL_SUCCESS;
 }

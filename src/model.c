@@ -612,3 +612,27 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
     }
     return best;
 }
+
+/* ---- one-sided transfers: strips of a get or put --------------------------
+ * The plan of ovl__model_split (HUNT 5.1, above) as a list of strip sizes
+ * for rma.c; the decision's reason is counted for OVL_STATS. */
+size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max)
+{
+    if (max < 1)
+        return 0;
+    sizes[0] = bytes;
+    struct ovl__split sp;
+    ovl__model_split(bytes, peer, &sp);
+    ovl__stats_split_reason(sp.reason);
+    if (!sp.should_split || sp.nstrips < 2 || max < 2)
+        return 1;
+    size_t n = 0, at = 0;
+    while (at < bytes && n < max) {
+        size_t take = ovl__model_strip_size(&sp, bytes, (int)n);
+        if (take == 0 || take > bytes - at || n + 1 == max)
+            take = bytes - at;
+        sizes[n++] = take;
+        at += take;
+    }
+    return n;
+}

@@ -62,7 +62,8 @@ enum ovl__req_kind {
     OVL__REQ_SSEND,
     OVL__REQ_SRECV,
     OVL__REQ_DSEND,
-    OVL__REQ_DRECV
+    OVL__REQ_DRECV,
+    OVL__REQ_RMA /* ovl_get_nb: completes when the first strip is in place */
 };
 
 struct ovl__op;
@@ -186,6 +187,12 @@ ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m);
 /* Receive region: pages of [base, base+len) not yet arrived are guarded
  * (accesses wait) until installed. */
 int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out);
+/* Lazy receive region (HUNT 5.2, mprotect only): interior pages start
+ * unguarded; the caller guards single pages with ovl__watch_recv_guard
+ * (the page holding byte @off; no-op if valid or an edge page). Only for
+ * programs that read in a known order: an unguarded page reads stale. */
+int ovl__watch_recv_create_lazy(void *base, size_t len, struct ovl__watch **out);
+int ovl__watch_recv_guard(struct ovl__watch *w, size_t off);
 /* Bytes [off, off+len) arrived in @src: place them and make every page now
  * complete accessible (driver). */
 void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, size_t len);
@@ -243,6 +250,16 @@ double ovl__watch_fault_cost_us(ovl_monitor_t m);
  * (mprotect PROT_NONE, or UFFDIO_WRITEPROTECT), in microseconds; < 0 when
  * unavailable. Best of @reps. */
 double ovl__watch_protect_cost_us(ovl_monitor_t m, size_t npages, int reps);
+
+/* Hold region (one-sided put source): interior pages are write-protected;
+ * a write waits until ovl__watch_hold_release covers its page. Edge pages
+ * are never protected (the caller copies their bytes). */
+enum { OVL__WATCH_HOLD = 2 }; /* struct ovl__watch::is_send of a hold region */
+int ovl__watch_hold_create(ovl_monitor_t m, const void *base, size_t len, struct ovl__watch **out);
+/* Bytes [off, off+len) have left: their whole interior pages become writable. */
+void ovl__watch_hold_release(struct ovl__watch *w, size_t off, size_t len);
+/* Release everything and unregister (ovl__watch_destroy frees it). */
+void ovl__watch_hold_finish(struct ovl__watch *w);
 
 /* ---- model.c ---------------------------------------------------------- */
 
@@ -338,6 +355,10 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
 /* Largest delta piece (receivers size their buffers with it). */
 size_t ovl__model_max_delta(void);
 
+/* One-sided transfers (rma.c): strip sizes for a transfer of @bytes from
+ * @peer (HUNT 5.1); fills sizes[0..n) (n <= max) and returns n, 1 = no split. */
+size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max);
+
 /* ---- delta.c ---------------------------------------------------------- */
 
 struct ovl__delta;
@@ -350,6 +371,33 @@ int ovl__delta_active(int sends_only);
 void ovl__delta_implied_end(struct ovl__req *r);
 /* Request released: free what is left of its delta state. */
 void ovl__delta_free(struct ovl__delta *d);
+
+/* ---- segment.c, rma.c: one-sided get/put ------------------------------- */
+
+struct ovl__seg {
+    MPI_Win win;
+    char *base;
+    size_t bytes;   /* this rank's size */
+    size_t *sizes;  /* every rank's size (checked before each transfer) */
+    size_t lock_at; /* offset of the hidden lock word (ovl_lock) */
+    uint32_t slot, gen;
+    int live;
+};
+/* A valid segment for a handle, or an error recorded for @fn. */
+int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out);
+/* Retire every outstanding transfer on @s (NULL: all) to @rank (-1: all):
+ * gets installed, puts left and flushed. Blocking. */
+int ovl__rma_retire(struct ovl__seg *s, int rank);
+/* Transfers outstanding on @s (NULL: any). */
+int ovl__rma_outstanding(struct ovl__seg *s);
+/* Progress hook (driver): keeps passive-target RMA moving while segments exist. */
+int ovl__rma_poll(void);
+int ovl__rma_wants_progress(void);
+/* ovl_finalize: free leftover segments, print OVL_STATS. */
+void ovl__rma_finalize(void);
+void ovl__rma_stats(ovl_stats_t *s);
+void ovl__segment_free_all(void);
+int ovl__seg_flush_all(void);
 
 /* ---- coro.c ----------------------------------------------------------- */
 

@@ -270,6 +270,7 @@ int ovl__engine_drive(void)
     /* Messages on comm_msg are matched by ovl (match.c), before the poll so
      * the receives they start are tested in the same pass. */
     int matched = ovl__match_poll();
+    ovl__rma_poll(); /* passive-target RMA: keep MPI progressing */
     int nb = 0;
 
     pthread_mutex_lock(&E.lock);
@@ -366,7 +367,8 @@ static uint64_t now_us(void)
 
 static int has_work_locked(void)
 {
-    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || ovl__match_posted();
+    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || ovl__match_posted() ||
+           ovl__rma_wants_progress();
 }
 
 static void *progress_thread(void *unused)

@@ -489,6 +489,14 @@ static int handle(int sig, uintptr_t addr, void *uc)
         if (ovl__trace_on)
             ovl__trace_instant("watch", w->is_send ? "fault-send" : "fault-recv", "page",
                                (long long)i, "addr", (long long)addr);
+        if (w->is_send == OVL__WATCH_HOLD) {
+            /* a hold region never guards its edge pages: not this one's */
+            if (i < w->ilo || i >= w->ihi)
+                continue;
+            if (!atomic_load(&w->valid[i]))
+                wait_for(page_valid, w, i, addr);
+            return 1;
+        }
         if (w->is_send) {
             send_fault(w, i, addr);
             return 1;
@@ -681,7 +689,29 @@ void ovl__watch_send_finish(struct ovl__watch *w)
 
 /* ---- receive regions ------------------------------------------------------- */
 
+static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct ovl__watch **out);
+
 int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out)
+{
+    return recv_create(m, base, len, 0, out);
+}
+
+int ovl__watch_recv_create_lazy(void *base, size_t len, struct ovl__watch **out)
+{
+    return recv_create(OVL_MONITOR_MPROTECT, base, len, 1, out);
+}
+
+int ovl__watch_recv_guard(struct ovl__watch *w, size_t off)
+{
+    if (off >= w->len || w->mon != OVL_MONITOR_MPROTECT)
+        return 0;
+    size_t i = ((uintptr_t)w->base + off - w->p0) / ovl__watch_page();
+    if (is_edge(w, i) || atomic_load(&w->valid[i]))
+        return 0;
+    return mprotect(ovl__watch_page_addr(w, i), ovl__watch_page(), PROT_NONE) == 0 ? 0 : errno;
+}
+
+static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct ovl__watch **out)
 {
     static const char *fn = "ovl_delta_recv";
     struct ovl__watch probe;
@@ -720,7 +750,7 @@ int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__
     if (!err && w->npages > 1 && is_edge(w, w->npages - 1) &&
         (err = edge_get_locked((uintptr_t)ovl__watch_page_addr(w, w->npages - 1))) == 0)
         w->edge_hi = 1;
-    if (!err && w->ihi > w->ilo)
+    if (!err && w->ihi > w->ilo && !lazy)
         err = backend(w)->recv_guard(w);
     if (err) {
         if (w->edge_lo)
@@ -1186,4 +1216,97 @@ void ovl__watch_fini(void)
 #endif
         W.installed = 0;
     }
+}
+
+/* ---- hold regions (one-sided put sources) -------------------------------------
+ * The program may read the buffer but a write to an interior page waits
+ * until that page is released (its data has left). Edge pages are never
+ * protected: the caller copies their bytes before the transfer. Uses the
+ * send backends' write protection and the receive side's `valid` array. */
+
+int ovl__watch_hold_create(ovl_monitor_t m, const void *base, size_t len, struct ovl__watch **out)
+{
+    static const char *fn = "ovl_put";
+    struct ovl__watch probe;
+    geometry(&probe, (void *)base, len);
+    struct ovl__watch *w = new_region(probe.npages);
+    if (!w)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory to track %zu pages", probe.npages);
+    geometry(w, (void *)base, len);
+    w->is_send = OVL__WATCH_HOLD;
+    w->mon = m;
+    for (size_t i = 0; i < w->npages; i++)
+        if (is_edge(w, i))
+            atomic_store(&w->valid[i], 1);
+    if (m == OVL_MONITOR_EXPLICIT || w->ihi == w->ilo) {
+        for (size_t i = 0; i < w->npages; i++)
+            atomic_store(&w->valid[i], 1);
+        *out = w;
+        return OVL_SUCCESS;
+    }
+    pthread_mutex_lock(&W.lock);
+    reap_locked();
+    if (reg_add(w) != 0) {
+        pthread_mutex_unlock(&W.lock);
+        free_region(w);
+        return ovl__error(OVL_ERR_MONITOR, fn, "more than %d monitored buffers at once",
+                          MAX_REGIONS);
+    }
+    pthread_mutex_unlock(&W.lock);
+    const struct ovl__watch_backend *b = backend(w);
+    int err = b->send_guard(w);
+    if (!err && (err = b->send_protect(w, w->ilo, w->ihi, 1)) != 0)
+        b->send_done(w);
+    if (err) {
+        ovl__watch_destroy(w);
+        return ovl__error(OVL_ERR_MONITOR, fn, "cannot write-protect the source with %s: %s%s",
+                          ovl_monitor_name(m), strerror(err),
+                          err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=uffd "
+                                          "or explicit)"
+                                        : "");
+    }
+    *out = w;
+    return OVL_SUCCESS;
+}
+
+void ovl__watch_hold_release(struct ovl__watch *w, size_t off, size_t len)
+{
+    if (len == 0 || off >= w->len || w->ihi == w->ilo)
+        return;
+    if (len > w->len - off)
+        len = w->len - off;
+    size_t ps = ovl__watch_page();
+    uintptr_t a = (uintptr_t)w->base + off, e = a + len;
+    /* interior pages wholly inside [a, e) */
+    size_t i = (a - w->p0 + ps - 1) / ps, j = (e - w->p0) / ps;
+    if (i < w->ilo)
+        i = w->ilo;
+    if (j > w->ihi)
+        j = w->ihi;
+    if (i >= j)
+        return;
+    if (w->mon != OVL_MONITOR_EXPLICIT) {
+        while (atomic_flag_test_and_set(&w->busy))
+            sched_yield();
+        if (backend(w)->send_protect(w, i, j, 0) != 0)
+            backend(w)->send_protect(w, w->ilo, w->ihi, 0); /* coarser */
+        atomic_flag_clear(&w->busy);
+    }
+    for (size_t k = i; k < j; k++)
+        atomic_store(&w->valid[k], 1);
+}
+
+void ovl__watch_hold_finish(struct ovl__watch *w)
+{
+    if (w->mon != OVL_MONITOR_EXPLICIT && w->ihi > w->ilo) {
+        while (atomic_flag_test_and_set(&w->busy))
+            sched_yield();
+        backend(w)->send_done(w);
+        atomic_flag_clear(&w->busy);
+    }
+    for (size_t i = 0; i < w->npages; i++)
+        atomic_store(&w->valid[i], 1);
+    pthread_mutex_lock(&W.lock);
+    reg_remove_locked(w);
+    pthread_mutex_unlock(&W.lock);
 }
