@@ -161,6 +161,13 @@ if [ "$ONLY" = all ] || [ "$ONLY" = rma ]; then
     # 1 Gbit/s; tables and CSVs only
     "$CLUSTER" status -q || { echo "reproduce.sh: the cluster is down: $CLUSTER up --hosts 2 --rate 1gbit" >&2; exit 2; }
     export NOPLOT=1
+    # the model's figures for this link: calibrate on it once, then every
+    # run loads that database (the split decisions depend on it)
+    CAL=$BUILD/tools/ovl-calibrate
+    [ -x "$CAL" ] || { echo "reproduce.sh: build the calibrator: cmake --build $BUILD --target ovl-calibrate" >&2; exit 2; }
+    wait_idle
+    on_cluster2 "$CAL" -o "$OUT/cluster2.perfdb" | tee "$OUT/cluster2-calibrate.txt"
+    export OVL_PERFDB=$OUT/cluster2.perfdb
     run cluster2 rma-dds dds --reps $((REPS * 50))
     run cluster2 rma-decomposition decomposition --reps "$REPS"
 fi
