@@ -54,12 +54,12 @@ static void user_done(struct ovl__op *op, MPI_Status *st)
 {
     struct user_op *u = (struct user_op *)op;
     struct ovl__tls *t = ovl__tls();
-    double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
+    double t0 = ovl__trace_on ? ovl__now_us() : 0;
     t->in_callback++;
     u->fn(st, u->arg);
     t->in_callback--;
     if (ovl__trace_on)
-        ovl__trace_complete("cont", "mpi-continuation", t0, ovl__trace_now_us() - t0, "source",
+        ovl__trace_complete("cont", "mpi-continuation", t0, ovl__now_us() - t0, "source",
                             st->MPI_SOURCE, "tag", st->MPI_TAG, NULL, 0);
     atomic_fetch_add_explicit(&ovl__g.st_callbacks, 1, memory_order_relaxed);
     free(u);

@@ -122,13 +122,6 @@ static struct {
     double rate; /* last observed production rate, bytes/us */
 } D = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 static void active_add(struct ovl__delta *d)
 {
     pthread_mutex_lock(&D.lock);
@@ -281,8 +274,8 @@ static void finish_send(struct ovl__delta *d)
                    stale);
     ovl__stats_transfer(d->total, d->npieces);
     if (ovl__trace_on)
-        ovl__trace_complete("delta", "delta-send", d->t_trace, ovl__trace_now_us() - d->t_trace,
-                            "bytes", (long long)d->total, "pieces", d->npieces, "peer", d->peer);
+        ovl__trace_complete("delta", "delta-send", d->t_trace, ovl__now_us() - d->t_trace, "bytes",
+                            (long long)d->total, "pieces", d->npieces, "peer", d->peer);
     active_remove(d);
     ovl__req_complete(r);
 }
@@ -437,7 +430,7 @@ static size_t produced_upto(void *ctx, size_t upto)
     struct ovl__delta *d = ctx;
     ovl__spin_lock(&d->lock);
     if (upto > d->sent_prefix && !atomic_load(&d->ended)) {
-        double t = now_us() - d->t_begin;
+        double t = ovl__now_us() - d->t_begin;
         if (t > 0) {
             d->dsize = ovl__model_delta_size(d->cap, (double)upto / t, 1);
             D.rate = (double)upto / t;
@@ -581,7 +574,7 @@ static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, 
     d->is_send = is_send;
     d->buf = buf;
     d->cap = cap;
-    d->t_trace = ovl__trace_now_us();
+    d->t_trace = ovl__now_us();
     r->delta = d;
     return d;
 }
@@ -610,7 +603,7 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->peer = dest;
     d->sid = atomic_fetch_add(&D.next_sid, 1) % ((unsigned)ovl__g.mpi_tag_ub + 1u);
     d->mon = ovl__watch_resolve(monitor);
-    d->t_begin = now_us();
+    d->t_begin = ovl__now_us();
     size_t maxp = ovl__model_max_delta();
     d->max_piece = cap < maxp ? (cap ? cap : 1) : maxp;
     d->dsize = ovl__model_delta_size(cap, D.rate, d->mon != OVL_MONITOR_EXPLICIT);
@@ -839,9 +832,8 @@ static void finish_recv(struct ovl__delta *d, int err)
     r->status.error = err;
     ovl__stats_transfer(r->status.bytes, d->npieces);
     if (ovl__trace_on)
-        ovl__trace_complete("delta", "delta-recv", d->t_trace, ovl__trace_now_us() - d->t_trace,
-                            "bytes", (long long)r->status.bytes, "pieces", d->npieces, "peer",
-                            d->peer);
+        ovl__trace_complete("delta", "delta-recv", d->t_trace, ovl__now_us() - d->t_trace, "bytes",
+                            (long long)r->status.bytes, "pieces", d->npieces, "peer", d->peer);
     atomic_store(&d->done, 1);
     forward_from(d);
     active_remove(d);

@@ -34,7 +34,7 @@ static void msg_done(struct ovl__op *op, MPI_Status *st)
     if (!cancelled)
         ovl__stats_transfer(r->status.bytes, 1);
     if (ovl__trace_on) {
-        double t = ovl__trace_now_us();
+        double t = ovl__now_us();
         ovl__trace_complete("msg", r->kind == OVL__REQ_RECV ? "recv" : "send", r->t_post_us,
                             t - r->t_post_us, "bytes", (long long)r->status.bytes, "peer",
                             r->kind == OVL__REQ_RECV ? r->status.source : op->peer, "tag",
@@ -99,7 +99,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
     r->status.tag = tag;
     if (ovl__trace_on)
-        r->t_post_us = ovl__trace_now_us();
+        r->t_post_us = ovl__now_us();
     r->op.done = msg_done;
     r->op.peer = peer;
     if (kind == OVL__REQ_SEND) {

@@ -66,13 +66,6 @@ struct ovl__model ovl__m = MODEL_DEFAULTS;
 /* Largest piece a delta send uses; receivers size their buffers with it. */
 #define MAX_DELTA (256u << 10)
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 static size_t cvar_size(const char *name)
 {
     int provided, n = 0;
@@ -148,7 +141,7 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
 {
     double best = 1e30;
     for (int k = 0; k < reps; k++) {
-        double t0 = now_us();
+        double t0 = ovl__now_us();
         if (ovl__g.rank < peer) {
             MPI_Send(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta);
             MPI_Recv(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
@@ -156,7 +149,7 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
             MPI_Recv(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
             MPI_Send(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta);
         }
-        double t = (now_us() - t0) / 2;
+        double t = (ovl__now_us() - t0) / 2;
         if (t < best)
             best = t;
     }
@@ -176,10 +169,10 @@ static double quick_copy_rate(void)
         memset(b, 2, N);
         best = 1e30;
         for (int k = 0; k < 4; k++) {
-            double t0 = now_us();
+            double t0 = ovl__now_us();
             memcpy(b, a, N);
             __asm__ __volatile__("" ::"r"(b) : "memory");
-            double t = now_us() - t0;
+            double t = ovl__now_us() - t0;
             if (t < best)
                 best = t;
         }
@@ -253,7 +246,7 @@ static int quick_estimate(void)
 
 int ovl__model_calibrate(void)
 {
-    double t0 = now_us();
+    double t0 = ovl__now_us();
     ovl__m = model_defaults;
     ovl__m.eager = ovl__model_detect_eager();
     int rc = OVL_SUCCESS;
@@ -316,7 +309,7 @@ int ovl__model_calibrate(void)
     ovl__m.fault_us = ovl__m.fault_mprotect_us;
     if (ovl__watch_resolve(OVL_MONITOR_AUTO) == OVL_MONITOR_UFFD && ovl__m.fault_uffd_us > 0)
         ovl__m.fault_us = ovl__m.fault_uffd_us;
-    ovl__m.init_us = now_us() - t0;
+    ovl__m.init_us = ovl__now_us() - t0;
     ovl__info("model: latency %.1f us, bandwidth %.1f MB/s, eager limit %zu B, fault %.1f us; "
               "%s; %.0f us at init",
               ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us, ovl__m.source_detail,

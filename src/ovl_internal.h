@@ -478,8 +478,9 @@ extern int ovl__trace_on;
 /* Read OVL_TRACE (ovl_init, rank known); write the file (ovl_finalize). */
 void ovl__trace_init(void);
 void ovl__trace_fini(void);
-/* Microseconds on the trace clock (the same clock as ovl__now_ns). */
-double ovl__trace_now_us(void);
+/* Microseconds on ovl's monotonic clock (ovl__now_ns / 1000): every timing
+ * in the library and the trace's timestamps. */
+double ovl__now_us(void);
 /* A complete event ("ph":"X") that began at @t0_us and lasted @dur_us, with
  * up to three integer arguments (@k* NULL: unused). @cat, @name and the
  * keys must be string literals (stored by pointer). Async-signal-safe: no

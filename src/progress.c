@@ -153,12 +153,12 @@ void ovl__engine_schedule_coro(struct ovl__coro *c)
 static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
 {
     struct ovl__tls *t = ovl__tls();
-    double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
+    double t0 = ovl__trace_on ? ovl__now_us() : 0;
     t->in_callback++;
     fn(&r->status, arg);
     t->in_callback--;
     if (ovl__trace_on)
-        ovl__trace_complete("cont", "continuation", t0, ovl__trace_now_us() - t0, "error",
+        ovl__trace_complete("cont", "continuation", t0, ovl__now_us() - t0, "error",
                             r->status.error, "bytes", (long long)r->status.bytes, NULL, 0);
     atomic_fetch_add_explicit(&ovl__g.st_callbacks, 1, memory_order_relaxed);
 }
@@ -360,9 +360,7 @@ void ovl__engine_wait_flag(atomic_int *flag)
 
 static uint64_t now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return ovl__now_ns() / 1000u;
 }
 
 static int has_work_locked(void)
@@ -397,12 +395,12 @@ static void *progress_thread(void *unused)
         }
         if (!has_work_locked()) {
             backoff = 0;
-            double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
+            double t0 = ovl__trace_on ? ovl__now_us() : 0;
             while (!E.stop && !E.posted && !has_work_locked())
                 pthread_cond_wait(&E.cond, &E.lock);
             if (ovl__trace_on)
-                ovl__trace_complete("progress", "idle", t0, ovl__trace_now_us() - t0, NULL, 0, NULL,
-                                    0, NULL, 0);
+                ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
+                                    NULL, 0);
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
             last_activity = now_us();
             continue;
@@ -418,10 +416,10 @@ static void *progress_thread(void *unused)
             ts.tv_nsec -= 1000000000L;
         }
         if (!E.posted) {
-            double t0 = ovl__trace_on ? ovl__trace_now_us() : 0;
+            double t0 = ovl__trace_on ? ovl__now_us() : 0;
             pthread_cond_timedwait(&E.cond, &E.lock, &ts);
             if (ovl__trace_on)
-                ovl__trace_complete("progress", "sleep", t0, ovl__trace_now_us() - t0, "backoff_us",
+                ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
                                     backoff, NULL, 0, NULL, 0);
         }
         atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);

@@ -90,13 +90,6 @@ static struct {
     atomic_ullong transfers, strips, split, bytes, waits, wait_ns;
 } X = { .lock = PTHREAD_MUTEX_INITIALIZER, .decomp = 1, .order = OVL_ORDER_RANDOM };
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 /* ---- hints ------------------------------------------------------------------ */
 
 int ovl_hint_decomp(unsigned factor)
@@ -718,11 +711,11 @@ static int wait_while(const char *fn, int (*pending)(const void *), const void *
     int rc;
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
-    double t0 = now_us();
+    double t0 = ovl__now_us();
     while (pending(arg))
         if (ovl__engine_drive() < 0)
             sched_yield();
-    unsigned long long ns = (unsigned long long)((now_us() - t0) * 1e3);
+    unsigned long long ns = (unsigned long long)((ovl__now_us() - t0) * 1e3);
     atomic_fetch_add_explicit(&X.waits, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&X.wait_ns, ns, memory_order_relaxed);
     ovl__stats_wait_ns(ns);

@@ -60,7 +60,7 @@ uint64_t ovl__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-double ovl__trace_now_us(void)
+double ovl__now_us(void)
 {
     return (double)ovl__now_ns() / 1e3;
 }
@@ -106,7 +106,7 @@ void ovl__trace_instant(const char *cat, const char *name, const char *k1, long 
                       .name = name,
                       .ph = 'i',
                       .tid = tid(),
-                      .ts = ovl__trace_now_us(),
+                      .ts = ovl__now_us(),
                       .k = { k1, k2, NULL },
                       .v = { v1, v2, 0 } };
 }
@@ -122,12 +122,9 @@ void ovl__trace_instant_json(const char *cat, const char *name, char *json_args)
         free(json_args);
         return;
     }
-    *e = (struct ev){ .cat = cat,
-                      .name = name,
-                      .ph = 'i',
-                      .tid = tid(),
-                      .ts = ovl__trace_now_us(),
-                      .json = json_args };
+    *e = (struct ev){
+        .cat = cat, .name = name, .ph = 'i', .tid = tid(), .ts = ovl__now_us(), .json = json_args
+    };
 }
 
 void ovl__trace_thread_name(const char *name)

@@ -1024,13 +1024,6 @@ ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m)
 
 /* ---- fault cost ------------------------------------------------------------- */
 
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 static double measure_mprotect_fault(void)
 {
     size_t ps = ovl__watch_page();
@@ -1042,9 +1035,9 @@ static double measure_mprotect_fault(void)
     double best = 1e9;
     for (int k = 0; k < 8; k++) {
         mprotect(p, ps, PROT_NONE);
-        double t0 = now_us();
+        double t0 = ovl__now_us();
         *(volatile char *)p = (char)k;
-        double t = now_us() - t0;
+        double t = ovl__now_us() - t0;
         if (t < best)
             best = t;
     }
@@ -1074,9 +1067,9 @@ static double measure_uffd_fault(void)
         best = 1e9;
         for (int k = 0; k < 8; k++) {
             madvise(p, ps, MADV_DONTNEED);
-            double t0 = now_us();
+            double t0 = ovl__now_us();
             (void)*(volatile char *)p;
-            double t = now_us() - t0;
+            double t = ovl__now_us() - t0;
             if (t < best)
                 best = t;
         }
@@ -1131,9 +1124,9 @@ double ovl__watch_protect_cost_us(ovl_monitor_t m, size_t npages, int reps)
             for (int k = 0; k < reps; k++) {
                 struct uffdio_writeprotect w = { .range = { .start = (uintptr_t)p, .len = len },
                                                  .mode = UFFDIO_WRITEPROTECT_MODE_WP };
-                double t0 = now_us();
+                double t0 = ovl__now_us();
                 int rc = ioctl(fd, UFFDIO_WRITEPROTECT, &w);
-                double t = now_us() - t0;
+                double t = ovl__now_us() - t0;
                 w.mode = 0;
                 ioctl(fd, UFFDIO_WRITEPROTECT, &w);
                 if (rc != 0) {
@@ -1149,9 +1142,9 @@ double ovl__watch_protect_cost_us(ovl_monitor_t m, size_t npages, int reps)
     } else {
         best = 1e30;
         for (int k = 0; k < reps; k++) {
-            double t0 = now_us();
+            double t0 = ovl__now_us();
             mprotect(p, len, PROT_NONE);
-            double t = now_us() - t0;
+            double t = ovl__now_us() - t0;
             mprotect(p, len, PROT_READ | PROT_WRITE);
             if (t < best)
                 best = t;
