@@ -485,7 +485,7 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * (or cancels, if nothing was sent) what is pending.
  *
  * Receives from ovl_delta_send_begin() or ovl_isend(). The status carries
- * the real size. A longer message gives OVL_ERR_TRUNCATE (the buffer then
+ * the real size; bytes past it keep what they held before. A longer message gives OVL_ERR_TRUNCATE (the buffer then
  * holds the first @p count elements). With OVL_MONITOR_EXPLICIT, call
  * ovl_delta_need() before using a range.
  *

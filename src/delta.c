@@ -79,7 +79,7 @@ struct ovl__delta {
     uint32_t sid;
     ovl_monitor_t mon;
     struct ovl__watch *w;
-    size_t dsize, max_piece;
+    _Atomic size_t dsize, max_piece; /* ovl_delta_size reads them from any thread */
     ovl__spin_t lock; /* not a mutex: a futex word on a guarded page would fail (EFAULT) */
     struct ovl__delta *next, *prev; /* active list */
     int active;
@@ -108,6 +108,7 @@ struct ovl__delta {
     uint64_t seq, last_seq;
     int last_seen, stale;
     size_t total_r, arrived;
+    char *landing; /* a plain message received where the monitor lets MPI write */
     char *staging; /* a plain message received into a guarded buffer */
     size_t staging_len;
     struct ovl__op plain_op;
@@ -968,8 +969,9 @@ static void plain_done(struct ovl__op *op, MPI_Status *st)
         err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
     } else {
         MPI_Get_elements_x(st, MPI_BYTE, &n);
-        if (d->staging)
-            ovl__watch_recv_install(d->w, 0, d->staging, (size_t)n > d->cap ? d->cap : (size_t)n);
+        const char *src = d->staging ? d->staging : d->landing;
+        if (src)
+            ovl__watch_recv_install(d->w, 0, src, (size_t)n > d->cap ? d->cap : (size_t)n);
     }
     d->total_r = (size_t)n;
     d->last_seen = 1;
@@ -989,9 +991,10 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
     d->plain_op.done = plain_done;
     d->plain_op.kind = OVL__OP_FRAG;
     int rc;
-    if (d->mon == OVL_MONITOR_EXPLICIT && (size_t)n <= d->cap) {
+    if ((size_t)n <= d->cap && (d->landing = ovl__watch_recv_landing(d->w)) != NULL) {
+        /* straight into the buffer (explicit) or the monitor's shadow */
         d->staging_len = 0;
-        rc = MPI_Imrecv(d->buf, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
+        rc = MPI_Imrecv(d->landing, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
     } else {
         d->staging = ovl__page_alloc(n > 0 ? (size_t)n : 1);
         if (!d->staging) {

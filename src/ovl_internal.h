@@ -198,6 +198,12 @@ int ovl__watch_recv_guard(struct ovl__watch *w, size_t off);
 void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, size_t len);
 /* 1 if every page holding bytes [off, off+len) is valid. */
 int ovl__watch_recv_ready(struct ovl__watch *w, size_t off, size_t len);
+/* Where the bytes for base+off may be written directly (by MPI) before
+ * they are installed: landing + off; ovl__watch_recv_install(w, off,
+ * landing + off, len) then copies nothing it need not. NULL when the
+ * backend has no such place (mprotect): install from a buffer of your own.
+ * Valid from create to finish. */
+char *ovl__watch_recv_landing(struct ovl__watch *w);
 /* Bytes from the start that are valid (whole installed pages). */
 size_t ovl__watch_recv_prefix(struct ovl__watch *w);
 /* The message is over: every page becomes accessible and the region is

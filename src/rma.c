@@ -51,6 +51,7 @@ struct strip {
     int user;        /* put: sent from the user's (held) memory */
     int held;        /* get: arrived, install deferred (piggyback anchor) */
     int arrived;     /* get: its request completed */
+    double t_issue;  /* OVL_TRACE: when its request was started (us) */
 };
 
 struct xfer {
@@ -323,15 +324,21 @@ static void xfer_free(struct xfer *x)
 {
     if (x->w)
         ovl__watch_destroy(x->w);
-    stage_put(x->staging, x->staging_cap);
+    if (x->staging_cap) /* else none, or the monitor's landing */
+        stage_put(x->staging, x->staging_cap);
     free(x->st);
     free(x);
 }
 
 static void install(struct xfer *x, struct strip *p)
 {
-    if (!x->err)
-        ovl__watch_recv_install(x->w, p->off, x->staging + p->off, p->len);
+    if (x->err)
+        return;
+    double t0 = ovl__trace_on ? ovl__now_us() : 0;
+    ovl__watch_recv_install(x->w, p->off, x->staging + p->off, p->len);
+    if (ovl__trace_on)
+        ovl__trace_complete("rma", "install", t0, ovl__now_us() - t0, "offset", (long long)p->off,
+                            "bytes", (long long)p->len, NULL, 0);
 }
 
 /* The last strip of @x arrived (lock held): finish it. Returns a transfer
@@ -400,6 +407,10 @@ static void strip_done(struct ovl__op *op, MPI_Status *st)
     pthread_mutex_lock(&X.lock);
     if (st->MPI_ERROR != MPI_SUCCESS && !x->err)
         x->err = ovl__mpi_error(st->MPI_ERROR, x->is_put ? "ovl_put" : "ovl_get", "strip transfer");
+    if (ovl__trace_on)
+        ovl__trace_complete("rma", x->is_put ? "put-strip" : "get-strip", p->t_issue,
+                            ovl__now_us() - p->t_issue, "peer", x->rank, "offset", (long long)p->off,
+                            "bytes", (long long)p->len);
     int count = 1;
     if (x->is_put) {
         if (p->user && x->w)
@@ -495,6 +506,8 @@ static int issue_locked(struct xfer *x, const char *fn)
         p->op.kind = OVL__OP_USER;
         p->op.peer = x->rank;
         p->op.mreq = MPI_REQUEST_NULL;
+        if (ovl__trace_on)
+            p->t_issue = ovl__now_us();
         MPI_Aint disp = (MPI_Aint)(x->toff + p->off);
         if (x->is_put) {
             const char *src = p->user ? x->ubuf + p->off : x->staging + p->off;
@@ -593,12 +606,16 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
     struct xfer *anchor = NULL;
     for (struct xfer *o = X.head; o; o = o->next) {
         if (overlaps(o->ubuf, o->bytes, dst, bytes)) {
+            /* read o before unlocking: the driver may free it at once */
+            int o_put = o->is_put;
+            void *o_buf = o->ubuf;
+            size_t o_bytes = o->bytes;
             pthread_mutex_unlock(&X.lock);
             rc = ovl__error(OVL_ERR_ARG, fn,
                             "destination [%p, +%zu) overlaps an outstanding %s buffer [%p, +%zu): "
                             "retire it first (ovl_fence, ovl_get_need)",
-                            dst, bytes, o->is_put ? "ovl_put source" : "ovl_get destination",
-                            (void *)o->ubuf, o->bytes);
+                            dst, bytes, o_put ? "ovl_put source" : "ovl_get destination", o_buf,
+                            o_bytes);
             free(x);
             goto fail_req;
         }
@@ -629,14 +646,10 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         }
     }
     x->st = calloc((size_t)x->nstrips, sizeof *x->st);
-    if (!piggy)
-        x->staging = stage_get(bytes, &x->staging_cap);
-    if (!x->st || (!piggy && !x->staging)) {
+    if (!x->st) {
         pthread_mutex_unlock(&X.lock);
-        free(x->st);
-        stage_put(x->staging, x->staging_cap);
+        rc = ovl__error(OVL_ERR_NOMEM, fn, "no memory for %d strips", x->nstrips);
         free(x);
-        rc = ovl__error(OVL_ERR_NOMEM, fn, "no memory for %zu bytes of staging", bytes);
         goto fail_req;
     }
     size_t at = 0;
@@ -654,9 +667,19 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
                          : ovl__watch_recv_create(mon, dst, bytes, &x->w)) != OVL_SUCCESS) {
         pthread_mutex_unlock(&X.lock);
         free(x->st);
-        stage_put(x->staging, x->staging_cap);
         free(x);
         goto fail_req;
+    } else if (!(x->staging = ovl__watch_recv_landing(x->w))) {
+        /* the monitor has no place MPI may write to: a staging buffer */
+        if (!(x->staging = stage_get(bytes, &x->staging_cap))) {
+            pthread_mutex_unlock(&X.lock);
+            ovl__watch_recv_finish(x->w);
+            ovl__watch_destroy(x->w);
+            free(x->st);
+            free(x);
+            rc = ovl__error(OVL_ERR_NOMEM, fn, "no memory for %zu bytes of staging", bytes);
+            goto fail_req;
+        }
     }
     x->left = x->nstrips;
     x->down = X.order == OVL_ORDER_DOWN;

@@ -817,7 +817,8 @@ void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, 
     uintptr_t a = (uintptr_t)w->base + off, e = a + len;
     /* 1. place the bytes */
     if (w->mon == OVL_MONITOR_EXPLICIT) {
-        memcpy(w->base + off, src, len);
+        if (w->base + off != src) /* else it landed in place */
+            memcpy(w->base + off, src, len);
     } else {
         uintptr_t ilo_a = (uintptr_t)ovl__watch_page_addr(w, w->ilo);
         uintptr_t ihi_a = (uintptr_t)ovl__watch_page_addr(w, w->ihi);
@@ -876,6 +877,16 @@ void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, 
             for (size_t k = lo; k < hi; k++)
                 atomic_store(&w->valid[k], 1);
     }
+}
+
+char *ovl__watch_recv_landing(struct ovl__watch *w)
+{
+    if (!w)
+        return NULL;
+    if (w->mon == OVL_MONITOR_EXPLICIT)
+        return w->base; /* nothing guarded: bytes may land in the buffer */
+    const struct ovl__watch_backend *b = backend(w);
+    return b->recv_landing ? b->recv_landing(w) : NULL;
 }
 
 int ovl__watch_recv_ready(struct ovl__watch *w, size_t off, size_t len)

@@ -28,8 +28,9 @@ struct ovl__watch {
     /* receive */
     uint32_t *got;          /* bytes arrived, per page (driver) */
     _Atomic uint8_t *valid; /* page accessible (readable by the fault handler) */
-    char *shadow;           /* uffd: page-aligned twin of the interior pages */
+    char *shadow;           /* uffd: page-aligned twin of the buffer's pages */
     size_t shadow_len;
+    int moved;            /* uffd: the interior's own pages wait in the shadow */
     int open_deferred;    /* mprotect hit the map-count limit: open later, coarser */
     int edge_lo, edge_hi; /* holds a reference on its first / last page */
     /* OVL_TRACE page-access trace: pages in the order of their first fault */
@@ -54,6 +55,9 @@ struct ovl__watch_backend {
     int (*recv_open)(struct ovl__watch *w, size_t i, size_t j);
     /* the message is over: open every interior page, release the backend */
     void (*recv_done)(struct ovl__watch *w);
+    /* where MPI may write bytes for base+off directly (landing + off), or
+     * NULL: bytes come through recv_place. Optional. */
+    char *(*recv_landing)(struct ovl__watch *w);
     int (*send_guard)(struct ovl__watch *w);
     /* write-protect (protect = 1) or allow writes to interior pages [i, j) */
     int (*send_protect)(struct ovl__watch *w, size_t i, size_t j, int protect);

@@ -4,13 +4,21 @@
  * delivered as SIGBUS to the faulting thread, which resolves it itself
  * (watch.c's handler), so no handler thread has to be woken.
  *
- * Receive: interior pages are emptied (MADV_DONTNEED: their old contents
- * are about to be overwritten) and registered for missing-page faults.
- * Arriving bytes go to a page-aligned shadow of those pages; a page that is
- * complete is installed atomically with UFFDIO_COPY, so a reader sees
- * either a fault or the whole page, and the mapping is never split (no
- * vm.max_map_count pressure). Pages beyond the real message end read as
- * zero.
+ * Receive: interior pages are registered for missing-page faults and
+ * emptied. Arriving bytes go to a page-aligned shadow of the buffer's pages
+ * (ovl__watch_recv_landing: MPI may write there directly); a page that is
+ * complete is installed atomically, so a reader sees either a fault or the
+ * whole page, and the mapping is never split (no vm.max_map_count
+ * pressure).
+ *
+ * With UFFDIO_MOVE (Linux >= 6.8) nothing is copied or allocated: the
+ * buffer's own pages are moved into the shadow when it is guarded (MPI
+ * then writes into memory that is already resident), and moved back one
+ * complete page run at a time; pages the message never reached get their
+ * old contents back. Without it (or for memory it cannot move: shared,
+ * pinned, forked copy-on-write) the pages are dropped (MADV_DONTNEED) and
+ * complete ones installed with UFFDIO_COPY from the shadow, which starts as
+ * a copy of the old contents.
  *
  * Send: interior pages are registered for write-protect faults and
  * protected with UFFDIO_WRITEPROTECT (reads never fault).
@@ -22,6 +30,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -36,6 +45,16 @@
 #endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
+#endif
+#ifndef UFFDIO_MOVE /* Linux 6.8; older headers lack it */
+#define UFFD_FEATURE_MOVE (1 << 16)
+struct uffdio_move {
+    __u64 dst, src, len, mode;
+    __s64 move;
+};
+#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
+#define UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES ((__u64)1 << 1)
+#define UFFDIO_MOVE _IOWR(UFFDIO, 0x05, struct uffdio_move)
 #endif
 
 static int ufd = -1;
@@ -101,6 +120,9 @@ int ovl__uffd_open(char *why, size_t why_len)
     }
     if (avail & UFFD_FEATURE_WP_UNPOPULATED)
         want |= UFFD_FEATURE_WP_UNPOPULATED;
+    const char *mv = getenv("OVL_UFFD_MOVE"); /* docs/ENV.md */
+    if ((avail & UFFD_FEATURE_MOVE) && !(mv && !strcmp(mv, "0")))
+        want |= UFFD_FEATURE_MOVE;
     api.api = UFFD_API;
     api.features = want;
     if (ioctl(fd, UFFDIO_API, &api) != 0) {
@@ -111,8 +133,9 @@ int ovl__uffd_open(char *why, size_t why_len)
     }
     features = want;
     ufd = fd;
-    snprintf(why, why_len, "userfaultfd (%s, SIGBUS mode%s) works", mode,
-             (want & UFFD_FEATURE_WP_UNPOPULATED) ? ", write-protect of unpopulated pages" : "");
+    snprintf(why, why_len, "userfaultfd (%s, SIGBUS mode%s%s) works", mode,
+             (want & UFFD_FEATURE_WP_UNPOPULATED) ? ", write-protect of unpopulated pages" : "",
+             (want & UFFD_FEATURE_MOVE) ? ", zero-copy page moves" : "");
     return 0;
 }
 
@@ -140,37 +163,91 @@ static void unreg(struct ovl__watch *w, size_t i, size_t j)
 
 /* ---- receive ---- */
 
+static int reg_range(void *a, size_t len, uint64_t mode)
+{
+    struct uffdio_register r = { .range = { .start = (uintptr_t)a, .len = len }, .mode = mode };
+    return ioctl(ufd, UFFDIO_REGISTER, &r) == 0 ? 0 : errno;
+}
+
+static void unreg_range(void *a, size_t len)
+{
+    struct uffdio_range r = { .start = (uintptr_t)a, .len = len };
+    ioctl(ufd, UFFDIO_UNREGISTER, &r);
+}
+
+/* Move [src, src+len) onto the registered [dst, dst+len) page by page
+ * table, no copy. Returns the bytes moved before the first failure. */
+static size_t move_pages(char *dst, char *src, size_t len, uint64_t mode)
+{
+    size_t done = 0;
+    while (done < len) {
+        struct uffdio_move m = { .dst = (uintptr_t)(dst + done),
+                                 .src = (uintptr_t)(src + done),
+                                 .len = len - done,
+                                 .mode = mode };
+        if (ioctl(ufd, UFFDIO_MOVE, &m) == 0)
+            return len;
+        if (m.move > 0) {
+            done += (size_t)m.move; /* partial (EAGAIN): go on from there */
+            continue;
+        }
+        return done;
+    }
+    return done;
+}
+
+/* Shadow address of page i. */
+static char *shadow_page(struct ovl__watch *w, size_t i)
+{
+    return w->shadow + i * ovl__watch_page();
+}
+
 static int recv_guard(struct ovl__watch *w)
 {
-    size_t ps = ovl__watch_page(), n = w->ihi - w->ilo;
-    w->shadow_len = n * ps;
+    size_t ps = ovl__watch_page(), ilen = (w->ihi - w->ilo) * ps;
+    w->shadow_len = w->npages * ps; /* edge pages too: the landing is the whole buffer */
     w->shadow =
         mmap(NULL, w->shadow_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (w->shadow == MAP_FAILED) {
         w->shadow = NULL;
         return ENOMEM;
     }
-    char *a = ovl__watch_page_addr(w, w->ilo);
-    if (madvise(a, w->shadow_len, MADV_DONTNEED) != 0)
+    char *a = ovl__watch_page_addr(w, w->ilo), *sa = shadow_page(w, w->ilo);
+    if ((features & UFFD_FEATURE_MOVE) && reg_range(a, ilen, UFFDIO_REGISTER_MODE_MISSING) == 0) {
+        /* the shadow must be registered to be moved into; the buffer's
+         * pages go there (holes stay holes), leaving it empty */
+        if (reg_range(sa, ilen, UFFDIO_REGISTER_MODE_MISSING) == 0) {
+            size_t n = move_pages(sa, a, ilen,
+                                  UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
+            if (n == ilen)
+                w->moved = 1;
+            else if (n > 0) /* put back what moved */
+                move_pages(a, sa, n, UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
+            unreg_range(sa, ilen);
+        }
+        if (w->moved)
+            return 0;
+        unreg_range(a, ilen);
+    }
+    /* Keep the old contents for the pages no message reaches (read
+     * before registering: a hole read after it would wait for itself),
+     * then empty the pages. */
+    memcpy(sa, a, ilen);
+    if (madvise(a, ilen, MADV_DONTNEED) != 0)
         return errno;
-    return reg(w, w->ilo, w->ihi, UFFDIO_REGISTER_MODE_MISSING);
+    return reg_range(a, ilen, UFFDIO_REGISTER_MODE_MISSING);
 }
 
 static void recv_place(struct ovl__watch *w, size_t off, const void *src, size_t len)
 {
-    uintptr_t a = (uintptr_t)w->base + off;
-    memcpy(w->shadow + (a - (uintptr_t)ovl__watch_page_addr(w, w->ilo)), src, len);
+    char *t = w->shadow + ((uintptr_t)w->base + off - w->p0);
+    if (t != src) /* else it landed in place */
+        memcpy(t, src, len);
 }
 
-static int recv_open(struct ovl__watch *w, size_t i, size_t j)
+static int copy_pages(char *dst, const char *src, size_t len)
 {
-    size_t ps = ovl__watch_page();
-    struct uffdio_copy c = {
-        .dst = (uintptr_t)ovl__watch_page_addr(w, i),
-        .src = (uintptr_t)(w->shadow + (i - w->ilo) * ps),
-        .len = (j - i) * ps,
-        .mode = 0,
-    };
+    struct uffdio_copy c = { .dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len, .mode = 0 };
     while (ioctl(ufd, UFFDIO_COPY, &c) != 0) {
         if (errno == EAGAIN && c.copy > 0) { /* partial copy: go on from there */
             c.dst += (uint64_t)c.copy;
@@ -186,9 +263,46 @@ static int recv_open(struct ovl__watch *w, size_t i, size_t j)
     return 0;
 }
 
+static int recv_open(struct ovl__watch *w, size_t i, size_t j)
+{
+    size_t ps = ovl__watch_page();
+    char *d = ovl__watch_page_addr(w, i), *s = shadow_page(w, i);
+    size_t len = (j - i) * ps, at = 0;
+    if (w->moved) {
+        while (at < len) {
+            at += move_pages(d + at, s + at, len - at, 0);
+            if (at == len)
+                return 0;
+            /* a page that cannot move (pinned, shared copy-on-write): copy it */
+            int err = copy_pages(d + at, s + at, ps);
+            if (err)
+                return err;
+            at += ps;
+        }
+        return 0;
+    }
+    return copy_pages(d, s, len);
+}
+
 static void recv_done(struct ovl__watch *w)
 {
+    /* pages the message never reached get their old contents back */
+    size_t ps = ovl__watch_page();
+    for (size_t i = w->ilo; i < w->ihi; i++) {
+        if (atomic_load(&w->valid[i]))
+            continue;
+        if (!w->moved)
+            copy_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps);
+        else if (move_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps,
+                            UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES) != ps)
+            copy_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps);
+    }
     unreg(w, w->ilo, w->ihi);
+}
+
+static char *recv_landing(struct ovl__watch *w)
+{
+    return w->shadow ? w->shadow + ((uintptr_t)w->base - w->p0) : NULL;
 }
 
 /* ---- send ---- */
@@ -228,6 +342,7 @@ const struct ovl__watch_backend ovl__watch_uffd = {
     .recv_place = recv_place,
     .recv_open = recv_open,
     .recv_done = recv_done,
+    .recv_landing = recv_landing,
     .send_guard = send_guard,
     .send_protect = send_protect,
     .send_done = send_done,

@@ -345,6 +345,8 @@ static void early_end(void)
                    "case %d: send status {%zu, %d}, %zu bytes produced", c, st.bytes, st.error,
                    real_bytes);
         } else {
+            /* what the buffer held before: the part no message reaches keeps it */
+            th_fill(r.buf, posted, key ^ 0x01d, 0);
             CHECK_OK(ovl_delta_recv(r.buf, count, dt, peer, tag, &req));
             /* use the part that will come, before knowing its size
              * (FAILS with uffd when first written: the page holding the
@@ -365,6 +367,9 @@ static void early_end(void)
             if (bad == TH_OK)
                 bad = th_verify(r.buf + whole, real_bytes - whole, key, whole);
             CHECKF(bad == TH_OK, "case %d: byte %zu of %zu wrong", c, bad, real_bytes);
+            bad = th_verify(r.buf + real_bytes, posted - real_bytes, key ^ 0x01d, real_bytes);
+            CHECKF(bad == TH_OK, "case %d: byte %zu past the message end (%zu) changed", c, bad,
+                   real_bytes);
             /* the part that never came is usable once the request completed */
             memset(r.buf + real_bytes, 0x42, posted - real_bytes);
             CHECK(posted == real_bytes || r.buf[posted - 1] == 0x42);
