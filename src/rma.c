@@ -409,8 +409,8 @@ static void strip_done(struct ovl__op *op, MPI_Status *st)
         x->err = ovl__mpi_error(st->MPI_ERROR, x->is_put ? "ovl_put" : "ovl_get", "strip transfer");
     if (ovl__trace_on)
         ovl__trace_complete("rma", x->is_put ? "put-strip" : "get-strip", p->t_issue,
-                            ovl__now_us() - p->t_issue, "peer", x->rank, "offset", (long long)p->off,
-                            "bytes", (long long)p->len);
+                            ovl__now_us() - p->t_issue, "peer", x->rank, "offset",
+                            (long long)p->off, "bytes", (long long)p->len);
     int count = 1;
     if (x->is_put) {
         if (p->user && x->w)

@@ -52,9 +52,9 @@ struct uffdio_move {
     __u64 dst, src, len, mode;
     __s64 move;
 };
-#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
+#define UFFDIO_MOVE_MODE_DONTWAKE        ((__u64)1 << 0)
 #define UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES ((__u64)1 << 1)
-#define UFFDIO_MOVE _IOWR(UFFDIO, 0x05, struct uffdio_move)
+#define UFFDIO_MOVE                      _IOWR(UFFDIO, 0x05, struct uffdio_move)
 #endif
 
 static int ufd = -1;
