@@ -485,7 +485,10 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * (or cancels, if nothing was sent) what is pending.
  *
  * Receives from ovl_delta_send_begin() or ovl_isend(). The status carries
- * the real size; bytes past it keep what they held before. A longer message gives OVL_ERR_TRUNCATE (the buffer then
+ * the real size; bytes past it keep what they held before. Fault monitors
+ * refuse a buffer in shared memory (MAP_SHARED, shm, an MPI shared window):
+ * OVL_ERR_MONITOR, the buffer untouched; use OVL_MONITOR_EXPLICIT there. A
+ * longer message gives OVL_ERR_TRUNCATE (the buffer then
  * holds the first @p count elements). With OVL_MONITOR_EXPLICIT, call
  * ovl_delta_need() before using a range.
  *
@@ -568,7 +571,9 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * may wait too). With OVL_MONITOR=explicit call ovl_get_need() before using
  * a range. As with delta receives, @p dst must not be given to a system
  * call while pending, fault monitors refuse a @p dst on the calling
- * thread's stack, and a continuation must not touch it.
+ * thread's stack or in shared memory (MAP_SHARED, shm, an MPI shared
+ * window: OVL_ERR_MONITOR, @p dst untouched), and a continuation must not
+ * touch it.
  *
  * Consistency: the data is that of the target at some time between the
  * call and the arrival; order against remote writes with ovl_fence(),

@@ -1039,7 +1039,8 @@ void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *
         cap = 0;
     ovl__dt_release(r);
     struct ovl__delta *d = new_delta(r, 0, r->buf, cap);
-    if (!d || ovl__watch_recv_create(OVL_MONITOR_EXPLICIT, r->buf, cap, &d->w) != OVL_SUCCESS) {
+    if (!d || ovl__watch_recv_create("ovl_delta_recv", OVL_MONITOR_EXPLICIT, r->buf, cap, &d->w) !=
+                  OVL_SUCCESS) {
         MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
         if (d) {
             r->delta = NULL;
@@ -1078,7 +1079,7 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     r->count = count;
     d->mon = ovl__watch_resolve(monitor);
     if ((rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS ||
-        (rc = ovl__watch_recv_create(d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
+        (rc = ovl__watch_recv_create("ovl_delta_recv", d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
         ovl__req_release(r);
         return rc;
     }

@@ -186,12 +186,13 @@ void ovl__watch_fini(void);
 ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m);
 /* Receive region: pages of [base, base+len) not yet arrived are guarded
  * (accesses wait) until installed. */
-int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out);
+int ovl__watch_recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len,
+                           struct ovl__watch **out);
 /* Lazy receive region (HUNT 5.2, mprotect only): interior pages start
  * unguarded; the caller guards single pages with ovl__watch_recv_guard
  * (the page holding byte @off; no-op if valid or an edge page). Only for
  * programs that read in a known order: an unguarded page reads stale. */
-int ovl__watch_recv_create_lazy(void *base, size_t len, struct ovl__watch **out);
+int ovl__watch_recv_create_lazy(const char *fn, void *base, size_t len, struct ovl__watch **out);
 int ovl__watch_recv_guard(struct ovl__watch *w, size_t off);
 /* Bytes [off, off+len) arrived in @src: place them and make every page now
  * complete accessible (driver). */

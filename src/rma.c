@@ -663,8 +663,8 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         x->anchor = anchor;
         anchor->nfollow++;
     } else if ((rc = (x->lazy = mon == OVL_MONITOR_MPROTECT && X.order != OVL_ORDER_RANDOM)
-                         ? ovl__watch_recv_create_lazy(dst, bytes, &x->w)
-                         : ovl__watch_recv_create(mon, dst, bytes, &x->w)) != OVL_SUCCESS) {
+                         ? ovl__watch_recv_create_lazy(fn, dst, bytes, &x->w)
+                         : ovl__watch_recv_create(fn, mon, dst, bytes, &x->w)) != OVL_SUCCESS) {
         pthread_mutex_unlock(&X.lock);
         free(x->st);
         free(x);

@@ -271,7 +271,20 @@ void ovl__watch_destroy(struct ovl__watch *w)
 /* ---- edge pages ---------------------------------------------------------- */
 
 /* Take a reference on a shared edge page, guarding it on the first one. */
-static int edge_get_locked(uintptr_t page)
+/* Can ovl write a guarded page holding @addr (a byte of a receive buffer,
+ * which nothing else writes)? Not in shared memory (MAP_SHARED, POSIX or
+ * System V shm, an MPI shared window): /proc/self/mem refuses to write a
+ * shared page the mapping does not allow writing. Then EXDEV. */
+int ovl__watch_mem_probe(uintptr_t addr)
+{
+    char c;
+    if (pread(W.mem_fd, &c, 1, (off_t)addr) != 1 || pwrite(W.mem_fd, &c, 1, (off_t)addr) != 1)
+        return errno == EFAULT || errno == EIO || errno == 0 ? EXDEV : errno;
+    return 0;
+}
+
+/* Guard edge page @page (refcounted); @probe: a byte of the buffer on it. */
+static int edge_get_locked(uintptr_t page, uintptr_t probe)
 {
     int free_slot = -1;
     for (int i = 0; i < MAX_EDGES; i++) {
@@ -287,6 +300,11 @@ static int edge_get_locked(uintptr_t page)
         return ENOSPC;
     if (mprotect((void *)page, ovl__watch_page(), PROT_NONE) != 0)
         return errno;
+    int err = ovl__watch_mem_probe(probe);
+    if (err) {
+        mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE);
+        return err;
+    }
     atomic_store(&W.edges[free_slot].page, page);
     atomic_store(&W.edges[free_slot].refs, 1);
     return 0;
@@ -689,16 +707,18 @@ void ovl__watch_send_finish(struct ovl__watch *w)
 
 /* ---- receive regions ------------------------------------------------------- */
 
-static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct ovl__watch **out);
+static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, int lazy,
+                       struct ovl__watch **out);
 
-int ovl__watch_recv_create(ovl_monitor_t m, void *base, size_t len, struct ovl__watch **out)
+int ovl__watch_recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len,
+                           struct ovl__watch **out)
 {
-    return recv_create(m, base, len, 0, out);
+    return recv_create(fn, m, base, len, 0, out);
 }
 
-int ovl__watch_recv_create_lazy(void *base, size_t len, struct ovl__watch **out)
+int ovl__watch_recv_create_lazy(const char *fn, void *base, size_t len, struct ovl__watch **out)
 {
-    return recv_create(OVL_MONITOR_MPROTECT, base, len, 1, out);
+    return recv_create(fn, OVL_MONITOR_MPROTECT, base, len, 1, out);
 }
 
 int ovl__watch_recv_guard(struct ovl__watch *w, size_t off)
@@ -711,9 +731,9 @@ int ovl__watch_recv_guard(struct ovl__watch *w, size_t off)
     return mprotect(ovl__watch_page_addr(w, i), ovl__watch_page(), PROT_NONE) == 0 ? 0 : errno;
 }
 
-static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct ovl__watch **out)
+static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, int lazy,
+                       struct ovl__watch **out)
 {
-    static const char *fn = "ovl_delta_recv";
     struct ovl__watch probe;
     geometry(&probe, base, len);
     struct ovl__watch *w = new_region(probe.npages);
@@ -745,13 +765,21 @@ static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct
         return ovl__error(OVL_ERR_MONITOR, fn, "more than %d delta buffers pending at once",
                           MAX_REGIONS);
     }
-    if (w->npages > 0 && is_edge(w, 0) && (err = edge_get_locked(w->p0)) == 0)
+    if (w->npages > 0 && is_edge(w, 0) && (err = edge_get_locked(w->p0, (uintptr_t)base)) == 0)
         w->edge_lo = 1;
     if (!err && w->npages > 1 && is_edge(w, w->npages - 1) &&
-        (err = edge_get_locked((uintptr_t)ovl__watch_page_addr(w, w->npages - 1))) == 0)
+        (err = edge_get_locked((uintptr_t)ovl__watch_page_addr(w, w->npages - 1),
+                               (uintptr_t)base + len - 1)) == 0)
         w->edge_hi = 1;
     if (!err && w->ihi > w->ilo && !lazy)
         err = backend(w)->recv_guard(w);
+    if (!err && w->ihi > w->ilo && lazy) { /* pages are guarded later: is it shared memory? */
+        void *pg = ovl__watch_page_addr(w, w->ilo);
+        if (mprotect(pg, ovl__watch_page(), PROT_NONE) == 0) {
+            err = ovl__watch_mem_probe((uintptr_t)pg);
+            mprotect(pg, ovl__watch_page(), PROT_READ | PROT_WRITE);
+        }
+    }
     if (err) {
         if (w->edge_lo)
             edge_put_locked(w->p0);
@@ -760,6 +788,12 @@ static int recv_create(ovl_monitor_t m, void *base, size_t len, int lazy, struct
         w->edge_lo = w->edge_hi = 0;
         pthread_mutex_unlock(&W.lock);
         ovl__watch_destroy(w);
+        if (err == EXDEV)
+            return ovl__error(OVL_ERR_MONITOR, fn,
+                              "buffer [%p, +%zu) is shared memory (MAP_SHARED, shm, an MPI "
+                              "shared window), which the %s monitor cannot guard: use private "
+                              "memory, or OVL_MONITOR=explicit for this request",
+                              base, len, ovl_monitor_name(m));
         return ovl__error(OVL_ERR_MONITOR, fn, "cannot guard the buffer with %s: %s%s",
                           ovl_monitor_name(m), strerror(err),
                           err == ENOMEM   ? " (vm.max_map_count reached? try OVL_MONITOR=uffd or "

@@ -46,7 +46,10 @@ struct ovl__watch {
     _Atomic size_t stale; /* first offset written after being sent, or -1 */
 };
 
-/* A backend guards and opens interior pages. All return 0 or an errno. */
+int ovl__watch_mem_probe(uintptr_t addr);
+
+/* A backend guards and opens interior pages. All return 0 or an errno
+ * (EXDEV: shared memory, which cannot be guarded). */
 struct ovl__watch_backend {
     int (*recv_guard)(struct ovl__watch *w);
     /* place bytes at base+off (all within interior pages) */

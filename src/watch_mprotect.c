@@ -25,7 +25,10 @@ static int prot(struct ovl__watch *w, size_t i, size_t j, int p)
 
 static int recv_guard(struct ovl__watch *w)
 {
-    return prot(w, w->ilo, w->ihi, PROT_NONE);
+    int err = prot(w, w->ilo, w->ihi, PROT_NONE);
+    if (!err && (err = ovl__watch_mem_probe((uintptr_t)ovl__watch_page_addr(w, w->ilo))) != 0)
+        prot(w, w->ilo, w->ihi, PROT_READ | PROT_WRITE); /* shared memory: not guardable */
+    return err;
 }
 
 static void recv_place(struct ovl__watch *w, size_t off, const void *src, size_t len)

@@ -46,6 +46,12 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
+#ifndef UFFD_FEATURE_MINOR_SHMEM
+#define UFFD_FEATURE_MINOR_SHMEM (1 << 10)
+#endif
+#ifndef UFFDIO_REGISTER_MODE_MINOR
+#define UFFDIO_REGISTER_MODE_MINOR ((__u64)1 << 2)
+#endif
 #ifndef UFFDIO_MOVE /* Linux 6.8; older headers lack it */
 #define UFFD_FEATURE_MOVE (1 << 16)
 struct uffdio_move {
@@ -123,6 +129,8 @@ int ovl__uffd_open(char *why, size_t why_len)
     const char *mv = getenv("OVL_UFFD_MOVE"); /* docs/ENV.md */
     if ((avail & UFFD_FEATURE_MOVE) && !(mv && !strcmp(mv, "0")))
         want |= UFFD_FEATURE_MOVE;
+    if (avail & UFFD_FEATURE_MINOR_SHMEM) /* to recognise shared memory */
+        want |= UFFD_FEATURE_MINOR_SHMEM;
     api.api = UFFD_API;
     api.features = want;
     if (ioctl(fd, UFFDIO_API, &api) != 0) {
@@ -176,7 +184,8 @@ static void unreg_range(void *a, size_t len)
 }
 
 /* Move [src, src+len) onto the registered [dst, dst+len) page by page
- * table, no copy. Returns the bytes moved before the first failure. */
+ * table, no copy. Returns the bytes moved before the first failure (errno
+ * then says why). */
 static size_t move_pages(char *dst, char *src, size_t len, uint64_t mode)
 {
     size_t done = 0;
@@ -202,6 +211,17 @@ static char *shadow_page(struct ovl__watch *w, size_t i)
     return w->shadow + i * ovl__watch_page();
 }
 
+/* Shared memory (shmem, hugetlbfs)? Missing-page faults never come for
+ * its pages that are in the page cache, so it cannot be guarded this way.
+ * Only shared memory accepts minor-fault registration. */
+static int is_shared(void *a, size_t len)
+{
+    if (!(features & UFFD_FEATURE_MINOR_SHMEM) || reg_range(a, len, UFFDIO_REGISTER_MODE_MINOR))
+        return 0;
+    unreg_range(a, len);
+    return 1;
+}
+
 static int recv_guard(struct ovl__watch *w)
 {
     size_t ps = ovl__watch_page(), ilen = (w->ihi - w->ilo) * ps;
@@ -219,16 +239,26 @@ static int recv_guard(struct ovl__watch *w)
         if (reg_range(sa, ilen, UFFDIO_REGISTER_MODE_MISSING) == 0) {
             size_t n = move_pages(sa, a, ilen,
                                   UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
+            int why = errno;
             if (n == ilen)
                 w->moved = 1;
             else if (n > 0) /* put back what moved */
                 move_pages(a, sa, n, UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
             unreg_range(sa, ilen);
+            if (n == 0 && why == EINVAL) { /* not private anonymous memory */
+                unreg_range(a, ilen);
+                if (is_shared(a, ilen))
+                    return EXDEV;
+                goto copying;
+            }
         }
         if (w->moved)
             return 0;
         unreg_range(a, ilen);
+    } else if (is_shared(a, ilen)) {
+        return EXDEV;
     }
+copying:
     /* Keep the old contents for the pages no message reaches (read
      * before registering: a hole read after it would wait for itself),
      * then empty the pages. */

@@ -30,6 +30,8 @@
  *    and ovl_delta_size reports the configured size.
  * Pairs: rank r with r^1; the even rank sends.
  */
+#include <sys/mman.h>
+#include <unistd.h>
 #include "delta_common.h"
 
 #include <errno.h>
@@ -172,6 +174,30 @@ static void arguments(void)
         else
             EXPECT_REJECTED(ovl_delta_recv_with(buf, 8, MPI_BYTE, peer, 0, (ovl_monitor_t)42, &r),
                             OVL_ERR_ARG);
+    }
+    /* a delta receive into shared memory: the fault monitors cannot guard
+     * it (a clear error, the buffer untouched); explicit can */
+    {
+        size_t ps = (size_t)sysconf(_SC_PAGESIZE), shn = 3 * ps;
+        unsigned char *sh =
+            mmap(NULL, shn, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        CHECK(sh != MAP_FAILED);
+        memset(sh, 0x7e, shn);
+        for (int k = 0; k < 2; k++) { /* whole pages; a part of one page */
+            ovl_monitor_t ms[] = { OVL_MONITOR_MPROTECT, OVL_MONITOR_UFFD };
+            for (int mi = 0; mi < 2; mi++) {
+                int cnt = k ? 200 : (int)(2 * ps);
+                EXPECT_REJECTED(
+                    ovl_delta_recv_with(k ? sh + 100 : sh, cnt, MPI_BYTE, peer, 0, ms[mi], &r),
+                    OVL_ERR_MONITOR);
+                CHECKF(strstr(ovl_error_detail(), "shared memory") != NULL, "%s",
+                       ovl_error_detail());
+                for (size_t i = 0; i < shn; i++)
+                    CHECKF(sh[i] == 0x7e, "%s: byte %zu changed", ovl_monitor_name(ms[mi]), i);
+                sh[0] = 0x7e; /* not left guarded */
+            }
+        }
+        munmap(sh, shn);
     }
     /* wildcards are for receives only */
     EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, OVL_ANY_SOURCE, 0, &r), OVL_ERR_RANK);

@@ -30,6 +30,8 @@
  */
 #include "delta_common.h"
 
+#include <sys/mman.h>
+
 #define SEGKEY(r) (0x5e600000ull + (uint64_t)(r))
 #define MiB       ((size_t)1 << 20)
 
@@ -439,6 +441,36 @@ static void phase_errors(void)
         CHECK_OK(ovl_get_need(st, sizeof st));
         CHECK(th_verify(st, sizeof st, SEGKEY(peer), 0) == TH_OK);
     }
+    /* shared memory cannot be guarded either (its pages stay in the page
+     * cache, /proc/self/mem will not write them): a clear error, the buffer
+     * untouched; explicit works. Whole pages, an edge page only, and with
+     * an order hint (lazy protection under mprotect). */
+    size_t shn = 3 * dt_page();
+    unsigned char *sh = mmap(NULL, shn, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    for (int k = 0; k < 3; k++) {
+        unsigned char *d = k == 1 ? sh + 100 : sh;
+        size_t n = k == 1 ? 200 : psz; /* psz: at least one whole page */
+        memset(sh, 0x7e, shn);
+        if (k == 2)
+            CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
+        if (!explicit_mon) {
+            EXPECT_ERR(ovl_get(d, peer, 0, n, seg), OVL_ERR_MONITOR);
+            CHECKF(strstr(ovl_error_detail(), "shared memory") != NULL, "case %d: %s", k,
+                   ovl_error_detail());
+            for (size_t i = 0; i < shn; i++)
+                CHECKF(sh[i] == 0x7e, "case %d: byte %zu changed", k, i);
+            sh[0] = 1; /* and it is not left guarded */
+        } else {
+            CHECK_OK(ovl_get(d, peer, 0, n, seg));
+            CHECK_OK(ovl_get_need(d, n));
+            CHECK(th_verify(d, n, SEGKEY(peer), 0) == TH_OK);
+        }
+        if (k == 2)
+            CHECK_OK(ovl_hint_order(OVL_ORDER_RANDOM));
+    }
+    CHECK_OK(ovl_fence(seg));
+    munmap(sh, shn);
     /* puts from the stack are copied: fine with every monitor */
     th_fill(st, sizeof st, 0x51, 0);
     CHECK_OK(ovl_put(st, peer, 0, sizeof st, seg));
