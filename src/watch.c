@@ -796,8 +796,9 @@ static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, 
                               base, len, ovl_monitor_name(m));
         return ovl__error(OVL_ERR_MONITOR, fn, "cannot guard the buffer with %s: %s%s",
                           ovl_monitor_name(m), strerror(err),
-                          err == ENOMEM   ? " (vm.max_map_count reached? try OVL_MONITOR=uffd or "
-                                            "explicit)"
+                          err == ENOMEM && m == OVL_MONITOR_MPROTECT
+                              ? " (vm.max_map_count reached? try OVL_MONITOR=uffd or explicit)"
+                          : err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=explicit)"
                           : err == ENOSPC ? " (too many buffers share pages)"
                                           : "");
     }

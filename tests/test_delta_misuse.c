@@ -30,13 +30,13 @@
  *    and ovl_delta_size reports the configured size.
  * Pairs: rank r with r^1; the even rank sends.
  */
-#include <sys/mman.h>
-#include <unistd.h>
 #include "delta_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int peer, even, uffd_ok;
 
