@@ -36,7 +36,8 @@ static struct {
         struct unexp *u;
         struct ready *next;
     } * ready, *ready_tail;
-    atomic_int cancel; /* finalize asked the driver to cancel every posted receive */
+    atomic_int has_ready; /* ready != NULL, for the driver's unlocked check */
+    atomic_int cancel;    /* finalize asked the driver to cancel every posted receive */
 } M = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* Messages probed from @source that no receive has taken yet: finalize
@@ -114,6 +115,7 @@ void ovl__match_post(struct ovl__match *m)
         else
             M.ready = rd;
         M.ready_tail = rd;
+        atomic_store(&M.has_ready, 1);
         atomic_fetch_add(&M.nposted, 1);
         pthread_mutex_unlock(&M.lock);
         ovl__engine_wake();
@@ -175,6 +177,7 @@ static int run_ready(void)
     pthread_mutex_lock(&M.lock);
     struct ready *rd = M.ready;
     M.ready = M.ready_tail = NULL;
+    atomic_store(&M.has_ready, 0);
     pthread_mutex_unlock(&M.lock);
     int n = 0;
     while (rd) {
@@ -193,7 +196,9 @@ int ovl__match_poll(void)
 {
     if (!ovl__match_posted())
         return 0;
-    int nready = M.ready ? run_ready() : 0;
+    /* M.ready itself is M.lock's: read without the lock it races with a
+     * receive posted on another thread (TSan) */
+    int nready = atomic_load(&M.has_ready) ? run_ready() : 0;
     if (atomic_load(&M.cancel))
         return nready + cancel_posted();
     struct hit {

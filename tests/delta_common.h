@@ -29,6 +29,10 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #define DT_SLOW 2 /* time limits are multiplied by this under ASan */
+#elif defined(__SANITIZE_THREAD__)
+/* and by this under TSan: 4 ranks with a progress thread each on a small
+ * machine take over 60 s for test_delta's 'sizes' (64 MiB rounds) */
+#define DT_SLOW 3
 #else
 #define DT_SLOW 1
 #endif

@@ -38,6 +38,17 @@ const char *__asan_default_options(void)
     return "handle_segv=0";
 }
 #endif
+#if defined(__SANITIZE_THREAD__)
+/* The same for TSan: its deadly-signal handler (handle_segv=1) reports a
+ * child's fault as "ThreadSanitizer: SEGV" and exits 66 instead of letting
+ * the child die of SIGSEGV. TSAN_OPTIONS from the environment does not set
+ * handle_segv, so this default stays in force. */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+    return "handle_segv=0";
+}
+#endif
 
 static int peer, even, explicit_mode;
 
