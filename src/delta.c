@@ -220,24 +220,9 @@ static int check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int
     return OVL_SUCCESS;
 }
 
-/* Fault monitors cannot guard pages of a thread's stack: the signal frame
- * and the handler need them. Checked for the calling thread's stack. */
-static int on_my_stack(const void *buf, size_t len)
-{
-    pthread_attr_t a;
-    void *lo = NULL;
-    size_t sz = 0;
-    if (pthread_getattr_np(pthread_self(), &a) != 0)
-        return 0;
-    pthread_attr_getstack(&a, &lo, &sz);
-    pthread_attr_destroy(&a);
-    uintptr_t b = (uintptr_t)buf, l = (uintptr_t)lo;
-    return len > 0 && b < l + sz && b + len > l;
-}
-
 static int check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_t len)
 {
-    if (mon != OVL_MONITOR_EXPLICIT && on_my_stack(buf, len))
+    if (mon != OVL_MONITOR_EXPLICIT && ovl__watch_on_my_stack(buf, len))
         return ovl__error(OVL_ERR_ARG, fn,
                           "buffer %p is on the thread's stack: the %s monitor cannot guard stack "
                           "pages; use heap memory or OVL_MONITOR_EXPLICIT",

@@ -182,6 +182,9 @@ void ovl__dt_release(struct ovl__req *r);
 struct ovl__watch;
 int ovl__watch_init(void);
 void ovl__watch_fini(void);
+/* 1 if [buf, buf+len) overlaps the calling thread's stack, which fault
+ * monitors cannot guard (the signal frame and the handler need it). */
+int ovl__watch_on_my_stack(const void *buf, size_t len);
 /* Resolve OVL_MONITOR_AUTO (and check uffd) for this process. */
 ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m);
 /* Receive region: pages of [base, base+len) not yet arrived are guarded

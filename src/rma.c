@@ -465,28 +465,6 @@ static int check_common(const char *fn, const void *buf, int rank, size_t offset
     return OVL_SUCCESS;
 }
 
-/* The calling thread's stack, looked up once per thread: for the main
- * thread pthread_getattr_np parses /proc/self/maps, far too slow for every
- * 8-byte get. */
-static __thread uintptr_t stack_lo, stack_hi;
-
-static int on_my_stack(const void *buf, size_t len)
-{
-    if (!stack_hi) {
-        pthread_attr_t a;
-        void *lo = NULL;
-        size_t sz = 0;
-        if (pthread_getattr_np(pthread_self(), &a) != 0)
-            return 0;
-        pthread_attr_getstack(&a, &lo, &sz);
-        pthread_attr_destroy(&a);
-        stack_lo = (uintptr_t)lo;
-        stack_hi = stack_lo + sz;
-    }
-    uintptr_t b = (uintptr_t)buf;
-    return len > 0 && b < stack_hi && b + len > stack_lo;
-}
-
 /* Start every strip's MPI request (lock held; x is on the list). */
 static int issue_locked(struct xfer *x, const char *fn)
 {
@@ -576,7 +554,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         return OVL_SUCCESS;
     }
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
-    if (mon != OVL_MONITOR_EXPLICIT && on_my_stack(dst, bytes)) {
+    if (mon != OVL_MONITOR_EXPLICIT && ovl__watch_on_my_stack(dst, bytes)) {
         rc = ovl__error(OVL_ERR_ARG, fn,
                         "destination %p is on the thread's stack: the %s monitor cannot guard "
                         "stack pages; use heap memory or OVL_MONITOR=explicit",
@@ -804,7 +782,7 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
     size_t ps = ovl__watch_page();
     uintptr_t a = (uintptr_t)src, e = a + bytes;
     uintptr_t ia = (a + ps - 1) / ps * ps, ie = e / ps * ps; /* interior pages */
-    int hold = mon != OVL_MONITOR_EXPLICIT && ie > ia && !on_my_stack(src, bytes);
+    int hold = mon != OVL_MONITOR_EXPLICIT && ie > ia && !ovl__watch_on_my_stack(src, bytes);
     struct xfer *x = calloc(1, sizeof *x);
     if (!x)
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a transfer");

@@ -140,6 +140,28 @@ int ovl__watch_poke(void *dst, const void *src, size_t len)
     return 0;
 }
 
+/* The calling thread's stack, looked up once per thread (for the main
+ * thread pthread_getattr_np parses /proc/self/maps, far too slow for every
+ * small transfer). */
+static __thread uintptr_t stack_lo, stack_hi;
+
+int ovl__watch_on_my_stack(const void *buf, size_t len)
+{
+    if (!stack_hi) {
+        pthread_attr_t a;
+        void *lo = NULL;
+        size_t sz = 0;
+        if (pthread_getattr_np(pthread_self(), &a) != 0)
+            return 0;
+        pthread_attr_getstack(&a, &lo, &sz);
+        pthread_attr_destroy(&a);
+        stack_lo = (uintptr_t)lo;
+        stack_hi = stack_lo + sz;
+    }
+    uintptr_t b = (uintptr_t)buf;
+    return len > 0 && b < stack_hi && b + len > stack_lo;
+}
+
 /* ---- page geometry ---------------------------------------------------- */
 
 static void geometry(struct ovl__watch *w, void *base, size_t len)

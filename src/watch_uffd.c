@@ -222,6 +222,29 @@ static int is_shared(void *a, size_t len)
     return 1;
 }
 
+/* Move the buffer's interior pages [a, a+len) into the shadow at sa
+ * (holes stay holes; the shadow must be registered to be moved into),
+ * leaving them empty and registered for missing faults. 0, or an errno
+ * with nothing changed (not private anonymous memory, pinned pages). */
+static int take_pages(char *a, char *sa, size_t len)
+{
+    const uint64_t mode = UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES;
+    int err = reg_range(a, len, UFFDIO_REGISTER_MODE_MISSING);
+    if (err)
+        return err;
+    if ((err = reg_range(sa, len, UFFDIO_REGISTER_MODE_MISSING)) == 0) {
+        size_t n = move_pages(sa, a, len, mode);
+        if (n != len) {
+            err = errno ? errno : EIO;
+            move_pages(a, sa, n, mode); /* put back what moved */
+        }
+        unreg_range(sa, len);
+    }
+    if (err)
+        unreg_range(a, len);
+    return err;
+}
+
 static int recv_guard(struct ovl__watch *w)
 {
     size_t ps = ovl__watch_page(), ilen = (w->ihi - w->ilo) * ps;
@@ -233,32 +256,12 @@ static int recv_guard(struct ovl__watch *w)
         return ENOMEM;
     }
     char *a = ovl__watch_page_addr(w, w->ilo), *sa = shadow_page(w, w->ilo);
-    if ((features & UFFD_FEATURE_MOVE) && reg_range(a, ilen, UFFDIO_REGISTER_MODE_MISSING) == 0) {
-        /* the shadow must be registered to be moved into; the buffer's
-         * pages go there (holes stay holes), leaving it empty */
-        if (reg_range(sa, ilen, UFFDIO_REGISTER_MODE_MISSING) == 0) {
-            size_t n = move_pages(sa, a, ilen,
-                                  UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
-            int why = errno;
-            if (n == ilen)
-                w->moved = 1;
-            else if (n > 0) /* put back what moved */
-                move_pages(a, sa, n, UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
-            unreg_range(sa, ilen);
-            if (n == 0 && why == EINVAL) { /* not private anonymous memory */
-                unreg_range(a, ilen);
-                if (is_shared(a, ilen))
-                    return EXDEV;
-                goto copying;
-            }
-        }
-        if (w->moved)
-            return 0;
-        unreg_range(a, ilen);
-    } else if (is_shared(a, ilen)) {
-        return EXDEV;
+    if ((features & UFFD_FEATURE_MOVE) && take_pages(a, sa, ilen) == 0) {
+        w->moved = 1;
+        return 0;
     }
-copying:
+    if (is_shared(a, ilen))
+        return EXDEV;
     /* Keep the old contents for the pages no message reaches (read
      * before registering: a hole read after it would wait for itself),
      * then empty the pages. */
