@@ -103,7 +103,8 @@ enum {
     OVL_CONFIG_FIELD_VERBOSE = 1u << 6,
     OVL_CONFIG_FIELD_MONITOR = 1u << 7,
     OVL_CONFIG_FIELD_DELTA_SIZE = 1u << 8,
-    OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9
+    OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9,
+    OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10
 };
 
 /**
@@ -139,6 +140,8 @@ typedef struct {
         delta_size; /**< OVL_DELTA_SIZE: bytes per delta; 0 = chosen at run time by the model (default 0) */
     size_t
         eager_limit; /**< OVL_EAGER_LIMIT: the MPI library's eager/rendezvous switch in bytes; 0 = detect (default 0) */
+    unsigned
+        progress_slice_us; /**< OVL_PROGRESS_SLICE_US: scheduler time slice asked for the progress thread (Linux >= 6.12), so its wake-ups preempt a computing thread; 0 = the kernel's default (default 100) */
 } ovl_config_t;
 
 /**

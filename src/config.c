@@ -70,6 +70,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .monitor = OVL_MONITOR_AUTO,
         .delta_size = 0,
         .eager_limit = 0,
+        .progress_slice_us = 100,
     };
     uint64_t m = user ? user->field_mask : 0;
     unsigned long long v;
@@ -143,6 +144,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stack_size, "OVL_STACK_SIZE", 16384, 1ull << 30);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_DELTA_SIZE, delta_size, "OVL_DELTA_SIZE", 0, 1ull << 30);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_EAGER_LIMIT, eager_limit, "OVL_EAGER_LIMIT", 0, 1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_SLICE_US, progress_slice_us, "OVL_PROGRESS_SLICE_US", 0,
+                  100000);
 #undef OVL_NUM_FIELD
     *out = c;
     return OVL_SUCCESS;

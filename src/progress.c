@@ -27,7 +27,11 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 static struct {
@@ -369,12 +373,45 @@ static int has_work_locked(void)
            ovl__rma_wants_progress();
 }
 
+/* Ask the scheduler for a short time slice (EEVDF custom slice, Linux >=
+ * 6.12: sched_setattr's sched_runtime for SCHED_OTHER). A task with a
+ * shorter slice gets an earlier virtual deadline, so when its poll timer
+ * fires it preempts a computing thread at once instead of waiting for that
+ * thread's slice (milliseconds) to run out. Older kernels ignore it. */
+static void ask_short_slice(unsigned us)
+{
+#ifdef SYS_sched_setattr
+    if (!us)
+        return;
+    struct {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.policy = 0; /* SCHED_OTHER */
+    errno = 0;
+    a.nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (errno)
+        a.nice = 0;
+    a.runtime = (uint64_t)us * 1000u;
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+        ovl__info("progress thread: no custom time slice (%s)", strerror(errno));
+#else
+    (void)us;
+#endif
+}
+
 static void *progress_thread(void *unused)
 {
     OVL__UNUSED(unused);
     /* Short sleeps must stay short: the default 50 us timer slack would add
      * up to 50 us to every poll interval. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    ask_short_slice(ovl__g.cfg.progress_slice_us);
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     unsigned backoff = 0;

@@ -655,7 +655,10 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
             ovl__watch_destroy(x->w);
             free(x->st);
             free(x);
-            rc = ovl__error(OVL_ERR_NOMEM, fn, "no memory for %zu bytes of staging", bytes);
+            rc = ovl__error(OVL_ERR_NOMEM, fn,
+                            "no memory for %zu bytes of staging (out of memory, or "
+                            "vm.max_map_count reached)",
+                            bytes);
             goto fail_req;
         }
     }

@@ -229,10 +229,16 @@ static struct ovl__watch *new_region(size_t npages)
     return w;
 }
 
+static const struct ovl__watch_backend *backend(const struct ovl__watch *w);
+
 static void free_region(struct ovl__watch *w)
 {
-    if (w->shadow)
-        munmap(w->shadow, w->shadow_len);
+    if (w->shadow) {
+        if (backend(w)->recv_release)
+            backend(w)->recv_release(w);
+        else
+            munmap(w->shadow, w->shadow_len);
+    }
     free(w->touch); /* w->touched lives in the same block */
     free(w);
 }
@@ -1261,6 +1267,7 @@ void ovl__watch_fini(void)
     W.zombie_v = NULL;
     W.capzombies = 0;
     pthread_mutex_unlock(&W.lock);
+    ovl__uffd_shadow_trim();
     if (W.installed) {
         /* Put back the previous handlers, unless someone replaced ours. */
         struct sigaction cur;

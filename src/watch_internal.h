@@ -31,6 +31,8 @@ struct ovl__watch {
     char *shadow;           /* uffd: page-aligned twin of the buffer's pages */
     size_t shadow_len;
     int moved;            /* uffd: the interior's own pages wait in the shadow */
+    int shadow_reg;       /* uffd: the shadow is registered for good (from the cache) */
+    int shadow_dirty;     /* uffd: an interior shadow page may still hold a page */
     int open_deferred;    /* mprotect hit the map-count limit: open later, coarser */
     int edge_lo, edge_hi; /* holds a reference on its first / last page */
     /* OVL_TRACE page-access trace: pages in the order of their first fault */
@@ -61,6 +63,8 @@ struct ovl__watch_backend {
     /* where MPI may write bytes for base+off directly (landing + off), or
      * NULL: bytes come through recv_place. Optional. */
     char *(*recv_landing)(struct ovl__watch *w);
+    /* the region is freed: give back its shadow (optional; else munmap) */
+    void (*recv_release)(struct ovl__watch *w);
     int (*send_guard)(struct ovl__watch *w);
     /* write-protect (protect = 1) or allow writes to interior pages [i, j) */
     int (*send_protect)(struct ovl__watch *w, size_t i, size_t j, int protect);
@@ -82,5 +86,7 @@ int ovl__watch_poke(void *dst, const void *src, size_t len);
 int ovl__uffd_open(char *why, size_t why_len);
 int ovl__uffd_fd(void);
 void ovl__uffd_close(void);
+/* Unmap the cached receive shadows (finalize, or mappings ran out). */
+void ovl__uffd_shadow_trim(void);
 
 #endif

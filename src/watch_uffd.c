@@ -20,6 +20,14 @@
  * complete ones installed with UFFDIO_COPY from the shadow, which starts as
  * a copy of the old contents.
  *
+ * Shadows are cached by page count: a get or receive into a buffer of a
+ * size seen before then costs a registration, two moves and an
+ * unregistration, without mapping, registering and unmapping a shadow
+ * (four system calls and a TLB shootdown fewer). A cached shadow stays
+ * registered in write-protect mode, never armed: UFFDIO_MOVE needs its
+ * destination registered, and writes to the shadow's holes still allocate
+ * as usual.
+ *
  * Send: interior pages are registered for write-protect faults and
  * protected with UFFDIO_WRITEPROTECT (reads never fault).
  */
@@ -28,6 +36,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <linux/userfaultfd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,42 +232,142 @@ static int is_shared(void *a, size_t len)
 }
 
 /* Move the buffer's interior pages [a, a+len) into the shadow at sa
- * (holes stay holes; the shadow must be registered to be moved into),
- * leaving them empty and registered for missing faults. 0, or an errno
- * with nothing changed (not private anonymous memory, pinned pages). */
-static int take_pages(char *a, char *sa, size_t len)
+ * (holes stay holes), leaving them empty and registered for missing
+ * faults. The shadow must be registered to be moved into: for the move
+ * only, unless @sreg (registered for good). 0, or an errno with nothing
+ * changed (not private anonymous memory, pinned pages). */
+static int take_pages(char *a, char *sa, size_t len, int sreg)
 {
     const uint64_t mode = UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES;
     int err = reg_range(a, len, UFFDIO_REGISTER_MODE_MISSING);
     if (err)
         return err;
-    if ((err = reg_range(sa, len, UFFDIO_REGISTER_MODE_MISSING)) == 0) {
+    if (sreg || (err = reg_range(sa, len, UFFDIO_REGISTER_MODE_MISSING)) == 0) {
         size_t n = move_pages(sa, a, len, mode);
         if (n != len) {
             err = errno ? errno : EIO;
             move_pages(a, sa, n, mode); /* put back what moved */
         }
-        unreg_range(sa, len);
+        if (!sreg)
+            unreg_range(sa, len);
     }
     if (err)
         unreg_range(a, len);
     return err;
 }
 
+/* ---- shadow cache ---- */
+
+#define SHADOW_CACHE 8
+/* A cached shadow: every page empty, except perhaps the first and the last
+ * (MPI wrote there when they were edge pages of the buffer). */
+struct shadow {
+    char *p;
+    size_t npages;
+    int pop_first, pop_last;
+};
+static struct {
+    pthread_mutex_t lock;
+    struct shadow v[SHADOW_CACHE]; /* most recently released last */
+    int n;
+} SC = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void ovl__uffd_shadow_trim(void)
+{
+    pthread_mutex_lock(&SC.lock);
+    for (int i = 0; i < SC.n; i++)
+        munmap(SC.v[i].p, SC.v[i].npages * ovl__watch_page());
+    SC.n = 0;
+    pthread_mutex_unlock(&SC.lock);
+}
+
+/* A shadow of w->npages pages whose interior [ilo, ihi) is empty: from the
+ * cache, else mapped (and registered, when the kernel allows). 0 or ENOMEM. */
+static int shadow_get(struct ovl__watch *w)
+{
+    size_t ps = ovl__watch_page();
+    w->shadow_len = w->npages * ps; /* edge pages too: the landing is the whole buffer */
+    struct shadow c = { NULL, 0, 0, 0 };
+    pthread_mutex_lock(&SC.lock);
+    for (int i = SC.n - 1; i >= 0; i--)
+        if (SC.v[i].npages == w->npages) {
+            c = SC.v[i];
+            memmove(&SC.v[i], &SC.v[i + 1], (size_t)(SC.n - 1 - i) * sizeof SC.v[0]);
+            SC.n--;
+            break;
+        }
+    pthread_mutex_unlock(&SC.lock);
+    if (c.p) {
+        /* a former edge page that is interior now must be empty to be moved into */
+        int ok = 1;
+        if (c.pop_first && w->ilo == 0)
+            ok &= madvise(c.p, ps, MADV_DONTNEED) == 0;
+        if (c.pop_last && w->ihi == w->npages && w->npages > 1)
+            ok &= madvise(c.p + (w->npages - 1) * ps, ps, MADV_DONTNEED) == 0;
+        if (ok) {
+            w->shadow = c.p;
+            w->shadow_reg = 1;
+            return 0;
+        }
+        munmap(c.p, w->shadow_len);
+    }
+    for (int attempt = 0; attempt < 2 && !w->shadow; attempt++) {
+        void *p =
+            mmap(NULL, w->shadow_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED)
+            w->shadow = p;
+        else
+            ovl__uffd_shadow_trim(); /* mappings ran out (vm.max_map_count)? */
+    }
+    if (!w->shadow)
+        return ENOMEM;
+    w->shadow_reg = (features & UFFD_FEATURE_MOVE) &&
+                    reg_range(w->shadow, w->shadow_len, UFFDIO_REGISTER_MODE_WP) == 0;
+    return 0;
+}
+
+static void recv_release(struct ovl__watch *w)
+{
+    size_t ps = ovl__watch_page();
+    if (w->shadow_reg && w->moved && !w->shadow_dirty) {
+        struct shadow c = { w->shadow, w->npages, w->ilo > 0, w->ihi < w->npages };
+        pthread_mutex_lock(&SC.lock);
+        for (int i = 0; i < SC.n; i++)
+            if (SC.v[i].p == c.p) /* cannot happen: a shadow has one owner */
+                c.p = NULL;
+        if (c.p && SC.n == SHADOW_CACHE) { /* evict the least recently released */
+            munmap(SC.v[0].p, SC.v[0].npages * ps);
+            memmove(&SC.v[0], &SC.v[1], (SHADOW_CACHE - 1) * sizeof SC.v[0]);
+            SC.n--;
+        }
+        if (c.p)
+            SC.v[SC.n++] = c;
+        pthread_mutex_unlock(&SC.lock);
+        if (c.p) {
+            w->shadow = NULL;
+            return;
+        }
+    }
+    munmap(w->shadow, w->shadow_len);
+    w->shadow = NULL;
+}
+
 static int recv_guard(struct ovl__watch *w)
 {
     size_t ps = ovl__watch_page(), ilen = (w->ihi - w->ilo) * ps;
-    w->shadow_len = w->npages * ps; /* edge pages too: the landing is the whole buffer */
-    w->shadow =
-        mmap(NULL, w->shadow_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (w->shadow == MAP_FAILED) {
-        w->shadow = NULL;
+    if (shadow_get(w) != 0)
         return ENOMEM;
-    }
     char *a = ovl__watch_page_addr(w, w->ilo), *sa = shadow_page(w, w->ilo);
-    if ((features & UFFD_FEATURE_MOVE) && take_pages(a, sa, ilen) == 0) {
-        w->moved = 1;
-        return 0;
+    if (features & UFFD_FEATURE_MOVE) {
+        int err = take_pages(a, sa, ilen, w->shadow_reg);
+        if (err == ENOMEM) { /* mappings ran out: give back the cached shadows, once */
+            ovl__uffd_shadow_trim();
+            err = take_pages(a, sa, ilen, w->shadow_reg);
+        }
+        if (err == 0) {
+            w->moved = 1;
+            return 0;
+        }
     }
     if (is_shared(a, ilen))
         return EXDEV;
@@ -307,6 +416,7 @@ static int recv_open(struct ovl__watch *w, size_t i, size_t j)
             if (at == len)
                 return 0;
             /* a page that cannot move (pinned, shared copy-on-write): copy it */
+            w->shadow_dirty = 1;
             int err = copy_pages(d + at, s + at, ps);
             if (err)
                 return err;
@@ -327,8 +437,10 @@ static void recv_done(struct ovl__watch *w)
         if (!w->moved)
             copy_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps);
         else if (move_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps,
-                            UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES) != ps)
+                            UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES) != ps) {
+            w->shadow_dirty = 1;
             copy_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps);
+        }
     }
     unreg(w, w->ilo, w->ihi);
 }
@@ -376,6 +488,7 @@ const struct ovl__watch_backend ovl__watch_uffd = {
     .recv_open = recv_open,
     .recv_done = recv_done,
     .recv_landing = recv_landing,
+    .recv_release = recv_release,
     .send_guard = send_guard,
     .send_protect = send_protect,
     .send_done = send_done,

@@ -22,6 +22,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -165,9 +166,10 @@ static void check_detail_per_thread(void)
 /* ---- configuration --------------------------------------------------------- */
 
 /* Environment variables this test changes, and their values at start. */
-static const char *const env_names[] = { "OVL_PROGRESS",      "OVL_POLL_MAX_US",   "OVL_SPIN_US",
-                                         "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",
-                                         "OVL_VERBOSE" };
+static const char *const env_names[] = { "OVL_PROGRESS",      "OVL_POLL_MAX_US",
+                                         "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
+                                         "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",
+                                         "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US" };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
 
@@ -215,6 +217,38 @@ static void expect_cfg_rejected(const ovl_config_t *c, const char *what)
     CHECK(!ovl_initialized());
 }
 
+/* How many of this process's threads have scheduler slice @ns, from
+ * /proc/self/task/<tid>/sched (Linux >= 6.6 with its se.slice line); -1 if
+ * the kernel does not show slices there. */
+static int threads_with_slice_ns(unsigned long long ns)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int seen = 0, n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/sched", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof line, f)) {
+            unsigned long long v;
+            if (strncmp(line, "se.slice", 8) == 0 &&
+                sscanf(strchr(line, ':') + 1, "%llu", &v) == 1) {
+                seen = 1;
+                n += v == ns;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return seen ? n : -1;
+}
+
 static void check_config(void)
 {
     ovl_config_t c;
@@ -237,6 +271,9 @@ static void check_config(void)
     expect_cfg_rejected(&c, "stack_size=100");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_MAX_US, .poll_max_us = 0 };
     expect_cfg_rejected(&c, "poll_max_us=0");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
+                        .progress_slice_us = 100001 };
+    expect_cfg_rejected(&c, "progress_slice_us=100001");
 
     /* bad values in the environment */
     env_save();
@@ -251,6 +288,8 @@ static void check_config(void)
     expect_env_rejected("OVL_SPIN_US", "1.5");
     expect_env_rejected("OVL_STACK_SIZE", "1");
     expect_env_rejected("OVL_VERBOSE", "loud");
+    expect_env_rejected("OVL_PROGRESS_SLICE_US", "short");
+    expect_env_rejected("OVL_PROGRESS_SLICE_US", "200000");
 
     /* Fields whose bit is not in field_mask are ignored. */
     c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
@@ -261,6 +300,7 @@ static void check_config(void)
     CHECK(got.fragment_size == (fs_env ? strtoull(fs_env, NULL, 10) : 65536u));
     CHECK(got.progress == variant_progress());
     CHECK(got.stream_window >= 1);
+    CHECK(got.progress_slice_us == 100 || getenv("OVL_PROGRESS_SLICE_US"));
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -271,6 +311,7 @@ static void check_config(void)
     setenv("OVL_POLL_MAX_US", "100", 1);
     setenv("OVL_SPIN_US", "5", 1);
     setenv("OVL_VERBOSE", "0", 1);
+    setenv("OVL_PROGRESS_SLICE_US", "0", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.fragment_size == 8192);
@@ -279,6 +320,7 @@ static void check_config(void)
     CHECK(got.poll_max_us == 100);
     CHECK(got.spin_us == 5);
     CHECK(got.verbose == 0);
+    CHECK(got.progress_slice_us == 0);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
@@ -300,17 +342,28 @@ static void check_config(void)
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
                                       OVL_CONFIG_FIELD_SPIN_US | OVL_CONFIG_FIELD_FRAGMENT_SIZE |
                                       OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
-                                      OVL_CONFIG_FIELD_VERBOSE,
+                                      OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
                         .progress = variant_progress(),
                         .poll_max_us = 77,
                         .spin_us = 3,
                         .fragment_size = 64,
                         .stream_window = 1,
                         .stack_size = 65536,
-                        .verbose = 1 };
+                        .verbose = 1,
+                        .progress_slice_us = 250 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
+    CHECK(got.progress_slice_us == 250);
+    if (c.progress == OVL_PROGRESS_THREAD) {
+        int n = threads_with_slice_ns(250000); /* the thread sets it when it starts */
+        for (int k = 0; k < 500 && n == 0; k++) {
+            usleep(10000);
+            n = threads_with_slice_ns(250000);
+        }
+        CHECKF(n == 1 || n < 0,
+               "%d threads run with the 250 us slice, expected the progress thread", n);
+    }
     CHECK(got.fragment_size == 64 && got.stream_window == 1 && got.stack_size == 65536);
     CHECK(got.verbose == 1);
     CHECK_OK(ovl_finalize());

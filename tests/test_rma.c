@@ -23,6 +23,12 @@
  *             retired by ovl_barrier alone is visible to its target;
  *  - hints:   (4 MiB gets) ovl_hint_decomp(0) never splits, a large factor splits into
  *             many strips (when the model splits at all), counters move;
+ *  - reuse:   gets of 2, 3 and 4 pages again and again, the geometry
+ *             changing under each page count (whole pages, both edge
+ *             pages shared with sentinels, only the first, only the last),
+ *             into pages never touched (holes) or holding old data, used
+ *             upwards or in random order: uffd reuses its receive shadows
+ *             across gets, and each must come back empty;
  *  - errors:  bad rank, range beyond the target's size, NULL pointers,
  *             freed / null segment, overlapping outstanding gets, a stack
  *             buffer under a fault monitor, bad hints, lock misuse; a
@@ -147,6 +153,35 @@ static void phase_sizes(void)
     CHECK(dt_sentinel_check(&r) == TH_OK);
     CHECK_OK(ovl_fence(seg));
     dt_region_free(&r);
+    free_segment();
+}
+
+static void phase_reuse(void)
+{
+    dt_phase("reuse", 60);
+    size_t pg = dt_page();
+    new_segment(8 * pg + 64);
+    int peer = (rank + 1) % nranks;
+    for (int it = 0; it < 48; it++) {
+        size_t np = 2 + (size_t)it % 3;
+        int geo = (it / 3) % 4;
+        size_t off = geo == 1 || geo == 2 ? 100 : 0;
+        size_t bytes = geo == 0 ? np * pg : geo == 1 ? np * pg - 200 : np * pg - 100;
+        size_t toff = (size_t)it * 5 % 61;
+        dt_region_t r;
+        dt_region_alloc(&r, bytes, off, 0x7e000 + (uint64_t)it);
+        if (it % 2)
+            memset(r.buf, 0x77, bytes); /* old data, else never-touched pages */
+        CHECK_OK(ovl_get(r.buf, peer, toff, bytes, seg));
+        if (it % 4 < 2)
+            use_up(r.buf, bytes, SEGKEY(peer), toff);
+        else
+            use_random(r.buf, bytes, SEGKEY(peer), toff);
+        size_t bad = dt_sentinel_check(&r);
+        CHECKF(bad == TH_OK, "sentinel byte %zu changed (%zu pages, geometry %d)", bad, np, geo);
+        CHECK_OK(ovl_fence(seg));
+        dt_region_free(&r);
+    }
     free_segment();
 }
 
@@ -529,6 +564,8 @@ int main(int argc, char **argv)
         phase_sizes();
     if (all || !strcmp(what, "orders"))
         phase_orders();
+    if (all || !strcmp(what, "reuse"))
+        phase_reuse();
     if (all || !strcmp(what, "many"))
         phase_many();
     if (all || !strcmp(what, "put"))
