@@ -332,21 +332,15 @@ static void recv_release(struct ovl__watch *w)
     if (w->shadow_reg && w->moved && !w->shadow_dirty) {
         struct shadow c = { w->shadow, w->npages, w->ilo > 0, w->ihi < w->npages };
         pthread_mutex_lock(&SC.lock);
-        for (int i = 0; i < SC.n; i++)
-            if (SC.v[i].p == c.p) /* cannot happen: a shadow has one owner */
-                c.p = NULL;
-        if (c.p && SC.n == SHADOW_CACHE) { /* evict the least recently released */
+        if (SC.n == SHADOW_CACHE) { /* evict the least recently released */
             munmap(SC.v[0].p, SC.v[0].npages * ps);
             memmove(&SC.v[0], &SC.v[1], (SHADOW_CACHE - 1) * sizeof SC.v[0]);
             SC.n--;
         }
-        if (c.p)
-            SC.v[SC.n++] = c;
+        SC.v[SC.n++] = c;
         pthread_mutex_unlock(&SC.lock);
-        if (c.p) {
-            w->shadow = NULL;
-            return;
-        }
+        w->shadow = NULL;
+        return;
     }
     munmap(w->shadow, w->shadow_len);
     w->shadow = NULL;
