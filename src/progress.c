@@ -362,11 +362,6 @@ void ovl__engine_wait_flag(atomic_int *flag)
                             NULL, 0);
 }
 
-static uint64_t now_us(void)
-{
-    return ovl__now_ns() / 1000u;
-}
-
 static int has_work_locked(void)
 {
     return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || ovl__match_posted() ||
@@ -415,7 +410,7 @@ static void *progress_thread(void *unused)
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     unsigned backoff = 0;
-    uint64_t last_activity = now_us();
+    double last_activity = ovl__now_us();
 
     pthread_mutex_lock(&E.lock);
     while (!E.stop) {
@@ -426,7 +421,7 @@ static void *progress_thread(void *unused)
         if (E.stop)
             break;
         if (got > 0 || E.posted) {
-            last_activity = now_us();
+            last_activity = ovl__now_us();
             backoff = 0;
             continue;
         }
@@ -439,10 +434,10 @@ static void *progress_thread(void *unused)
                 ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
                                     NULL, 0);
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
-            last_activity = now_us();
+            last_activity = ovl__now_us();
             continue;
         }
-        if (now_us() - last_activity < spin_us)
+        if (ovl__now_us() - last_activity < spin_us)
             continue;
         backoff = backoff ? (backoff * 2 > max_us ? max_us : backoff * 2) : 1;
         struct timespec ts;

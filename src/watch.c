@@ -233,12 +233,8 @@ static const struct ovl__watch_backend *backend(const struct ovl__watch *w);
 
 static void free_region(struct ovl__watch *w)
 {
-    if (w->shadow) {
-        if (backend(w)->recv_release)
-            backend(w)->recv_release(w);
-        else
-            munmap(w->shadow, w->shadow_len);
-    }
+    if (w->shadow) /* only backends with a shadow make one */
+        backend(w)->recv_release(w);
     free(w->touch); /* w->touched lives in the same block */
     free(w);
 }
@@ -311,6 +307,16 @@ int ovl__watch_mem_probe(uintptr_t addr)
     return 0;
 }
 
+int ovl__watch_protect_probed(void *a, size_t len, uintptr_t probe)
+{
+    if (mprotect(a, len, PROT_NONE) != 0)
+        return errno;
+    int err = ovl__watch_mem_probe(probe);
+    if (err)
+        mprotect(a, len, PROT_READ | PROT_WRITE);
+    return err;
+}
+
 /* Guard edge page @page (refcounted); @probe: a byte of the buffer on it. */
 static int edge_get_locked(uintptr_t page, uintptr_t probe)
 {
@@ -326,13 +332,9 @@ static int edge_get_locked(uintptr_t page, uintptr_t probe)
     }
     if (free_slot < 0)
         return ENOSPC;
-    if (mprotect((void *)page, ovl__watch_page(), PROT_NONE) != 0)
-        return errno;
-    int err = ovl__watch_mem_probe(probe);
-    if (err) {
-        mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE);
+    int err = ovl__watch_protect_probed((void *)page, ovl__watch_page(), probe);
+    if (err)
         return err;
-    }
     atomic_store(&W.edges[free_slot].page, page);
     atomic_store(&W.edges[free_slot].refs, 1);
     return 0;
@@ -803,10 +805,11 @@ static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, 
         err = backend(w)->recv_guard(w);
     if (!err && w->ihi > w->ilo && lazy) { /* pages are guarded later: is it shared memory? */
         void *pg = ovl__watch_page_addr(w, w->ilo);
-        if (mprotect(pg, ovl__watch_page(), PROT_NONE) == 0) {
-            err = ovl__watch_mem_probe((uintptr_t)pg);
+        err = ovl__watch_protect_probed(pg, ovl__watch_page(), (uintptr_t)pg);
+        if (err == 0)
             mprotect(pg, ovl__watch_page(), PROT_READ | PROT_WRITE);
-        }
+        else if (err != EXDEV)
+            err = 0; /* cannot protect it now: the later guard finds out */
     }
     if (err) {
         if (w->edge_lo)

@@ -49,6 +49,10 @@ struct ovl__watch {
 };
 
 int ovl__watch_mem_probe(uintptr_t addr);
+/* Protect [a, a+len) (PROT_NONE) and check that ovl can still write it at
+ * @probe (ovl__watch_mem_probe); on failure the protection is undone. 0 or
+ * an errno (EXDEV: shared memory). */
+int ovl__watch_protect_probed(void *a, size_t len, uintptr_t probe);
 
 /* A backend guards and opens interior pages. All return 0 or an errno
  * (EXDEV: shared memory, which cannot be guarded). */
@@ -63,7 +67,7 @@ struct ovl__watch_backend {
     /* where MPI may write bytes for base+off directly (landing + off), or
      * NULL: bytes come through recv_place. Optional. */
     char *(*recv_landing)(struct ovl__watch *w);
-    /* the region is freed: give back its shadow (optional; else munmap) */
+    /* the region is freed: give back its shadow (backends that make one) */
     void (*recv_release)(struct ovl__watch *w);
     int (*send_guard)(struct ovl__watch *w);
     /* write-protect (protect = 1) or allow writes to interior pages [i, j) */

@@ -25,10 +25,8 @@ static int prot(struct ovl__watch *w, size_t i, size_t j, int p)
 
 static int recv_guard(struct ovl__watch *w)
 {
-    int err = prot(w, w->ilo, w->ihi, PROT_NONE);
-    if (!err && (err = ovl__watch_mem_probe((uintptr_t)ovl__watch_page_addr(w, w->ilo))) != 0)
-        prot(w, w->ilo, w->ihi, PROT_READ | PROT_WRITE); /* shared memory: not guardable */
-    return err;
+    char *a = ovl__watch_page_addr(w, w->ilo);
+    return ovl__watch_protect_probed(a, (w->ihi - w->ilo) * ovl__watch_page(), (uintptr_t)a);
 }
 
 static void recv_place(struct ovl__watch *w, size_t off, const void *src, size_t len)

@@ -161,25 +161,6 @@ void ovl__uffd_close(void)
     /* kept for the life of the process: regions of a later ovl_init use it */
 }
 
-static int reg(struct ovl__watch *w, size_t i, size_t j, uint64_t mode)
-{
-    struct uffdio_register r = {
-        .range = { .start = (uintptr_t)ovl__watch_page_addr(w, i),
-                   .len = (j - i) * ovl__watch_page() },
-        .mode = mode,
-    };
-    return ioctl(ufd, UFFDIO_REGISTER, &r) == 0 ? 0 : errno;
-}
-
-static void unreg(struct ovl__watch *w, size_t i, size_t j)
-{
-    struct uffdio_range r = { .start = (uintptr_t)ovl__watch_page_addr(w, i),
-                              .len = (j - i) * ovl__watch_page() };
-    ioctl(ufd, UFFDIO_UNREGISTER, &r);
-}
-
-/* ---- receive ---- */
-
 static int reg_range(void *a, size_t len, uint64_t mode)
 {
     struct uffdio_register r = { .range = { .start = (uintptr_t)a, .len = len }, .mode = mode };
@@ -191,6 +172,18 @@ static void unreg_range(void *a, size_t len)
     struct uffdio_range r = { .start = (uintptr_t)a, .len = len };
     ioctl(ufd, UFFDIO_UNREGISTER, &r);
 }
+
+static int reg(struct ovl__watch *w, size_t i, size_t j, uint64_t mode)
+{
+    return reg_range(ovl__watch_page_addr(w, i), (j - i) * ovl__watch_page(), mode);
+}
+
+static void unreg(struct ovl__watch *w, size_t i, size_t j)
+{
+    unreg_range(ovl__watch_page_addr(w, i), (j - i) * ovl__watch_page());
+}
+
+/* ---- receive ---- */
 
 /* Move [src, src+len) onto the registered [dst, dst+len) page by page
  * table, no copy. Returns the bytes moved before the first failure (errno
@@ -399,43 +392,37 @@ static int copy_pages(char *dst, const char *src, size_t len)
     return 0;
 }
 
+/* Give interior pages [i, j) their contents from the shadow: moved back by
+ * page table (a page that cannot move, pinned or shared copy-on-write, is
+ * copied, and the shadow no longer cached), or copied when the pages were
+ * never moved out. */
+static int put_back(struct ovl__watch *w, size_t i, size_t j, uint64_t mode)
+{
+    size_t ps = ovl__watch_page(), len = (j - i) * ps, at = 0;
+    char *d = ovl__watch_page_addr(w, i), *s = shadow_page(w, i);
+    if (!w->moved)
+        return copy_pages(d, s, len);
+    while ((at += move_pages(d + at, s + at, len - at, mode)) < len) {
+        w->shadow_dirty = 1;
+        int err = copy_pages(d + at, s + at, ps);
+        if (err)
+            return err;
+        at += ps;
+    }
+    return 0;
+}
+
 static int recv_open(struct ovl__watch *w, size_t i, size_t j)
 {
-    size_t ps = ovl__watch_page();
-    char *d = ovl__watch_page_addr(w, i), *s = shadow_page(w, i);
-    size_t len = (j - i) * ps, at = 0;
-    if (w->moved) {
-        while (at < len) {
-            at += move_pages(d + at, s + at, len - at, 0);
-            if (at == len)
-                return 0;
-            /* a page that cannot move (pinned, shared copy-on-write): copy it */
-            w->shadow_dirty = 1;
-            int err = copy_pages(d + at, s + at, ps);
-            if (err)
-                return err;
-            at += ps;
-        }
-        return 0;
-    }
-    return copy_pages(d, s, len);
+    return put_back(w, i, j, 0);
 }
 
 static void recv_done(struct ovl__watch *w)
 {
     /* pages the message never reached get their old contents back */
-    size_t ps = ovl__watch_page();
-    for (size_t i = w->ilo; i < w->ihi; i++) {
-        if (atomic_load(&w->valid[i]))
-            continue;
-        if (!w->moved)
-            copy_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps);
-        else if (move_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps,
-                            UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES) != ps) {
-            w->shadow_dirty = 1;
-            copy_pages(ovl__watch_page_addr(w, i), shadow_page(w, i), ps);
-        }
-    }
+    for (size_t i = w->ilo; i < w->ihi; i++)
+        if (!atomic_load(&w->valid[i]))
+            put_back(w, i, i + 1, UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES);
     unreg(w, w->ilo, w->ihi);
 }
 
