@@ -97,6 +97,7 @@ struct ovl__delta {
     int err;
     int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
     double t_begin;
+    size_t produced;            /* explicit mode: bytes annotated so far */
     double t_trace;             /* OVL_TRACE / stats: creation time */
     unsigned npieces;           /* pieces sent or received */
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
@@ -120,7 +121,7 @@ static struct {
     pthread_mutex_t lock;
     struct ovl__delta *head;
     atomic_uint next_sid;
-    double rate; /* last observed production rate, bytes/us */
+    _Atomic double rate; /* last observed production rate, bytes/us (any thread) */
 } D = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void active_add(struct ovl__delta *d)
@@ -416,11 +417,6 @@ static size_t produced_upto(void *ctx, size_t upto)
     struct ovl__delta *d = ctx;
     ovl__spin_lock(&d->lock);
     if (upto > d->sent_prefix && !atomic_load(&d->ended)) {
-        double t = ovl__now_us() - d->t_begin;
-        if (t > 0) {
-            d->dsize = ovl__model_delta_size(d->cap, (double)upto / t, 1);
-            D.rate = (double)upto / t;
-        }
         send_range(d, d->sent_prefix, upto);
         d->sent_prefix = upto;
     }
@@ -480,7 +476,7 @@ static void send_last_locked(struct ovl__delta *d)
     d->last_sent = 1;
 }
 
-static int end_send(struct ovl__delta *d, size_t total, const char *fn)
+static int end_send(struct ovl__delta *d, size_t total, int observed, const char *fn)
 {
     ovl__spin_lock(&d->lock);
     if (atomic_load(&d->ended)) {
@@ -498,6 +494,11 @@ static int end_send(struct ovl__delta *d, size_t total, const char *fn)
     }
     d->total = total;
     atomic_store(&d->ended, 1);
+    /* The production rate of this message sizes the pieces of the next
+     * (ovl_wait's implied end would count the work after production). */
+    double t = ovl__now_us() - d->t_begin;
+    if (observed && !d->fwd_src && total >= 2 * ovl__watch_page() && t > 0)
+        D.rate = (double)total / t;
     if (d->fwd_src)
         forward_locked(d, atomic_load(&d->fwd_src->done));
     send_last_locked(d);
@@ -516,7 +517,7 @@ void ovl__delta_implied_end(struct ovl__req *r)
 {
     struct ovl__delta *d = r->delta;
     if (d && !atomic_load(&d->ended))
-        end_send(d, d->cap, "ovl_wait");
+        end_send(d, d->cap, 0, "ovl_wait");
 }
 
 void ovl__delta_end_all(void)
@@ -532,7 +533,7 @@ void ovl__delta_end_all(void)
         pthread_mutex_unlock(&D.lock);
         if (!todo)
             return;
-        end_send(todo, todo->cap, "ovl_finalize");
+        end_send(todo, todo->cap, 0, "ovl_finalize");
     }
 }
 
@@ -686,7 +687,7 @@ int ovl_delta_send_end(ovl_request_t req)
     struct ovl__req *r = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
         return rc;
-    return end_send(r->delta, r->delta->cap, fn);
+    return end_send(r->delta, r->delta->cap, 1, fn);
 }
 
 int ovl_delta_send_end_count(ovl_request_t req, int count)
@@ -700,7 +701,7 @@ int ovl_delta_send_end_count(ovl_request_t req, int count)
     size_t esize = r->count > 0 ? d->cap / (size_t)r->count : 1;
     if (count < 0 || (size_t)count * esize > d->cap)
         return ovl__error(OVL_ERR_ARG, fn, "count %d outside [0, %d]", count, r->count);
-    return end_send(d, (size_t)count * esize, fn);
+    return end_send(d, (size_t)count * esize, 1, fn);
 }
 
 int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)

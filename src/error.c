@@ -72,7 +72,9 @@ int ovl__mpi_error(int mpierr, const char *fn, const char *what)
 
 void ovl__info(const char *fmt, ...)
 {
-    if (verbosity() < 2)
+    /* ovl_init sets the configuration before it calibrates, so its own
+     * progress reports follow OVL_VERBOSE too. */
+    if (ovl__g.cfg.verbose < 2)
         return;
     va_list ap;
     va_start(ap, fmt);

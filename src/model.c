@@ -36,12 +36,15 @@
  * splitting only if that beats the plain transfer.
  *
  * Delta size: a message of N bytes cut into n = N/d pieces flows through
- * three stages -- produce (d/P + fault), transfer (overhead + d/B), consume
- * (d/P + fault) -- and a pipeline takes about the sum of the three stage
- * times for the first piece plus (n - 1) times the slowest stage. The
- * model evaluates that for every page multiple up to a cap and takes the
- * minimum. P, the production rate, is observed while a send runs (the
- * caller passes it; 0 = unknown, taken equal to B).
+ * three stages -- produce and post (d/P + fault + o), the wire (d/B), take
+ * in and consume (d/P + fault + o) -- and a pipeline takes about the sum
+ * of the three stage times for the first piece, plus the latency once,
+ * plus (n - 1) times the slowest stage. The per-piece costs (o, the fault
+ * or annotation) are what make small pieces lose; the fill (three stages
+ * of one piece) is what makes large ones lose. The model evaluates every
+ * page multiple up to a cap below the eager limit and takes the minimum.
+ * P, the production rate, is observed while a send runs, from faults or
+ * annotations (the caller passes it; 0 = unknown, taken equal to B).
  */
 #include "ovl_internal.h"
 
@@ -156,6 +159,85 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
     return best;
 }
 
+/* The smallest message size below the eager limit where the one-way time
+ * jumps: a change of protocol inside the MPI library (UCX over TCP, for
+ * one, switches from copying to zero-copy sends near 16 KiB, and a delta
+ * just above that costs far more than one just below). A step between two
+ * measured sizes counts as a jump when it exceeds four times the typical
+ * (median) step below it, for its width, plus a floor of max(5 us, L/2),
+ * and the next size stays up: noise and a smooth rise do not count. */
+size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double lat)
+{
+    size_t ps = ovl__watch_page();
+    double step[32], sorted[32];
+    if (n < 3 || n > 32)
+        return 0;
+    for (int i = 1; i < n; i++) {
+        size_t w = sz[i] > sz[i - 1] ? (sz[i] - sz[i - 1]) / ps : 0;
+        if (!w)
+            return 0;
+        step[i] = (t[i] - t[i - 1]) / (double)w;
+    }
+    double floor_us = lat / 2 > 5 ? lat / 2 : 5;
+    for (int i = 2; i < n; i++) {
+        /* the typical step: median of the steps before this one */
+        int m = 0;
+        for (int k = 1; k < i; k++) {
+            int j = m++;
+            for (; j > 0 && sorted[j - 1] > step[k]; j--)
+                sorted[j] = sorted[j - 1];
+            sorted[j] = step[k];
+        }
+        double typical = sorted[m / 2] < 0.5 ? 0.5 : sorted[m / 2];
+        double pages = (double)((sz[i] - sz[i - 1]) / ps), jump = t[i] - t[i - 1];
+        /* a jump that the next size keeps, not one slow sample */
+        if (jump > 4 * typical * pages + floor_us && (i + 1 == n || t[i + 1] > t[i - 1] + jump / 2))
+            return sz[i - 1] + ps;
+    }
+    return 0;
+}
+
+size_t ovl__model_switch_sizes(size_t *sz, int max, size_t limit)
+{
+    size_t ps = ovl__watch_page();
+    int n = 0;
+    for (size_t s = ps; n < max && s < ovl__m.eager && s <= limit; s += s < 8 * ps ? ps : 2 * ps)
+        sz[n++] = s;
+    return (size_t)n;
+}
+
+static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double lat)
+{
+    size_t sz[16];
+    double t[16];
+    int n = (int)ovl__model_switch_sizes(sz, 16, buflen);
+    for (int i = 0; i < n; i++)
+        t[i] = pingpong(peer, buf, (int)sz[i], 5);
+    return ovl__model_find_switch(sz, t, n, lat);
+}
+
+/* How long the progress thread's sleep between polls really lasts, timer
+ * slack and scheduling included: median of 5 sleeps of @us. A message that
+ * arrives while the thread sleeps waits half of that on average before
+ * ovl takes it in. */
+static double measure_poll_sleep_us(unsigned us)
+{
+    double t[5];
+    for (int i = 0; i < 5; i++) {
+        struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000 };
+        double t0 = ovl__now_us();
+        nanosleep(&ts, NULL);
+        t[i] = ovl__now_us() - t0;
+    }
+    for (int i = 1; i < 5; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return t[2];
+}
+
 /* Memory-to-cache copy rate, microseconds per byte: a lower bound on the
  * time any computation on received data takes. Small and quick: the buffer
  * may still be in cache, which only makes the bound lower. */
@@ -183,34 +265,47 @@ static double quick_copy_rate(void)
     return best > 0 ? best : model_defaults.compute_us_per_B;
 }
 
-/* The quick estimate at ovl_init: one warm-up, then ping-pongs of 4 KiB and
- * 128 KiB between ranks 2r and 2r+1, the fault and protection cost of this
- * process, and the copy rate. Budget: a few milliseconds on shared memory,
- * about 15 ms on a 1 Gbit/s link (docs/PERFORMANCE.md). */
+/* The quick estimate at ovl_init: one warm-up, then ping-pongs of 1 byte,
+ * 128 KiB and 256 KiB between ranks 2r and 2r+1, the fault and protection
+ * cost of this process, and the copy rate. The latency is the 1-byte
+ * one-way time, the bandwidth the slope between the two large sizes: a
+ * fit through a small size would absorb a link's burst allowance (a token
+ * bucket passes its first tens of KiB at line rate) and give a negative
+ * latency. Budget: a few milliseconds on shared memory, about 20 ms on a
+ * 1 Gbit/s link (docs/PERFORMANCE.md). */
 static int quick_estimate(void)
 {
     int peer = ovl__g.rank ^ 1;
     double lat = 0, bw = 0;
+    size_t sw = 0;
     if (peer < ovl__g.size) {
-        enum { SMALL = 4096, BIG = 131072 };
+        enum { MID = 131072, BIG = 262144 };
         char *buf = calloc(1, BIG);
         if (!buf)
             return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
         pingpong(peer, buf, 1, 2); /* warm up the connection */
-        double ts = pingpong(peer, buf, SMALL, 4);
+        double t1 = pingpong(peer, buf, 1, 4);
+        /* before the large sizes: a link with a burst allowance has it back */
+        sw = measure_piece_switch(peer, buf, BIG, t1 < 1 ? 1 : t1);
+        double tm = pingpong(peer, buf, MID, 3);
         double tb = pingpong(peer, buf, BIG, 3);
+        lat = t1 < 1 ? 1 : t1;
+        if (tb > tm)
+            bw = (double)(BIG - MID) / (tb - tm);
+        else if (tm > t1)
+            bw = (double)MID / (tm - t1);
         free(buf);
-        if (tb > ts) {
-            bw = (double)(BIG - SMALL) / (tb - ts);
-            lat = ts - SMALL / bw;
-            if (lat < 1)
-                lat = 1;
-        }
     }
     /* Every rank uses the same (slowest) figures: pieces flow both ways. */
     double in[2] = { lat, bw > 0 ? 1.0 / bw : 0 }, out[2];
     if (MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
+    /* The smallest switch any pair saw (none: SIZE_MAX) */
+    unsigned long long swl = sw ? (unsigned long long)sw : ~0ull, swmin = swl;
+    if (MPI_Allreduce(&swl, &swmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, ovl__g.comm_delta) !=
+        MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
+    ovl__m.piece_switch = swmin == ~0ull ? 0 : (size_t)swmin;
     if (out[0] > 0 && out[1] > 0) {
         ovl__m.lat_us = out[0];
         ovl__m.bw_Bpus = 1.0 / out[1];
@@ -306,14 +401,17 @@ int ovl__model_calibrate(void)
         if (explicit_db && !off && ovl__g.rank == 0 && ovl__g.cfg.verbose >= 1)
             fprintf(stderr, "ovl: performance database ignored: %s; using the %s\n", why, fallback);
     }
+    ovl__m.poll_sleep_us = ovl__g.cfg.progress == OVL_PROGRESS_THREAD
+                               ? measure_poll_sleep_us(ovl__g.cfg.poll_max_us)
+                               : 0;
     ovl__m.fault_us = ovl__m.fault_mprotect_us;
     if (ovl__watch_resolve(OVL_MONITOR_AUTO) == OVL_MONITOR_UFFD && ovl__m.fault_uffd_us > 0)
         ovl__m.fault_us = ovl__m.fault_uffd_us;
     ovl__m.init_us = ovl__now_us() - t0;
-    ovl__info("model: latency %.1f us, bandwidth %.1f MB/s, eager limit %zu B, fault %.1f us; "
-              "%s; %.0f us at init",
-              ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us, ovl__m.source_detail,
-              ovl__m.init_us);
+    ovl__info("model: latency %.1f us, bandwidth %.1f MB/s, eager limit %zu B, protocol switch "
+              "%zu B, fault %.1f us, poll sleep %.0f us; %s; %.0f us at init",
+              ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.piece_switch, ovl__m.fault_us,
+              ovl__m.poll_sleep_us, ovl__m.source_detail, ovl__m.init_us);
     (void)lrc;
     return OVL_SUCCESS;
 }
@@ -577,9 +675,16 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         return ps;
     double B = ovl__m.bw_Bpus, P = rate > 0 ? rate : B;
     double f = faults ? ovl__m.fault_us : 0.2;
-    /* Per-message cost, clamped: a calibration taken on a loaded machine
-     * must not push the size to either extreme. */
-    double o = ovl__m.lat_us < 2 ? 2 : ovl__m.lat_us > 100 ? 100 : ovl__m.lat_us;
+    /* What one piece costs besides its bytes, clamped so that a calibration
+     * taken on a loaded machine cannot push the size to either extreme: the
+     * sender posts it and the receiver takes it in (o each), each side
+     * takes a fault or an annotation on it, and a receiving progress thread
+     * finds it half a poll sleep late. The latency is paid once, in the
+     * fill: pieces in flight overlap on the wire. */
+    double o = ovl__m.o_us < 1 ? 1 : ovl__m.o_us > 100 ? 100 : ovl__m.o_us;
+    double L = ovl__m.lat_us > 1000 ? 1000 : ovl__m.lat_us;
+    /* the receiver's progress thread notices a piece half a sleep late */
+    double w = ovl__m.poll_sleep_us > 2000 ? 1000 : ovl__m.poll_sleep_us / 2;
     double best_t = 1e300;
     size_t best = ps;
     size_t cap = bytes < MAX_DELTA ? bytes : MAX_DELTA;
@@ -587,17 +692,20 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
      * the eager limit doubles its latency). */
     if (ovl__m.eager > 2 * ps && cap >= ovl__m.eager)
         cap = (ovl__m.eager - 1) / ps * ps;
+    /* ... and below a protocol switch seen under it (measured at init). */
+    if (ovl__m.piece_switch > 2 * ps && cap >= ovl__m.piece_switch)
+        cap = (ovl__m.piece_switch - 1) / ps * ps;
     for (size_t d = ps; d <= cap; d += ps) {
         double n = (double)((bytes + d - 1) / d);
-        double s = (double)d / P + f;
-        double t = o + (double)d / B;
+        double s = (double)d / P + f + o;     /* produce and post */
+        double t = (double)d / B;             /* on the wire */
+        double r = (double)d / P + f + o + w; /* take in and consume */
         if (d >= ovl__m.eager)
-            t += 2 * ovl__m.lat_us; /* rendezvous handshake */
-        double r = s;
+            t += 2 * L; /* rendezvous handshake */
         double slow = s > t ? s : t;
         if (r > slow)
             slow = r;
-        double total = s + t + r + (n - 1) * slow;
+        double total = s + L + t + r + (n - 1) * slow;
         if (total < best_t) {
             best_t = total;
             best = d;

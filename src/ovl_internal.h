@@ -277,10 +277,15 @@ void ovl__watch_hold_finish(struct ovl__watch *w);
 enum { OVL__MODEL_DEFAULTS, OVL__MODEL_INIT, OVL__MODEL_PERFDB };
 
 struct ovl__model {
-    double lat_us;   /* one-way small-message time (L) */
-    double bw_Bpus;  /* bytes per microsecond (1/G) */
-    double fault_us; /* cost of one access fault (I) of the monitor in use */
-    size_t eager;    /* eager/rendezvous switch of the MPI library */
+    double lat_us;        /* one-way small-message time (L) */
+    double bw_Bpus;       /* bytes per microsecond (1/G) */
+    double fault_us;      /* cost of one access fault (I) of the monitor in use */
+    size_t eager;         /* eager/rendezvous switch of the MPI library */
+    size_t piece_switch;  /* smallest message size whose one-way time jumps
+                          * (a protocol change below the eager limit, such as
+                          * UCX's TCP copy-to-zero-copy switch); 0 = none seen */
+    double poll_sleep_us; /* one poll-interval sleep of the progress thread, as
+                           * it really lasts (0: no progress thread) */
     int calibrated;
     /* LogGP and HUNT 5.1 terms; the defaults are conservative guesses,
      * replaced by the performance database (perfdb.c) or the quick estimate
@@ -307,6 +312,11 @@ int ovl__model_calibrate(void);
 /* The eager limit as model.c detects it without measuring (OVL_EAGER_LIMIT,
  * MPI_T, UCX_RNDV_THRESH, 64 KiB). */
 size_t ovl__model_detect_eager(void);
+/* Protocol switch below the eager limit (model.c): the sizes to measure
+ * (page multiples up to min(eager, @limit)), and the first size after a
+ * jump in the one-way times @t of sizes @sz (0 = no jump). */
+size_t ovl__model_switch_sizes(size_t *sz, int max, size_t limit);
+size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double lat);
 /* M(N): predicted cost of protecting @npages pages with @mon's mechanism. */
 double ovl__model_protect_us(ovl_monitor_t mon, size_t npages);
 

@@ -4,7 +4,7 @@
  * used; every kind of broken file is refused with a clear message on rank
  * 0 and the model falls back, never crashes), and the split decisions
  * (strips cover the transfer exactly, page-sized, the threshold is where
- * splitting starts). White-box: reads the model through ovl_internal.h.
+ * splitting starts), the automatic delta size. White-box: reads the model through ovl_internal.h.
  */
 #include "harness.h"
 #include "ovl_internal.h"
@@ -338,6 +338,101 @@ static void test_split(void)
     unlink(p);
 }
 
+/* The automatic delta size on a model with known figures (a 1 Gbit/s
+ * link: the case where a fit through a burst-inflated small ping-pong
+ * once gave a 1 us latency and 4 KiB pieces). */
+static void test_delta_size(void)
+{
+    setenv("OVL_PERFDB", "off", 1);
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+    CHECK(ovl__g.cfg.delta_size == 0);
+    sane_model();
+    /* the quick estimate measured a latency from a tiny message, never a
+     * negative intercept clamped to its floor on a real link */
+    CHECKF(ovl__m.lat_us >= 1 && ovl__m.o_us == ovl__m.lat_us, "L %.2f o %.2f", ovl__m.lat_us,
+           ovl__m.o_us);
+    struct ovl__model saved = ovl__m;
+    size_t ps = ovl__watch_page();
+    ovl__m.lat_us = ovl__m.o_us = 12;
+    ovl__m.bw_Bpus = 117;
+    ovl__m.fault_us = 5;
+    ovl__m.eager = 65536;
+    ovl__m.piece_switch = 0;
+    ovl__m.poll_sleep_us = 0;
+    CHECK(ovl__model_delta_size(1, 0, 1) == ps);
+    CHECK(ovl__model_delta_size(ps, 0, 0) == ps);
+    for (size_t n = ps + 1; n <= ((size_t)64 << 20); n = n * 5 / 3 + 7) {
+        for (int faults = 0; faults <= 1; faults++) {
+            size_t d = ovl__model_delta_size(n, 0, faults);
+            CHECKF(d >= ps && d % ps == 0 && d < ovl__m.eager && d <= ovl__model_max_delta(),
+                   "%zu bytes, faults %d: delta %zu", n, faults, d);
+            CHECKF(d < n + ps, "%zu bytes: delta %zu larger than the message", n, d);
+        }
+    }
+    /* 400 KB at about the link's rate: pieces of several pages, below the
+     * eager limit (the sweep's best fixed sizes were 12-16 KB there) */
+    size_t d400 = ovl__model_delta_size(400 << 10, 117, 1);
+    CHECKF(d400 >= 3 * ps && d400 <= 48 << 10, "400 KB: %zu", d400);
+    if (th_rank == 0)
+        printf("delta size for 400 KB at L = o = 12 us, 117 MB/s: %zu B\n", d400);
+    /* costlier pieces, larger pieces; a cheap link, small ones */
+    ovl__m.o_us = 60;
+    size_t dbig = ovl__model_delta_size(400 << 10, 117, 1);
+    CHECKF(dbig > d400, "o = 60 us: %zu, o = 12 us: %zu", dbig, d400);
+    ovl__m.o_us = 1;
+    ovl__m.fault_us = 1;
+    size_t dsmall = ovl__model_delta_size(400 << 10, 117, 1);
+    CHECKF(dsmall < d400, "o = 1 us: %zu, o = 12 us: %zu", dsmall, d400);
+    /* a higher eager limit is still respected: the rendezvous handshake is
+     * charged, and the cap keeps pieces below it */
+    ovl__m.eager = 16384;
+    ovl__m.o_us = 60;
+    CHECK(ovl__model_delta_size(400 << 10, 117, 1) < 16384);
+    /* a protocol switch under the eager limit caps the pieces as well */
+    ovl__m.eager = 65536;
+    ovl__m.piece_switch = 20480;
+    CHECK(ovl__model_delta_size(1 << 20, 117, 1) < 20480);
+    ovl__m.piece_switch = 0;
+    /* a progress thread that finds pieces late makes them larger */
+    ovl__m.o_us = 12;
+    ovl__m.fault_us = 5;
+    ovl__m.poll_sleep_us = 150;
+    size_t dlate = ovl__model_delta_size(400 << 10, 117, 1);
+    CHECKF(dlate > d400, "poll sleep 150 us: %zu, none: %zu", dlate, d400);
+    ovl__m.poll_sleep_us = 0;
+    /* the switch detector: a jump that stays is found, a smooth rise, noise
+     * and one slow sample are not */
+    {
+        size_t sz[16];
+        double t[16];
+        int n = (int)ovl__model_switch_sizes(sz, 16, (size_t)1 << 20);
+        CHECKF(n >= 8 && sz[0] == ps && sz[n - 1] < ovl__m.eager, "%d sizes", n);
+        for (int i = 0; i < n; i++)
+            t[i] = 10 + 0.03 * (double)sz[i] / 4.096; /* 30 us per page */
+        CHECK(ovl__model_find_switch(sz, t, n, 10) == 0);
+        for (int i = 0; i < n; i++)
+            t[i] = 15 + (i % 2 ? 2.5 : 0) + (double)sz[i] / 4096 * 0.8;
+        CHECK(ovl__model_find_switch(sz, t, n, 15) == 0);
+        for (int i = 0; i < n; i++)
+            t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] > 16384 ? 45 : 0);
+        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
+               "jump after 16 KiB: %zu", ovl__model_find_switch(sz, t, n, 15));
+        for (int i = 0; i < n; i++)
+            t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] == 3 * ps ? 60 : 0);
+        CHECK(ovl__model_find_switch(sz, t, n, 15) == 0);
+        CHECK(ovl__model_find_switch(sz, t, 2, 15) == 0);
+    }
+    /* OVL_DELTA_SIZE wins, capped at the largest piece */
+    ovl__g.cfg.delta_size = 3 * ps;
+    CHECK(ovl__model_delta_size(400 << 10, 117, 1) == 3 * ps);
+    ovl__g.cfg.delta_size = (size_t)1 << 30;
+    CHECK(ovl__model_delta_size(400 << 10, 117, 1) == ovl__model_max_delta());
+    ovl__g.cfg.delta_size = 0;
+    ovl__m = saved;
+    CHECK_OK(ovl_finalize());
+    unsetenv("OVL_PERFDB");
+}
+
 /* The database ovl-calibrate --quick just wrote is accepted and usable. */
 static void test_calibrated(const char *path)
 {
@@ -370,6 +465,7 @@ int main(int argc, char **argv)
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     test_perfdb();
     test_split();
+    test_delta_size();
     MPI_Barrier(MPI_COMM_WORLD);
     if (th_rank == 0)
         rmdir(dir);

@@ -411,7 +411,7 @@ int main(int argc, char **argv)
     double per_msg[16], post[16];
     double lat = 0, rtt = 0, G = 0, gap = 0, o_small = 0;
     int i8 = 0;
-    size_t eager = 0, step = 0;
+    size_t eager = 0, step = 0, piece_switch = 0;
 
     if (pair != MPI_COMM_NULL) {
         comm = pair;
@@ -451,6 +451,16 @@ int main(int argc, char **argv)
         G = b > 0 ? b : (oneway[ns - 1] - lat) / sizes[ns - 1];
         if (G <= 0)
             G = 1e-4;
+        /* A protocol switch below the eager limit (the rule is model.c's) */
+        size_t swz[16];
+        double swt[16];
+        int nsw = (int)ovl__model_switch_sizes(swz, 16, BUF_MAX), swreps = light ? 5 : 20;
+        for (int i = 0; i < nsw; i++) {
+            pingpong((int)swz[i], swreps, tmp);
+            swt[i] = minimum(tmp, swreps);
+        }
+        MPI_Bcast(swt, nsw, MPI_DOUBLE, 0, comm);
+        piece_switch = ovl__model_find_switch(swz, swt, nsw, lat);
         for (int i = 0; i < ns; i++) {
             check_budget(0.3 + 0.25 * i / ns);
             overheads(sizes[i], light ? 5 : 30, 2 * oneway[i] + 20, &os[i], &orv[i]);
@@ -588,6 +598,10 @@ int main(int argc, char **argv)
             fprintf(f, "eager_measured_B = %zu\n", eager);
             fprintf(f, "eager_detected_B = %zu\n", detected_eager);
             fprintf(f, "eager_curve_step_B = %zu\n", step);
+            fprintf(f,
+                    "# first size after a jump in one-way time below the eager limit "
+                    "(a protocol switch; 0 = none)\npiece_switch_B = %zu\n",
+                    piece_switch);
             fprintf(f, "\n# Access monitors (this process)\n");
             fprintf(f, "# I: one fault served, SIGSEGV + mprotect / SIGBUS + UFFDIO_ZEROPAGE\n");
             fprintf(f, "fault_mprotect_us = %.3f\nfault_uffd_us = %.3f\n", f_mp > 0 ? f_mp : -1,
