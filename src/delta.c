@@ -97,7 +97,6 @@ struct ovl__delta {
     int err;
     int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
     double t_begin;
-    size_t produced;            /* explicit mode: bytes annotated so far */
     double t_trace;             /* OVL_TRACE / stats: creation time */
     unsigned npieces;           /* pieces sent or received */
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */

@@ -43,8 +43,9 @@
  * or annotation) are what make small pieces lose; the fill (three stages
  * of one piece) is what makes large ones lose. The model evaluates every
  * page multiple up to a cap below the eager limit and takes the minimum.
- * P, the production rate, is observed while a send runs, from faults or
- * annotations (the caller passes it; 0 = unknown, taken equal to B).
+ * P, the production rate, is that of the previous delta send, from begin
+ * to ovl_delta_send_end (the caller passes it; 0 = unknown, taken equal to
+ * B); the size is chosen once per send.
  */
 #include "ovl_internal.h"
 
@@ -160,6 +161,18 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
     return best;
 }
 
+/* Sorts @v (n small) and returns its median (upper one for even @n). */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return v[n / 2];
+}
+
 /* The smallest message size below the eager limit where the one-way time
  * jumps: a change of protocol inside the MPI library (UCX over TCP, for
  * one, switches from copying to zero-copy sends near 16 KiB, and a delta
@@ -182,14 +195,10 @@ size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double l
     double floor_us = lat / 2 > 5 ? lat / 2 : 5;
     for (int i = 2; i < n; i++) {
         /* the typical step: median of the steps before this one */
-        int m = 0;
-        for (int k = 1; k < i; k++) {
-            int j = m++;
-            for (; j > 0 && sorted[j - 1] > step[k]; j--)
-                sorted[j] = sorted[j - 1];
-            sorted[j] = step[k];
-        }
-        double typical = sorted[m / 2] < 0.5 ? 0.5 : sorted[m / 2];
+        memcpy(sorted, step + 1, (size_t)(i - 1) * sizeof *step);
+        double typical = median(sorted, i - 1);
+        if (typical < 0.5)
+            typical = 0.5;
         double pages = (double)((sz[i] - sz[i - 1]) / ps), jump = t[i] - t[i - 1];
         /* a jump that the next size keeps, not one slow sample */
         if (jump > 4 * typical * pages + floor_us && (i + 1 == n || t[i + 1] > t[i - 1] + jump / 2))
@@ -235,13 +244,7 @@ static double measure_poll_sleep_us(unsigned us)
     }
     if (old > 0)
         prctl(PR_SET_TIMERSLACK, (unsigned long)old, 0, 0, 0);
-    for (int i = 1; i < 5; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return t[2];
+    return median(t, 5);
 }
 
 /* Memory-to-cache copy rate, microseconds per byte: a lower bound on the
@@ -272,13 +275,14 @@ static double quick_copy_rate(void)
 }
 
 /* The quick estimate at ovl_init: one warm-up, then ping-pongs of 1 byte,
+ * of page multiples below the eager limit (a protocol switch), and of
  * 128 KiB and 256 KiB between ranks 2r and 2r+1, the fault and protection
  * cost of this process, and the copy rate. The latency is the 1-byte
  * one-way time, the bandwidth the slope between the two large sizes: a
  * fit through a small size would absorb a link's burst allowance (a token
  * bucket passes its first tens of KiB at line rate) and give a negative
- * latency. Budget: a few milliseconds on shared memory, about 20 ms on a
- * 1 Gbit/s link (docs/PERFORMANCE.md). */
+ * latency. Budget: a few milliseconds on shared memory, about 35 ms on a
+ * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
 static int quick_estimate(void)
 {
     int peer = ovl__g.rank ^ 1;
@@ -291,27 +295,24 @@ static int quick_estimate(void)
             return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
         pingpong(peer, buf, 1, 2); /* warm up the connection */
         double t1 = pingpong(peer, buf, 1, 4);
+        lat = t1 < 1 ? 1 : t1;
         /* before the large sizes: a link with a burst allowance has it back */
-        sw = measure_piece_switch(peer, buf, BIG, t1 < 1 ? 1 : t1);
+        sw = measure_piece_switch(peer, buf, BIG, lat);
         double tm = pingpong(peer, buf, MID, 3);
         double tb = pingpong(peer, buf, BIG, 3);
-        lat = t1 < 1 ? 1 : t1;
         if (tb > tm)
             bw = (double)(BIG - MID) / (tb - tm);
         else if (tm > t1)
             bw = (double)MID / (tm - t1);
         free(buf);
     }
-    /* Every rank uses the same (slowest) figures: pieces flow both ways. */
-    double in[2] = { lat, bw > 0 ? 1.0 / bw : 0 }, out[2];
-    if (MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
+    /* Every rank uses the same (slowest) figures: pieces flow both ways;
+     * and the smallest protocol switch any pair saw (as -size under MAX;
+     * none: -1e18). */
+    double in[3] = { lat, bw > 0 ? 1.0 / bw : 0, sw ? -(double)sw : -1e18 }, out[3];
+    if (MPI_Allreduce(in, out, 3, MPI_DOUBLE, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
-    /* The smallest switch any pair saw (none: SIZE_MAX) */
-    unsigned long long swl = sw ? (unsigned long long)sw : ~0ull, swmin = swl;
-    if (MPI_Allreduce(&swl, &swmin, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, ovl__g.comm_delta) !=
-        MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
-    ovl__m.piece_switch = swmin == ~0ull ? 0 : (size_t)swmin;
+    ovl__m.piece_switch = out[2] > -1e18 ? (size_t)-out[2] : 0;
     if (out[0] > 0 && out[1] > 0) {
         ovl__m.lat_us = out[0];
         ovl__m.bw_Bpus = 1.0 / out[1];
