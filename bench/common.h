@@ -30,6 +30,7 @@ int bench_callback_latency(int argc, char **argv);
 int bench_overview(int argc, char **argv);
 int bench_delta(int argc, char **argv);
 int bench_delta_sweep(int argc, char **argv);
+int bench_alloc(int argc, char **argv);
 int bench_dds(int argc, char **argv);
 int bench_decomposition(int argc, char **argv);
 

@@ -50,6 +50,11 @@ static void parse_kernel_opt(const char *cmd, const char *a, int argc, char **ar
             p->sleep_us = s[5] == ':' ? bench_parse_long(cmd, a, s + 6, 1, 100000) : 50;
         else
             bench_usage_error(cmd, "--mpi-wait: 'spin', 'sleep' or 'sleep:US', not '%s'", s);
+    } else if (!strcmp(a, "--memory")) {
+        const char *s = bench_optarg(cmd, argc, argv, i);
+        if (strcmp(s, "mmap") && strcmp(s, "ovl_alloc"))
+            bench_usage_error(cmd, "--memory: 'mmap' or 'ovl_alloc', not '%s'", s);
+        p->ovl_memory = !strcmp(s, "ovl_alloc");
     } else if (!strcmp(a, "--stencil-n"))
         p->stencil_n = (int)bench_parse_long(cmd, a, bench_optarg(cmd, argc, argv, i), 2, 1000);
     else
@@ -168,6 +173,8 @@ static const char HELP[] =
     "  --rows N          wavefront block rows (default 4)\n"
     "  --cols N          rowreduce columns per row (default 2)\n"
     "  --stencil-n N     stencil block edge (default 48)\n"
+    "  --memory KIND     message buffers of every variant: mmap (default) or\n"
+    "                    ovl_alloc (received through a second mapping, no copy)\n"
     "  --mpi-wait MODE   spin (default): mpi/part wait in MPI_Recv/MPI_Send/MPI_Wait/\n"
     "                    MPI_Parrived loops, which spin; sleep[:US]: MPI_Test or\n"
     "                    MPI_Parrived with US us sleeps (default 50) between polls,\n"
@@ -429,6 +436,7 @@ static const char SHELP[] =
     "  --no-auto       leave out the automatic delta size\n"
     "  --work N|auto   repetitions of f per element (default 2)\n"
     "  --strip SIZE    explicit annotation granularity (default 4k)\n"
+    "  --memory KIND   mmap (default) or ovl_alloc message buffers\n"
     "  --reps N        measured reps (default 5), --warmup N (default 1)\n"
     "  --csv FILE      one row per (monitor, delta size, message size), plus mpi rows\n"
     "  --trace         print every run and ovl_init's delta size to stderr first\n"

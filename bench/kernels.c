@@ -84,6 +84,7 @@ void kparams_default(struct kparams *p)
     p->cols = 2;
     p->stencil_n = 48;
     p->sleep_us = 0;
+    p->ovl_memory = 0;
 }
 
 /* ---- the computation -------------------------------------------------------------- */
@@ -180,7 +181,11 @@ static void *kalloc(struct kernel *k, size_t n)
     size_t len = (n * sizeof(double) + page - 1) / page * page;
     if (len == 0)
         len = page;
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = MAP_FAILED;
+    if (k->p.ovl_memory)
+        BENCH_OVL(ovl_alloc(len, &p));
+    else
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         bench_fail("kernels: cannot map %zu bytes", len);
     struct alloc *a = realloc(k->allocs, (size_t)(k->nallocs + 1) * sizeof *a);
@@ -1075,8 +1080,12 @@ void kernel_teardown(struct kernel *k)
         free(c->parrived);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int i = 0; i < k->nallocs; i++)
-        munmap(k->allocs[i].p, k->allocs[i].len);
+    for (int i = 0; i < k->nallocs; i++) {
+        if (k->p.ovl_memory)
+            BENCH_OVL(ovl_free(k->allocs[i].p));
+        else
+            munmap(k->allocs[i].p, k->allocs[i].len);
+    }
     free(k->allocs);
     free(k->ch);
     free(k->ring_in);

@@ -58,6 +58,7 @@ struct kparams {
     int stencil_n;    /* stencil: edge of each rank's cubic block */
     long sleep_us;    /* mpi/part waits: 0 = MPI_Wait/MPI_Recv/MPI_Send (they spin);
                        * > 0: MPI_Test (MPI_Parrived) with sleeps of this many us */
+    int ovl_memory;   /* message buffers from ovl_alloc (all variants), else mmap */
 };
 void kparams_default(struct kparams *p);
 

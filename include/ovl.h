@@ -414,6 +414,32 @@ OVL_NODISCARD int ovl_monitor_probe(ovl_monitor_t requested, ovl_monitor_t *chos
                                     size_t why_len);
 
 /**
+ * Allocate @p bytes of memory for delta receives and gets, as
+ * MPI_Alloc_mem does for RMA: *(void **)@p baseptr receives a page-aligned
+ * block (bytes rounded up to whole pages, zero-filled; 0 gives one page).
+ * ovl maps its pages a second time (a memfd), so while a fault monitor
+ * guards a pending buffer in it, MPI and ovl write arriving data through
+ * that second mapping: no staging copy, no /proc/self/mem write, and the
+ * monitors accept it although it is shared memory. The memory behaves as
+ * malloc'd memory otherwise, except that a fork() child shares it with the
+ * parent. Without memfd (old kernel, seccomp) the block is private
+ * anonymous memory, handled like any other buffer. Usable before
+ * ovl_init() and after ovl_finalize(); thread-safe.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (@p baseptr NULL), OVL_ERR_NOMEM
+ */
+OVL_NODISCARD int ovl_alloc(size_t bytes, void *baseptr);
+
+/**
+ * Free a block from ovl_alloc() (NULL: nothing). Every transfer on it must
+ * be complete: a pending delta transfer or get/put watched by a fault
+ * monitor gives OVL_ERR_PENDING and the block stays; one in explicit mode
+ * is not detected (freeing it then is erroneous, as with MPI_Free_mem).
+ * @return OVL_SUCCESS, OVL_ERR_ARG (not from ovl_alloc, or already freed),
+ *         OVL_ERR_PENDING
+ */
+OVL_NODISCARD int ovl_free(void *base);
+
+/**
  * Start a delta send of @p count elements of @p datatype at @p buf to @p dest,
  * BEFORE the computation that writes the buffer. ovl sends the buffer in
  * pieces ("deltas") as the program finishes writing them, so the transfer
@@ -490,7 +516,8 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * Receives from ovl_delta_send_begin() or ovl_isend(). The status carries
  * the real size; bytes past it keep what they held before. Fault monitors
  * refuse a buffer in shared memory (MAP_SHARED, shm, an MPI shared window):
- * OVL_ERR_MONITOR, the buffer untouched; use OVL_MONITOR_EXPLICIT there. A
+ * OVL_ERR_MONITOR, the buffer untouched; use OVL_MONITOR_EXPLICIT there, or
+ * memory from ovl_alloc(), which is also received without a copy. A
  * longer message gives OVL_ERR_TRUNCATE (the buffer then
  * holds the first @p count elements). With OVL_MONITOR_EXPLICIT, call
  * ovl_delta_need() before using a range.
@@ -575,7 +602,8 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * a range. As with delta receives, @p dst must not be given to a system
  * call while pending, fault monitors refuse a @p dst on the calling
  * thread's stack or in shared memory (MAP_SHARED, shm, an MPI shared
- * window: OVL_ERR_MONITOR, @p dst untouched), and a continuation must not
+ * window: OVL_ERR_MONITOR, @p dst untouched; ovl_alloc() memory is
+ * accepted, and MPI writes it in place), and a continuation must not
  * touch it.
  *
  * Consistency: the data is that of the target at some time between the

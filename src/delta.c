@@ -110,7 +110,7 @@ struct ovl__delta {
     size_t total_r, arrived;
     char *landing; /* a plain message received where the monitor lets MPI write */
     char *staging; /* a plain message received into a guarded buffer */
-    size_t staging_len;
+    size_t staging_len, staging_cap;
     struct ovl__op plain_op;
     atomic_int done;
     struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
@@ -804,7 +804,7 @@ static void finish_recv(struct ovl__delta *d, int err)
         free(d->slots[i].buf);
         d->slots[i].buf = NULL;
     }
-    free(d->staging);
+    ovl__stage_put(d->staging, d->staging_cap);
     d->staging = NULL;
     if (!err)
         err = d->err;
@@ -981,7 +981,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
         d->staging_len = 0;
         rc = MPI_Imrecv(d->landing, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
     } else {
-        d->staging = ovl__page_alloc(n > 0 ? (size_t)n : 1);
+        d->staging = ovl__stage_get((size_t)n, &d->staging_cap);
         if (!d->staging) {
             MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
             finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer"));

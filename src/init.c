@@ -349,6 +349,7 @@ int ovl_finalize(void)
     atomic_store(&ovl__g.initialized, 0);
     ovl__req_table_fini();
     ovl__watch_fini();
+    ovl__stage_drop_all();
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;

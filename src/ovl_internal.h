@@ -235,6 +235,18 @@ size_t ovl__watch_page(void);
  * /proc/self/mem) cannot pass a guarded page, only this process's threads
  * can. */
 void *ovl__page_alloc(size_t bytes);
+/* Staging buffers (stage.c): whole pages, cached for the next transfer.
+ * get: at least @bytes, *cap receives the size to give back; NULL: no
+ * memory. put: back to the cache (or freed); NULL is ignored. */
+char *ovl__stage_get(size_t bytes, size_t *cap);
+void ovl__stage_put(char *p, size_t cap);
+/* Free the cached ones (ovl_finalize). */
+void ovl__stage_drop_all(void);
+/* Does a registered region (pending delta, get or put) touch [p, p+len)? */
+int ovl__watch_pending_in(const void *p, size_t len);
+/* ovl_alloc (alloc.c): where [base, base+len) of a block is mapped a second
+ * time, for ovl's writes, or NULL (not ovl_alloc memory). */
+char *ovl__alloc_alias(const void *base, size_t len);
 
 /* A lock for ovl objects that live in the heap, which may share a page with
  * a guarded buffer edge: a mutex's futex system call cannot reach such a

@@ -240,84 +240,6 @@ static int overlaps(const char *a, size_t an, const char *b, size_t bn)
 
 static void lazy_advance(struct xfer *x, int first);
 
-/* ---- staging buffers ----------------------------------------------------------
- * Whole pages of their own (MPI and the kernel write them; they must not
- * share a page with a guarded buffer edge), and kept for the next transfer:
- * a fresh mapping per transfer costs a page fault per page on the data
- * path. A few are cached, up to STAGE_KEEP bytes each. */
-
-#define STAGE_SLOTS 4
-#define STAGE_KEEP  ((size_t)64 << 20)
-
-static struct {
-    pthread_mutex_t lock;
-    char *p[STAGE_SLOTS];
-    size_t cap[STAGE_SLOTS];
-} SC = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static char *stage_get(size_t bytes, size_t *cap)
-{
-    if (bytes == 0)
-        bytes = 1;
-    pthread_mutex_lock(&SC.lock);
-    int best = -1;
-    for (int i = 0; i < STAGE_SLOTS; i++)
-        if (SC.p[i] && SC.cap[i] >= bytes && (best < 0 || SC.cap[i] < SC.cap[best]))
-            best = i;
-    if (best >= 0) {
-        char *p = SC.p[best];
-        *cap = SC.cap[best];
-        SC.p[best] = NULL;
-        pthread_mutex_unlock(&SC.lock);
-        return p;
-    }
-    pthread_mutex_unlock(&SC.lock);
-    size_t ps = ovl__watch_page();
-    *cap = (bytes + ps - 1) / ps * ps;
-    return ovl__page_alloc(bytes);
-}
-
-static void stage_put(char *p, size_t cap)
-{
-    if (!p)
-        return;
-    if (cap <= STAGE_KEEP) {
-        pthread_mutex_lock(&SC.lock);
-        int slot = -1;
-        for (int i = 0; i < STAGE_SLOTS && slot < 0; i++)
-            if (!SC.p[i])
-                slot = i;
-        if (slot < 0) { /* replace the smallest if this one is larger */
-            slot = 0;
-            for (int i = 1; i < STAGE_SLOTS; i++)
-                if (SC.cap[i] < SC.cap[slot])
-                    slot = i;
-            if (SC.cap[slot] >= cap)
-                slot = -1;
-            else
-                free(SC.p[slot]);
-        }
-        if (slot >= 0) {
-            SC.p[slot] = p;
-            SC.cap[slot] = cap;
-            p = NULL;
-        }
-        pthread_mutex_unlock(&SC.lock);
-    }
-    free(p);
-}
-
-static void stage_drop_all(void)
-{
-    pthread_mutex_lock(&SC.lock);
-    for (int i = 0; i < STAGE_SLOTS; i++) {
-        free(SC.p[i]);
-        SC.p[i] = NULL;
-        SC.cap[i] = 0;
-    }
-    pthread_mutex_unlock(&SC.lock);
-}
-
 /* ---- completion (driver) ------------------------------------------------------- */
 
 static void xfer_free(struct xfer *x)
@@ -325,7 +247,7 @@ static void xfer_free(struct xfer *x)
     if (x->w)
         ovl__watch_destroy(x->w);
     if (x->staging_cap) /* else none, or the monitor's landing */
-        stage_put(x->staging, x->staging_cap);
+        ovl__stage_put(x->staging, x->staging_cap);
     free(x->st);
     free(x);
 }
@@ -649,7 +571,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         goto fail_req;
     } else if (!(x->staging = ovl__watch_recv_landing(x->w))) {
         /* the monitor has no place MPI may write to: a staging buffer */
-        if (!(x->staging = stage_get(bytes, &x->staging_cap))) {
+        if (!(x->staging = ovl__stage_get(bytes, &x->staging_cap))) {
             pthread_mutex_unlock(&X.lock);
             ovl__watch_recv_finish(x->w);
             ovl__watch_destroy(x->w);
@@ -816,11 +738,11 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
             sz[n++] = tail;
     }
     x->st = calloc((size_t)n, sizeof *x->st);
-    x->staging = stage_get(hold ? (head + tail ? bytes : 1) : bytes, &x->staging_cap);
+    x->staging = ovl__stage_get(hold ? (head + tail ? bytes : 1) : bytes, &x->staging_cap);
     if (!x->st || !x->staging) {
         pthread_mutex_unlock(&X.lock);
         free(x->st);
-        stage_put(x->staging, x->staging_cap);
+        ovl__stage_put(x->staging, x->staging_cap);
         free(x);
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a transfer of %zu bytes", bytes);
     }
@@ -842,7 +764,7 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
         if ((rc = ovl__watch_hold_create(mon, src, bytes, &x->w)) != OVL_SUCCESS) {
             pthread_mutex_unlock(&X.lock);
             free(x->st);
-            stage_put(x->staging, x->staging_cap);
+            ovl__stage_put(x->staging, x->staging_cap);
             free(x);
             return rc;
         }
@@ -930,7 +852,6 @@ void ovl__rma_stats(ovl_stats_t *st)
 void ovl__rma_finalize(void)
 {
     ovl__segment_free_all();
-    stage_drop_all();
     atomic_store(&X.transfers, 0);
     atomic_store(&X.strips, 0);
     atomic_store(&X.split, 0);

@@ -311,13 +311,14 @@ int ovl__watch_protect_probed(void *a, size_t len, uintptr_t probe)
 {
     if (mprotect(a, len, PROT_NONE) != 0)
         return errno;
-    int err = ovl__watch_mem_probe(probe);
+    int err = probe ? ovl__watch_mem_probe(probe) : 0;
     if (err)
         mprotect(a, len, PROT_READ | PROT_WRITE);
     return err;
 }
 
-/* Guard edge page @page (refcounted); @probe: a byte of the buffer on it. */
+/* Guard edge page @page (refcounted); @probe: a byte of the buffer on it,
+ * or 0 when ovl writes the page through an alias (ovl_alloc memory). */
 static int edge_get_locked(uintptr_t page, uintptr_t probe)
 {
     int free_slot = -1;
@@ -373,6 +374,19 @@ static int edge_slot(uintptr_t page)
 static int edge_guarded(uintptr_t page)
 {
     return edge_slot(page) >= 0;
+}
+
+int ovl__watch_pending_in(const void *p, size_t len)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    int hit = 0;
+    pthread_mutex_lock(&W.lock);
+    for (int k = 0; k < MAX_REGIONS && !hit; k++) {
+        struct ovl__watch *w = atomic_load(&W.regs[k]);
+        hit = w && (uintptr_t)w->base < hi && (uintptr_t)w->base + w->len > lo;
+    }
+    pthread_mutex_unlock(&W.lock);
+    return hit;
 }
 
 /* Is @addr one of the bytes some pending receive is waiting for? */
@@ -613,6 +627,8 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
 
 static const struct ovl__watch_backend *backend(const struct ovl__watch *w)
 {
+    if (w->alias)
+        return &ovl__watch_alias;
     return w->mon == OVL_MONITOR_UFFD ? &ovl__watch_uffd : &ovl__watch_mprotect;
 }
 
@@ -674,6 +690,7 @@ int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta
     geometry(w, base, len);
     w->is_send = 1;
     w->mon = m;
+    w->alias = ovl__alloc_alias(base, len);
     w->produced = fn;
     w->ctx = ctx;
     size_t dp = delta / ovl__watch_page();
@@ -786,6 +803,7 @@ static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, 
         *out = w;
         return OVL_SUCCESS;
     }
+    w->alias = ovl__alloc_alias(base, len);
     pthread_mutex_lock(&W.lock);
     reap_locked();
     int err = 0;
@@ -795,15 +813,17 @@ static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, 
         return ovl__error(OVL_ERR_MONITOR, fn, "more than %d delta buffers pending at once",
                           MAX_REGIONS);
     }
-    if (w->npages > 0 && is_edge(w, 0) && (err = edge_get_locked(w->p0, (uintptr_t)base)) == 0)
+    int probe_mem = !w->alias; /* /proc/self/mem writes: will they pass? */
+    if (w->npages > 0 && is_edge(w, 0) &&
+        (err = edge_get_locked(w->p0, probe_mem ? (uintptr_t)base : 0)) == 0)
         w->edge_lo = 1;
     if (!err && w->npages > 1 && is_edge(w, w->npages - 1) &&
         (err = edge_get_locked((uintptr_t)ovl__watch_page_addr(w, w->npages - 1),
-                               (uintptr_t)base + len - 1)) == 0)
+                               probe_mem ? (uintptr_t)base + len - 1 : 0)) == 0)
         w->edge_hi = 1;
     if (!err && w->ihi > w->ilo && !lazy)
         err = backend(w)->recv_guard(w);
-    if (!err && w->ihi > w->ilo && lazy) { /* pages are guarded later: is it shared memory? */
+    if (!err && w->ihi > w->ilo && lazy && probe_mem) { /* guarded later: shared memory? */
         void *pg = ovl__watch_page_addr(w, w->ilo);
         err = ovl__watch_protect_probed(pg, ovl__watch_page(), (uintptr_t)pg);
         if (err == 0)
@@ -890,13 +910,15 @@ void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, 
         uintptr_t ihi_a = (uintptr_t)ovl__watch_page_addr(w, w->ihi);
         /* head in the first edge page, interior, tail in the last edge page */
         uintptr_t h_end = a < ilo_a ? (e < ilo_a ? e : ilo_a) : a;
-        if (h_end > a)
-            ovl__watch_poke((void *)a, s, h_end - a);
         uintptr_t m_lo = a > ilo_a ? a : ilo_a, m_hi = e < ihi_a ? e : ihi_a;
-        if (m_hi > m_lo)
-            backend(w)->recv_place(w, m_lo - (uintptr_t)w->base, s + (m_lo - a), m_hi - m_lo);
         uintptr_t t_lo = a > ihi_a ? a : ihi_a;
-        if (e > t_lo && t_lo >= a)
+        if (w->alias) /* edges too: ovl writes every page through the alias */
+            backend(w)->recv_place(w, off, s, len);
+        if (!w->alias && h_end > a)
+            ovl__watch_poke((void *)a, s, h_end - a);
+        if (!w->alias && m_hi > m_lo)
+            backend(w)->recv_place(w, m_lo - (uintptr_t)w->base, s + (m_lo - a), m_hi - m_lo);
+        if (!w->alias && e > t_lo && t_lo >= a)
             ovl__watch_poke((void *)t_lo, s + (t_lo - a), e - t_lo);
     }
     /* 2. count, and open what is complete (runs of interior pages at once) */
@@ -1306,6 +1328,7 @@ int ovl__watch_hold_create(ovl_monitor_t m, const void *base, size_t len, struct
     geometry(w, (void *)base, len);
     w->is_send = OVL__WATCH_HOLD;
     w->mon = m;
+    w->alias = ovl__alloc_alias(base, len);
     for (size_t i = 0; i < w->npages; i++)
         if (is_edge(w, i))
             atomic_store(&w->valid[i], 1);

@@ -23,7 +23,8 @@ struct ovl__watch {
     size_t len;
     uintptr_t p0; /* address of the first page */
     size_t npages, ilo, ihi;
-    int slot; /* index in the registry, -1 when unregistered */
+    int slot;    /* index in the registry, -1 when unregistered */
+    char *alias; /* ovl_alloc memory: base's second mapping, never guarded */
 
     /* receive */
     uint32_t *got;          /* bytes arrived, per page (driver) */
@@ -77,6 +78,9 @@ struct ovl__watch_backend {
 
 extern const struct ovl__watch_backend ovl__watch_mprotect;
 extern const struct ovl__watch_backend ovl__watch_uffd;
+/* Regions in ovl_alloc memory, under either fault monitor: the view is
+ * guarded with mprotect, bytes are written (or land) in the alias. */
+extern const struct ovl__watch_backend ovl__watch_alias;
 
 static inline char *ovl__watch_page_addr(const struct ovl__watch *w, size_t i)
 {
