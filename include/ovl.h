@@ -250,8 +250,14 @@ OVL_NODISCARD int ovl_progress(void);
  * Start sending @p count elements of @p datatype from @p buf to @p dest.
  * The buffer must not be modified until the request completes (the
  * continuation is a good place to reuse it). Tags: 0 .. ovl tag upper bound.
+ * A buffer that is still arriving through a fault-monitored
+ * ovl_delta_recv() (the whole buffer, contiguous datatype) is forwarded
+ * piece by piece as it arrives, as ovl_delta_send_begin() would (the
+ * receiver may use ovl_irecv or ovl_delta_recv). A buffer that only
+ * overlaps bytes not yet arrived (part of a delta receive, a pending
+ * ovl_get) is refused with OVL_ERR_PENDING, nothing sent.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
- *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI
+ *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI, OVL_ERR_PENDING
  */
 OVL_NODISCARD int ovl_isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
                             ovl_request_t *req);
@@ -524,8 +530,12 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  *
  * While data is pending, the buffer must not be given to a system call
  * (read, write, send, ...): the kernel does not wait and the call fails
- * with EFAULT. Plain MPI calls on it wait like any other access, except
- * under the progress thread's own callbacks (see docs/ARCHITECTURE.md).
+ * with EFAULT. Nor to MPI directly (MPI_Send, MPI_Put, ...): MPI reads
+ * through the kernel or from another process (shared-memory copy, CMA,
+ * sockets, RDMA), which does not wait either; measured with MPICH, an
+ * MPI_Send of a pending buffer sent zeros for the missing pages, or hung.
+ * Call ovl_delta_need() or ovl_wait() first, or send it with ovl_isend()
+ * or ovl_delta_send_begin(), which forward it as it arrives.
  *
  * Under a fault monitor the buffer's partial first and last pages are
  * guarded too, with whatever else lives there. Other data on them stays
@@ -644,9 +654,11 @@ OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
  * transfers without a full page, are copied at the call). With
  * OVL_MONITOR=explicit the source is copied at the call. Remote
  * completion: ovl_fence(), ovl_barrier(), ovl_unlock(). A @p src that is
- * an outstanding get's destination is waited for first.
+ * an outstanding get's destination is waited for first; one holding bytes
+ * of a fault-monitored delta receive that have not arrived is refused
+ * (OVL_ERR_PENDING, nothing sent: wait for them with ovl_delta_need).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
- *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI
+ *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI, OVL_ERR_PENDING
  */
 OVL_NODISCARD int ovl_put(const void *src, int rank, size_t offset, size_t bytes,
                           ovl_segment_t seg);

@@ -550,6 +550,11 @@ static struct ovl__delta *find_recv(void *buf, size_t len)
     return hit;
 }
 
+int ovl__delta_arriving(const void *buf, size_t len)
+{
+    return find_recv((void *)(uintptr_t)buf, len) != NULL;
+}
+
 static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, size_t cap)
 {
     struct ovl__delta *d = calloc(1, sizeof *d);

@@ -81,6 +81,43 @@ static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt
     return OVL_SUCCESS;
 }
 
+/* A send buffer some of whose bytes are still arriving (a fault-monitored
+ * delta receive or get): MPI would read them without waiting. The whole
+ * buffer of a delta receive is forwarded as a delta send (which ovl_irecv
+ * receives too); anything else is refused. 0: not pending (post it).
+ * Arguments already checked by post(). */
+static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
+                          ovl_request_t *req, int *rc)
+{
+    MPI_Aint lb = 0, ext = 0, tlb = 0, text = 0;
+    int tsize = 0;
+    if (count <= 0 || MPI_Type_get_extent(dt, &lb, &ext) != MPI_SUCCESS ||
+        MPI_Type_get_true_extent(dt, &tlb, &text) != MPI_SUCCESS ||
+        MPI_Type_size(dt, &tsize) != MPI_SUCCESS || ext < 0 || text <= 0)
+        return 0; /* nothing to read */
+    const char *lo = (const char *)buf + tlb;
+    size_t span = (size_t)(count - 1) * (size_t)ext + (size_t)text;
+    if (!ovl__watch_recv_pending(lo, span))
+        return 0;
+    size_t bytes = (size_t)count * (size_t)tsize;
+    if (tlb == 0 && span == bytes && ovl__delta_arriving(buf, bytes)) {
+        *rc = ovl_delta_send_begin((void *)(uintptr_t)buf, count, dt, dest, tag, req);
+        if (*rc == OVL_SUCCESS && (*rc = ovl_delta_send_end(*req)) != OVL_SUCCESS) {
+            ovl_request_t r = *req;
+            int frc = ovl_request_free(&r); /* the send keeps going in the background */
+            (void)frc;
+        }
+        return 1;
+    }
+    *rc = ovl__error(OVL_ERR_PENDING, "ovl_isend",
+                     "buffer [%p, +%zu) holds bytes that have not arrived yet (a delta receive "
+                     "or ovl_get still pending): MPI would send stale data. Wait for them first "
+                     "(ovl_delta_need, ovl_get_need, ovl_wait), or send the delta receive's "
+                     "whole buffer, which is forwarded as it arrives",
+                     (const void *)lo, span);
+    return 1;
+}
+
 static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt, int peer, int tag,
                 ovl_request_t *req)
 {
@@ -92,6 +129,8 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     int tsize = 0;
     if (MPI_Type_size(dt, &tsize) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
+    if (kind == OVL__REQ_SEND && isend_arriving(buf, count, dt, peer, tag, req, &rc))
+        return rc;
 
     struct ovl__req *r;
     ovl_request_t h;

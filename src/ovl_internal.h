@@ -244,6 +244,13 @@ void ovl__stage_put(char *p, size_t cap);
 void ovl__stage_drop_all(void);
 /* Does a registered region (pending delta, get or put) touch [p, p+len)? */
 int ovl__watch_pending_in(const void *p, size_t len);
+/* Does a pending receive (delta receive or get, fault-monitored) still
+ * wait for a byte of [p, p+len)? MPI must not be given such memory: its
+ * reads through the kernel or another process would not wait. */
+int ovl__watch_recv_pending(const void *p, size_t len);
+/* delta.c: is [buf, buf+len) a pending delta receive's buffer (from its
+ * start), which a delta send can forward as it arrives? */
+int ovl__delta_arriving(const void *buf, size_t len);
 /* ovl_alloc (alloc.c): where [base, base+len) of a block is mapped a second
  * time, for ovl's writes, or NULL (not ovl_alloc memory). */
 char *ovl__alloc_alias(const void *base, size_t len);

@@ -45,6 +45,7 @@ static size_t page_size;
 static struct {
     pthread_mutex_t lock; /* registry, edges, zombies (never taken by the handler) */
     struct ovl__watch *_Atomic regs[MAX_REGIONS];
+    atomic_int nregs; /* registered regions: 0 makes ovl__watch_recv_pending free */
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
@@ -206,6 +207,7 @@ static int reg_add(struct ovl__watch *w)
         if (!atomic_load(&W.regs[i])) {
             atomic_store(&W.regs[i], w);
             w->slot = i;
+            atomic_fetch_add(&W.nregs, 1);
             return 0;
         }
     }
@@ -255,6 +257,7 @@ static void reg_remove_locked(struct ovl__watch *w)
     if (w->slot >= 0) {
         atomic_store(&W.regs[w->slot], NULL);
         w->slot = -1;
+        atomic_fetch_sub(&W.nregs, 1);
         unsigned long g = ++W.recent_next;
         unsigned k = (unsigned)(g % RECENT);
         atomic_store(&W.recent[k].hi, 0);
@@ -384,6 +387,27 @@ int ovl__watch_pending_in(const void *p, size_t len)
     for (int k = 0; k < MAX_REGIONS && !hit; k++) {
         struct ovl__watch *w = atomic_load(&W.regs[k]);
         hit = w && (uintptr_t)w->base < hi && (uintptr_t)w->base + w->len > lo;
+    }
+    pthread_mutex_unlock(&W.lock);
+    return hit;
+}
+
+int ovl__watch_recv_pending(const void *p, size_t len)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + len;
+    size_t ps = ovl__watch_page();
+    int hit = 0;
+    if (len == 0 || atomic_load(&W.nregs) == 0) /* the common case: nothing pending */
+        return 0;
+    pthread_mutex_lock(&W.lock);
+    for (int k = 0; k < MAX_REGIONS && !hit; k++) {
+        struct ovl__watch *w = atomic_load(&W.regs[k]);
+        if (!w || w->is_send || (uintptr_t)w->base >= hi || (uintptr_t)w->base + w->len <= lo)
+            continue;
+        uintptr_t a = lo > (uintptr_t)w->base ? lo : (uintptr_t)w->base;
+        uintptr_t e = hi < (uintptr_t)w->base + w->len ? hi : (uintptr_t)w->base + w->len;
+        for (size_t i = (a - w->p0) / ps; i <= (e - 1 - w->p0) / ps && !hit; i++)
+            hit = !atomic_load(&w->valid[i]);
     }
     pthread_mutex_unlock(&W.lock);
     return hit;

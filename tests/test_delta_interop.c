@@ -13,7 +13,11 @@
  *    when a later delta send is finished before an earlier one;
  *  - truncation: a longer message into a delta receive, and a delta send
  *    into a short ovl_irecv -> OVL_ERR_TRUNCATE, the first count elements
- *    in place, nothing written past the buffer.
+ *    in place, nothing written past the buffer;
+ *  - resend: ovl_isend of a delta receive's whole buffer before anything
+ *    arrived is forwarded as it arrives (received by ovl_irecv, checked);
+ *    ovl_isend of a part of it, and ovl_put of it, are OVL_ERR_PENDING
+ *    until it has arrived (fault monitors).
  * Pairs: rank r with r^1; wildcards: a ring.
  */
 #include "delta_common.h"
@@ -328,6 +332,67 @@ static void truncation(void)
     }
 }
 
+/* ---- sending a buffer that is still arriving ---------------------------------- */
+
+/* The odd rank delta-receives a buffer under each fault monitor and, before
+ * any byte has come (the sender waits for a barrier), ovl_isends all of it
+ * back (forwarded as it arrives), tries a part of it with ovl_isend and its
+ * whole with ovl_put (OVL_ERR_PENDING, nothing sent), then after ovl_wait
+ * sends the part, which now goes. The even rank checks both messages. */
+static void resend(void)
+{
+    size_t pg = dt_page(), bytes = 64 * pg + 77;
+    void *segb = NULL;
+    ovl_segment_t seg;
+    CHECK_OK(ovl_segment_create(bytes, &segb, &seg));
+    for (int m = 0; m < nmon; m++) {
+        if (monitors[m] == OVL_MONITOR_EXPLICIT)
+            continue; /* nothing is guarded: ovl_delta_need is the program's job */
+        uint64_t key = 0x5e5e0 + (uint64_t)m;
+        int tag = 70 + 4 * m;
+        unsigned char *b = dt_alloc(bytes);
+        th_rng_t rng;
+        th_rng_init(&rng, 0x5e5, (uint64_t)th_rank, (uint64_t)m);
+        if (even) {
+            unsigned char *back = dt_alloc(bytes), *part = dt_alloc(bytes);
+            ovl_request_t s, r1, r2;
+            MPI_Barrier(MPI_COMM_WORLD); /* the peer has tried its sends */
+            CHECK_OK(ovl_irecv(back, (int)bytes, MPI_BYTE, peer, tag + 1, &r1));
+            CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, tag, &s));
+            dt_produce(s, b, bytes, key, DT_PROD_PLAIN, &rng);
+            CHECK_OK(ovl_wait(&s, NULL));
+            ovl_status_t st;
+            CHECK_OK(ovl_wait(&r1, &st));
+            CHECK(st.bytes == bytes);
+            size_t bad = th_verify(back, bytes, key, 0);
+            CHECKF(bad == TH_OK, "%s: forwarded byte %zu wrong", ovl_monitor_name(monitors[m]),
+                   bad);
+            CHECK_OK(ovl_irecv(part, (int)(bytes - pg), MPI_BYTE, peer, tag + 2, &r2));
+            CHECK_OK(ovl_wait(&r2, &st));
+            CHECK(st.bytes == bytes - pg);
+            CHECK(th_verify(part, bytes - pg, key, pg) == TH_OK);
+            dt_free(back, bytes);
+            dt_free(part, bytes);
+        } else {
+            ovl_request_t r, f, p2 = OVL_REQUEST_NULL;
+            CHECK_OK(ovl_delta_recv_with(b, (int)bytes, MPI_BYTE, peer, tag, monitors[m], &r));
+            CHECK_OK(ovl_isend(b, (int)bytes, MPI_BYTE, peer, tag + 1, &f));
+            EXPECT_ERR(ovl_isend(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 2, &p2),
+                       OVL_ERR_PENDING);
+            CHECK(p2 == OVL_REQUEST_NULL);
+            EXPECT_ERR(ovl_put(b, peer, 0, bytes, seg), OVL_ERR_PENDING);
+            MPI_Barrier(MPI_COMM_WORLD);
+            CHECK_OK(ovl_wait(&r, NULL));
+            CHECK_OK(ovl_isend(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 2, &p2));
+            CHECK_OK(ovl_wait(&p2, NULL));
+            CHECK_OK(ovl_wait(&f, NULL));
+            CHECK(th_verify(b, bytes, key, 0) == TH_OK);
+        }
+        dt_free(b, bytes);
+    }
+    CHECK_OK(ovl_segment_free(&seg));
+}
+
 int main(int argc, char **argv)
 {
     dt_init(&argc, &argv, "test_delta_interop", NULL);
@@ -348,5 +413,7 @@ int main(int argc, char **argv)
     order();
     dt_phase("truncation", 30);
     truncation();
+    dt_phase("resend", 30);
+    resend();
     return dt_finish();
 }
