@@ -186,9 +186,11 @@ static inline void dt_sentinel_fill(dt_region_t *r, uint64_t skey)
     th_fill(r->buf + r->bytes, r->maplen - r->off - r->bytes, skey, r->off + r->bytes);
 }
 
-/* `bytes` at offset `off` (< page) into fresh anonymous pages; the rest of
- * the first and last pages holds sentinel pattern `skey`. */
-static inline void dt_region_alloc(dt_region_t *r, size_t bytes, size_t off, uint64_t skey)
+/* `bytes` at offset `off` (< page) into whole pages from `map` (called
+ * with their length; returns NULL on failure); the rest of the first and
+ * last pages holds sentinel pattern `skey`. */
+static inline void dt_region_alloc_with(dt_region_t *r, size_t bytes, size_t off, uint64_t skey,
+                                        void *(*map)(size_t))
 {
     size_t pg = dt_page();
     r->off = off;
@@ -196,11 +198,24 @@ static inline void dt_region_alloc(dt_region_t *r, size_t bytes, size_t off, uin
     r->maplen = (off + bytes + pg - 1) / pg * pg;
     if (r->maplen == 0)
         r->maplen = pg;
-    void *p = mmap(NULL, r->maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CHECKF(p != MAP_FAILED, "mmap %zu bytes", r->maplen);
+    void *p = map(r->maplen);
+    CHECKF(p != NULL, "cannot map %zu bytes", r->maplen);
+    CHECK((uintptr_t)p % pg == 0);
     r->base = p;
     r->buf = r->base + off;
     dt_sentinel_fill(r, skey);
+}
+
+static inline void *dt_map_anon(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* ... into fresh anonymous pages (free with dt_region_free). */
+static inline void dt_region_alloc(dt_region_t *r, size_t bytes, size_t off, uint64_t skey)
+{
+    dt_region_alloc_with(r, bytes, off, skey, dt_map_anon);
 }
 
 /* Index (in the mapping) of the first sentinel byte that changed, or TH_OK. */

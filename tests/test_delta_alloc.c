@@ -26,22 +26,18 @@
 
 static int peer, sender, explicit_mon;
 
-/* A receive region inside an ovl_alloc block: bytes at off, sentinels
- * around them (the dt_region_t of delta_common.h, other memory). */
+/* ovl_alloc as a dt_region_alloc_with mapper. */
+static void *map_ovl(size_t len)
+{
+    void *p = NULL;
+    CHECK_OK(ovl_alloc(len, &p));
+    return p;
+}
+
+/* A receive region inside an ovl_alloc block (free with ovl_free(r.base)). */
 static void region_alloc(dt_region_t *r, size_t bytes, size_t off, uint64_t skey)
 {
-    size_t pg = dt_page();
-    r->off = off;
-    r->bytes = bytes;
-    r->maplen = (off + bytes + pg - 1) / pg * pg;
-    if (r->maplen == 0)
-        r->maplen = pg;
-    void *p = NULL;
-    CHECK_OK(ovl_alloc(r->maplen, &p));
-    CHECK(p != NULL && (uintptr_t)p % pg == 0);
-    r->base = p;
-    r->buf = r->base + off;
-    dt_sentinel_fill(r, skey);
+    dt_region_alloc_with(r, bytes, off, skey, map_ovl);
 }
 
 static void phase_errors(void)
