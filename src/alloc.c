@@ -60,7 +60,7 @@ int ovl_alloc(size_t bytes, void *baseptr)
     if (!baseptr)
         return ovl__error(OVL_ERR_ARG, fn, "baseptr is NULL");
     size_t ps = ovl__watch_page();
-    if (bytes > SIZE_MAX - ps || bytes > (size_t)INT64_MAX - ps)
+    if (bytes > (size_t)INT64_MAX - ps) /* an off_t for ftruncate */
         return ovl__error(OVL_ERR_NOMEM, fn, "%zu bytes cannot be mapped", bytes);
     size_t len = bytes ? (bytes + ps - 1) / ps * ps : ps;
     char *view = NULL, *alias = NULL;
@@ -108,7 +108,7 @@ int ovl_free(void *base)
                           "%p was not returned by ovl_alloc (or was already freed)", base);
     }
     struct block b = A.v[k];
-    if (ovl__watch_pending_in(b.view, b.bytes)) {
+    if (ovl__watch_pending(b.view, b.bytes, 0)) {
         pthread_mutex_unlock(&A.lock);
         return ovl__error(OVL_ERR_PENDING, fn,
                           "a delta transfer or get/put on [%p, +%zu) is still pending: wait "

@@ -86,18 +86,16 @@ static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt
  * buffer of a delta receive is forwarded as a delta send (which ovl_irecv
  * receives too); anything else is refused. 0: not pending (post it).
  * Arguments already checked by post(). */
-static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
+static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int tsize, int dest, int tag,
                           ovl_request_t *req, int *rc)
 {
     MPI_Aint lb = 0, ext = 0, tlb = 0, text = 0;
-    int tsize = 0;
-    if (count <= 0 || MPI_Type_get_extent(dt, &lb, &ext) != MPI_SUCCESS ||
-        MPI_Type_get_true_extent(dt, &tlb, &text) != MPI_SUCCESS ||
-        MPI_Type_size(dt, &tsize) != MPI_SUCCESS || ext < 0 || text <= 0)
-        return 0; /* nothing to read */
+    if (count <= 0 || ovl__watch_idle() || MPI_Type_get_extent(dt, &lb, &ext) != MPI_SUCCESS ||
+        MPI_Type_get_true_extent(dt, &tlb, &text) != MPI_SUCCESS || ext < 0 || text <= 0)
+        return 0; /* nothing pending, or nothing to read */
     const char *lo = (const char *)buf + tlb;
     size_t span = (size_t)(count - 1) * (size_t)ext + (size_t)text;
-    if (!ovl__watch_recv_pending(lo, span))
+    if (!ovl__watch_pending(lo, span, 1))
         return 0;
     size_t bytes = (size_t)count * (size_t)tsize;
     if (tlb == 0 && span == bytes && ovl__delta_arriving(buf, bytes)) {
@@ -129,7 +127,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     int tsize = 0;
     if (MPI_Type_size(dt, &tsize) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
-    if (kind == OVL__REQ_SEND && isend_arriving(buf, count, dt, peer, tag, req, &rc))
+    if (kind == OVL__REQ_SEND && isend_arriving(buf, count, dt, tsize, peer, tag, req, &rc))
         return rc;
 
     struct ovl__req *r;

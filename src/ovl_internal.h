@@ -242,12 +242,14 @@ char *ovl__stage_get(size_t bytes, size_t *cap);
 void ovl__stage_put(char *p, size_t cap);
 /* Free the cached ones (ovl_finalize). */
 void ovl__stage_drop_all(void);
-/* Does a registered region (pending delta, get or put) touch [p, p+len)? */
-int ovl__watch_pending_in(const void *p, size_t len);
-/* Does a pending receive (delta receive or get, fault-monitored) still
- * wait for a byte of [p, p+len)? MPI must not be given such memory: its
- * reads through the kernel or another process would not wait. */
-int ovl__watch_recv_pending(const void *p, size_t len);
+/* Is no region registered (nothing pending under a fault monitor)? One
+ * atomic load. */
+int ovl__watch_idle(void);
+/* Does a registered region (pending delta, get or put) touch [p, p+len)?
+ * With @missing: does a pending receive (delta receive or get) still wait
+ * for a byte of it? MPI must not be given such memory: its reads through
+ * the kernel or another process would not wait. */
+int ovl__watch_pending(const void *p, size_t len, int missing);
 /* delta.c: is [buf, buf+len) a pending delta receive's buffer (from its
  * start), which a delta send can forward as it arrives? */
 int ovl__delta_arriving(const void *buf, size_t len);

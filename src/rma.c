@@ -703,7 +703,7 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
      * pages, so wait for it (as a read by the program would). */
     if ((rc = ovl_get_need(src, bytes)))
         return rc;
-    if (ovl__watch_recv_pending(src, bytes))
+    if (ovl__watch_pending(src, bytes, 1))
         return ovl__error(OVL_ERR_PENDING, fn,
                           "source [%p, +%zu) holds bytes of a delta receive that have not "
                           "arrived yet: wait for them first (ovl_delta_need, ovl_wait)",

@@ -45,7 +45,7 @@ static size_t page_size;
 static struct {
     pthread_mutex_t lock; /* registry, edges, zombies (never taken by the handler) */
     struct ovl__watch *_Atomic regs[MAX_REGIONS];
-    atomic_int nregs; /* registered regions: 0 makes ovl__watch_recv_pending free */
+    atomic_int nregs; /* registered regions (ovl__watch_idle) */
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
@@ -379,35 +379,31 @@ static int edge_guarded(uintptr_t page)
     return edge_slot(page) >= 0;
 }
 
-int ovl__watch_pending_in(const void *p, size_t len)
+int ovl__watch_idle(void)
 {
-    uintptr_t lo = (uintptr_t)p, hi = lo + len;
-    int hit = 0;
-    pthread_mutex_lock(&W.lock);
-    for (int k = 0; k < MAX_REGIONS && !hit; k++) {
-        struct ovl__watch *w = atomic_load(&W.regs[k]);
-        hit = w && (uintptr_t)w->base < hi && (uintptr_t)w->base + w->len > lo;
-    }
-    pthread_mutex_unlock(&W.lock);
-    return hit;
+    return atomic_load(&W.nregs) == 0;
 }
 
-int ovl__watch_recv_pending(const void *p, size_t len)
+int ovl__watch_pending(const void *p, size_t len, int missing)
 {
     uintptr_t lo = (uintptr_t)p, hi = lo + len;
     size_t ps = ovl__watch_page();
     int hit = 0;
-    if (len == 0 || atomic_load(&W.nregs) == 0) /* the common case: nothing pending */
+    if (len == 0 || ovl__watch_idle())
         return 0;
     pthread_mutex_lock(&W.lock);
     for (int k = 0; k < MAX_REGIONS && !hit; k++) {
         struct ovl__watch *w = atomic_load(&W.regs[k]);
-        if (!w || w->is_send || (uintptr_t)w->base >= hi || (uintptr_t)w->base + w->len <= lo)
+        uintptr_t b = w ? (uintptr_t)w->base : 0, e = w ? b + w->len : 0;
+        if (!w || b >= hi || e <= lo)
             continue;
-        uintptr_t a = lo > (uintptr_t)w->base ? lo : (uintptr_t)w->base;
-        uintptr_t e = hi < (uintptr_t)w->base + w->len ? hi : (uintptr_t)w->base + w->len;
-        for (size_t i = (a - w->p0) / ps; i <= (e - 1 - w->p0) / ps && !hit; i++)
-            hit = !atomic_load(&w->valid[i]);
+        if (!missing) {
+            hit = 1;
+        } else if (!w->is_send) { /* a receive page in the overlap not yet valid? */
+            size_t i = ((lo > b ? lo : b) - w->p0) / ps, j = ((hi < e ? hi : e) - 1 - w->p0) / ps;
+            for (; i <= j && !hit; i++)
+                hit = !atomic_load(&w->valid[i]);
+        }
     }
     pthread_mutex_unlock(&W.lock);
     return hit;
@@ -936,14 +932,16 @@ void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, 
         uintptr_t h_end = a < ilo_a ? (e < ilo_a ? e : ilo_a) : a;
         uintptr_t m_lo = a > ilo_a ? a : ilo_a, m_hi = e < ihi_a ? e : ihi_a;
         uintptr_t t_lo = a > ihi_a ? a : ihi_a;
-        if (w->alias) /* edges too: ovl writes every page through the alias */
+        if (w->alias) { /* edges too: ovl writes every page through the alias */
             backend(w)->recv_place(w, off, s, len);
-        if (!w->alias && h_end > a)
-            ovl__watch_poke((void *)a, s, h_end - a);
-        if (!w->alias && m_hi > m_lo)
-            backend(w)->recv_place(w, m_lo - (uintptr_t)w->base, s + (m_lo - a), m_hi - m_lo);
-        if (!w->alias && e > t_lo && t_lo >= a)
-            ovl__watch_poke((void *)t_lo, s + (t_lo - a), e - t_lo);
+        } else {
+            if (h_end > a)
+                ovl__watch_poke((void *)a, s, h_end - a);
+            if (m_hi > m_lo)
+                backend(w)->recv_place(w, m_lo - (uintptr_t)w->base, s + (m_lo - a), m_hi - m_lo);
+            if (e > t_lo && t_lo >= a)
+                ovl__watch_poke((void *)t_lo, s + (t_lo - a), e - t_lo);
+        }
     }
     /* 2. count, and open what is complete (runs of interior pages at once) */
     size_t i0 = (a - w->p0) / ps, i1 = (e - 1 - w->p0) / ps;
