@@ -312,11 +312,16 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     out->reps = reps;
 
     /* (a) the exchange alone */
+    ovl_stats_t s0, s1;
     for (int r = -warmup; r < reps; r++) {
+        if (r == 0)
+            BENCH_OVL(ovl_stats_get(&s0));
         double s = one_alone(v);
         if (r >= 0)
             t[r] = s * 1e3;
     }
+    BENCH_OVL(ovl_stats_get(&s1));
+    out->transfer_wakeups = (double)(s1.thread_wakeups - s0.thread_wakeups) / reps;
     out->transfer_ms = bench_stat_of(t, reps);
     double T = out->transfer_ms.med * 1e-3;
 

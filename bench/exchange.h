@@ -37,6 +37,7 @@ struct lh_result {
     double util[2];                 /* ovl_daxpy.med / dedicated.med (the paper's ratio) */
     double cpu_share[2];            /* daxpy rate in the loop / dedicated rate */
     double wakeups[2];              /* progress-thread wake-ups per overlapped rep (rank 0) */
+    double transfer_wakeups;        /* the same per rep of the exchange alone */
     double oncpu[2];                /* median share of the loop's wall time the main thread
                                      * was on a CPU (CLOCK_THREAD_CPUTIME_ID) */
 };

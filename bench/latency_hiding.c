@@ -190,7 +190,7 @@ int bench_latency_hiding(int argc, char **argv)
                          "comm_recv_ms_med,comm_recv_ms_min,comm_recv_ms_max,"
                          "loop_send_ms_med,loop_recv_ms_med,"
                          "cpu_share_send,cpu_share_recv,wakeups_send,wakeups_recv,"
-                         "oncpu_send,oncpu_recv\n");
+                         "oncpu_send,oncpu_recv,wakeups_alone\n");
     }
     for (int s = 0; s < o.nsizes; s++) {
         xchg_setup(o.sizes[s]);
@@ -219,9 +219,9 @@ int bench_latency_hiding(int argc, char **argv)
             fprintf(csv, ",%.4f,%.4f", r.util[0], r.util[1]);
             csv_stat(csv, r.comm_ms[0]);
             csv_stat(csv, r.comm_ms[1]);
-            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f\n", r.loop_ms[0].med,
+            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f\n", r.loop_ms[0].med,
                     r.loop_ms[1].med, r.cpu_share[0], r.cpu_share[1], r.wakeups[0], r.wakeups[1],
-                    r.oncpu[0], r.oncpu[1]);
+                    r.oncpu[0], r.oncpu[1], r.transfer_wakeups);
         }
         xchg_teardown();
     }

@@ -601,6 +601,9 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     if (d->dsize > d->max_piece)
         d->dsize = d->max_piece;
     d->total = cap;
+    /* the header's share of inflight: set before a forwarding send is
+     * published to the driver, which may send pieces at once */
+    d->inflight = 1;
 
     d->fwd_src = find_recv(buf, cap);
     if (!d->fwd_src && (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS) {
@@ -644,7 +647,6 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->hdr_op.kind = OVL__OP_SEND;
     d->hdr_op.peer = -2; /* marks the header for piece_sent */
     active_add(d);
-    d->inflight = 1;
     rc = MPI_Isend(&d->hdr, (int)sizeof d->hdr, MPI_BYTE, dest, ovl__delta_tag(tag),
                    ovl__g.comm_msg, &d->hdr_op.mreq);
     if (rc == MPI_SUCCESS)
@@ -1087,6 +1089,17 @@ int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag, o
     return ovl_delta_recv_with(buf, count, dt, source, tag, OVL_MONITOR_AUTO, req);
 }
 
+struct need_arg {
+    struct ovl__delta *d;
+    size_t offset, bytes;
+};
+
+static int need_served(const void *p)
+{
+    const struct need_arg *a = p;
+    return atomic_load(&a->d->done) || ovl__watch_recv_ready(a->d->w, a->offset, a->bytes);
+}
+
 int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
 {
     static const char *fn = "ovl_delta_need";
@@ -1101,9 +1114,7 @@ int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
     if (!atomic_load(&d->done) && !ovl__watch_recv_ready(d->w, offset, bytes)) {
         if ((rc = ovl__check_not_in_callback(fn)))
             return rc;
-        while (!atomic_load(&d->done) && !ovl__watch_recv_ready(d->w, offset, bytes))
-            if (ovl__engine_drive() < 0)
-                sched_yield();
+        ovl__engine_spin(need_served, &(struct need_arg){ d, offset, bytes });
     }
     if (atomic_load(&d->done) && atomic_load(&r->done))
         return r->status.error;

@@ -263,23 +263,18 @@ static void print_stats(void)
         fwrite(buf, 1, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, stderr);
 }
 
-static void drive_until(int (*cond)(void))
+static int sends_done(const void *unused)
 {
-    while (!cond())
-        if (ovl__engine_drive() < 0)
-            sched_yield();
-}
-
-static int sends_done(void)
-{
+    OVL__UNUSED(unused);
     return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active_sends() &&
            !ovl__delta_active(1);
 }
 
 static unsigned long long *expected_from;
 
-static int receives_matched(void)
+static int receives_matched(const void *unused)
 {
+    OVL__UNUSED(unused);
     /* Nothing posted could take a missing message: stop waiting for it
      * (the program sent a message nobody receives). */
     if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__stream_active() && !ovl__match_posted())
@@ -291,8 +286,9 @@ static int receives_matched(void)
     return 1;
 }
 
-static int nothing_in_flight(void)
+static int nothing_in_flight(const void *unused)
 {
+    OVL__UNUSED(unused);
     return ovl__engine_count(-1) == 0 && !ovl__stream_active() && !ovl__delta_active(0) &&
            !ovl__match_posted();
 }
@@ -308,7 +304,7 @@ int ovl_finalize(void)
     /* 1. Everything this rank sends has left (delta sends the program did
      *    not end are ended here). */
     ovl__delta_end_all();
-    drive_until(sends_done);
+    ovl__engine_spin(sends_done, NULL);
     /* 2. Learn how many messages each peer sent here; receive them all. */
     unsigned long long *sent = malloc((size_t)ovl__g.size * sizeof *sent);
     expected_from = malloc((size_t)ovl__g.size * sizeof *expected_from);
@@ -325,22 +321,18 @@ int ovl_finalize(void)
     MPI_Request a2a = MPI_REQUEST_NULL;
     rc = MPI_Ialltoall(sent, 1, MPI_UNSIGNED_LONG_LONG, expected_from, 1, MPI_UNSIGNED_LONG_LONG,
                        ovl__g.comm_msg, &a2a);
-    for (int done = 0; rc == MPI_SUCCESS;) {
-        if ((rc = MPI_Test(&a2a, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done)
-            break;
-        if (ovl__engine_drive() < 0)
-            sched_yield();
-    }
+    if (rc == MPI_SUCCESS)
+        rc = ovl__engine_spin_mpi(&a2a);
     free(sent);
     if (rc == MPI_SUCCESS)
-        drive_until(receives_matched);
+        ovl__engine_spin(receives_matched, NULL);
     free(expected_from);
     expected_from = NULL;
     /* 3. Receives still posted can no longer match: cancel them. Their
      *    requests complete with OVL_ERR_CANCELLED and continuations run. */
     ovl__engine_cancel_receives();
     ovl__match_cancel_all();
-    drive_until(nothing_in_flight);
+    ovl__engine_spin(nothing_in_flight, NULL);
     ovl__match_drop_unexpected();
 
     print_stats();

@@ -130,12 +130,21 @@ void ovl__req_release(struct ovl__req *r);
 /* Add an MPI request to the engine; wakes the progress thread. */
 int ovl__engine_add(struct ovl__op *op);
 /* Drive progress once if no other thread is; returns the number of
- * operations completed (0 when another thread was driving). */
+ * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);
 /* Called by front ends when a request's operation has finished: runs (or
  * queues) the continuation and publishes completion. Driving thread only. */
 void ovl__req_complete(struct ovl__req *r);
-/* Block until *flag is non-zero, driving progress. */
+/* Drive progress on the calling thread until done(arg) is true. The one
+ * spin loop of the library: while any thread is in it, the progress thread
+ * stands down (no timed wake-ups) and the last thread out wakes it. Not for
+ * a thread that is driving (a continuation): it would wait for itself. */
+void ovl__engine_spin(int (*done)(const void *), const void *arg);
+/* ovl__engine_spin until the MPI request completes (a collective that a
+ * peer reaches only once this rank's progress served it); MPI's code. */
+int ovl__engine_spin_mpi(MPI_Request *req);
+/* ovl__engine_spin until *flag is non-zero, counted as wait time in the
+ * statistics and the trace. */
 void ovl__engine_wait_flag(atomic_int *flag);
 void ovl__engine_lock(void);
 void ovl__engine_unlock(void);

@@ -16,7 +16,12 @@
  *     polling for OVL_SPIN_US, then sleep between polls with an interval that
  *     doubles from 1 us up to OVL_POLL_MAX_US (timer slack set to 1 us so the
  *     kernel honours short sleeps);
- *   - any ovl call that posts work wakes the thread at once.
+ *   - any ovl call that posts work wakes the thread at once;
+ *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
+ *     fault on data not yet there, finalize...), that thread drives, and the
+ *     progress thread parks until the last such waiter leaves: its timed
+ *     wake-ups would only find the drive lock taken, and cost the CPU the
+ *     waiter and the kernel's network work run on.
  * MPI libraries do not offer a blocking wait that releases the CPU, so this
  * bounded sleep is the compromise: the cost is about one wake-up per
  * OVL_POLL_MAX_US while messages are in flight, the added latency at most
@@ -55,6 +60,9 @@ static struct {
     int stop;
     int posted;
     pthread_cond_t cond;
+    /* threads spinning in ovl__engine_spin, and whether the progress thread
+     * stood down for them */
+    atomic_int spinners, parked;
 } E = { .lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER };
 
 void ovl__engine_lock(void)
@@ -346,15 +354,50 @@ int ovl__engine_drive(void)
     return nb;
 }
 
-void ovl__engine_wait_flag(atomic_int *flag)
+void ovl__engine_spin(int (*done)(const void *), const void *arg)
 {
-    if (atomic_load_explicit(flag, memory_order_acquire))
+    if (done(arg))
         return;
-    uint64_t t0 = ovl__now_ns();
-    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+    atomic_fetch_add(&E.spinners, 1);
+    while (!done(arg))
         if (ovl__engine_drive() < 0)
             sched_yield(); /* another thread is driving */
-    }
+    /* The last spinner out wakes a progress thread that stood down for it. */
+    if (atomic_fetch_sub(&E.spinners, 1) == 1 && atomic_load(&E.parked))
+        ovl__engine_wake();
+}
+
+struct mpi_wait {
+    MPI_Request *req;
+    int rc;
+};
+
+static int mpi_done(const void *p)
+{
+    struct mpi_wait *w = (struct mpi_wait *)(uintptr_t)p;
+    int done = 0;
+    w->rc = MPI_Test(w->req, &done, MPI_STATUS_IGNORE);
+    return done || w->rc != MPI_SUCCESS;
+}
+
+int ovl__engine_spin_mpi(MPI_Request *req)
+{
+    struct mpi_wait w = { req, MPI_SUCCESS };
+    ovl__engine_spin(mpi_done, &w);
+    return w.rc;
+}
+
+static int flag_set(const void *flag)
+{
+    return atomic_load_explicit((const atomic_int *)flag, memory_order_acquire);
+}
+
+void ovl__engine_wait_flag(atomic_int *flag)
+{
+    if (flag_set(flag))
+        return;
+    uint64_t t0 = ovl__now_ns();
+    ovl__engine_spin(flag_set, flag);
     uint64_t dt = ovl__now_ns() - t0;
     ovl__stats_wait_ns(dt);
     if (ovl__trace_on)
@@ -434,6 +477,23 @@ static void *progress_thread(void *unused)
                 ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
                                     NULL, 0);
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
+            last_activity = ovl__now_us();
+            continue;
+        }
+        if (atomic_load(&E.spinners) > 0) {
+            /* An application thread spins in a wait and drives everything:
+             * timed wake-ups would only take its CPU (and the kernel's, which
+             * moves the data) to find the drive lock taken. */
+            atomic_store(&E.parked, 1);
+            double t0 = ovl__trace_on ? ovl__now_us() : 0;
+            while (!E.stop && atomic_load(&E.spinners) > 0)
+                pthread_cond_wait(&E.cond, &E.lock);
+            atomic_store(&E.parked, 0);
+            if (ovl__trace_on)
+                ovl__trace_complete("progress", "parked", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
+                                    NULL, 0);
+            atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
+            backoff = 0;
             last_activity = ovl__now_us();
             continue;
         }

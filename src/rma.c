@@ -629,6 +629,17 @@ int ovl_get_nb(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t s
     return get_impl("ovl_get_nb", dst, rank, offset, bytes, seg, req);
 }
 
+struct pending_arg {
+    int (*pending)(const void *);
+    const void *arg;
+};
+
+static int pending_not(const void *p)
+{
+    const struct pending_arg *a = p;
+    return !a->pending(a->arg);
+}
+
 /* Wait (driving progress) while @pending() holds; counts the wait. */
 static int wait_while(const char *fn, int (*pending)(const void *), const void *arg)
 {
@@ -638,9 +649,7 @@ static int wait_while(const char *fn, int (*pending)(const void *), const void *
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
     double t0 = ovl__now_us();
-    while (pending(arg))
-        if (ovl__engine_drive() < 0)
-            sched_yield();
+    ovl__engine_spin(pending_not, &(struct pending_arg){ pending, arg });
     unsigned long long ns = (unsigned long long)((ovl__now_us() - t0) * 1e3);
     atomic_fetch_add_explicit(&X.waits, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&X.wait_ns, ns, memory_order_relaxed);

@@ -76,19 +76,6 @@ int ovl__rma_poll(void)
     return 0;
 }
 
-/* Drive ovl's engine until @req completes (a collective that a peer may
- * only reach after this rank's progress served its transfers). */
-static int drive_request(MPI_Request *req)
-{
-    int done = 0, rc = MPI_SUCCESS;
-    while (rc == MPI_SUCCESS && !done) {
-        rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (!done && ovl__engine_drive() < 0)
-            sched_yield();
-    }
-    return rc;
-}
-
 int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
 {
     static const char *fn = "ovl_segment_create";
@@ -116,7 +103,7 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
     int bad = slot < 0, anybad = 0;
     MPI_Request r;
     if ((rc = MPI_Iallreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, S.comm, &r)) != MPI_SUCCESS ||
-        (rc = drive_request(&r)) != MPI_SUCCESS)
+        (rc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS)
         return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
     if (anybad)
         return ovl__error(OVL_ERR_NOMEM, fn, "more than %d segments on some rank", MAX_SEGS);
@@ -130,7 +117,7 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
     }
     if ((rc = MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
                              S.comm, &r)) != MPI_SUCCESS ||
-        (rc = drive_request(&r)) != MPI_SUCCESS) {
+        (rc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Iallgather of the sizes");
         goto fail_alloc;
     }
@@ -159,7 +146,8 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
         goto fail_alloc;
     }
     /* Every rank's lock word is zero before anyone may lock it. */
-    if ((rc = MPI_Ibarrier(S.comm, &r)) != MPI_SUCCESS || (rc = drive_request(&r)) != MPI_SUCCESS) {
+    if ((rc = MPI_Ibarrier(S.comm, &r)) != MPI_SUCCESS ||
+        (rc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS) {
         MPI_Win_unlock_all(s->win);
         MPI_Win_free(&s->win);
         rc = ovl__mpi_error(rc, fn, "MPI_Ibarrier");
@@ -204,7 +192,7 @@ static int free_seg(struct ovl__seg *s, const char *fn)
     MPI_Request r;
     int mrc = MPI_Ibarrier(S.comm, &r);
     if (mrc == MPI_SUCCESS)
-        mrc = drive_request(&r);
+        mrc = ovl__engine_spin_mpi(&r);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Win_unlock_all(s->win);
     if (mrc == MPI_SUCCESS)
@@ -264,7 +252,7 @@ int ovl_barrier(void)
     MPI_Request r;
     int mrc = MPI_Ibarrier(c, &r);
     if (mrc == MPI_SUCCESS)
-        mrc = drive_request(&r);
+        mrc = ovl__engine_spin_mpi(&r);
     if (mrc != MPI_SUCCESS)
         return ovl__mpi_error(mrc, fn, "MPI_Ibarrier");
     /* Make remote writes to this rank's memory visible to its loads. */

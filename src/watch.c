@@ -501,6 +501,23 @@ static void fatal(const char *what, uintptr_t addr)
     abort();
 }
 
+struct fault_wait {
+    int (*ready)(const void *, size_t);
+    const void *arg;
+    size_t i;
+    uintptr_t addr;
+};
+
+static int fault_served(const void *p)
+{
+    const struct fault_wait *f = p;
+    if (f->ready(f->arg, f->i))
+        return 1;
+    if (!atomic_load(&ovl__g.initialized))
+        fatal("access to a delta buffer still pending after ovl_finalize", f->addr);
+    return 0;
+}
+
 /* Wait in the faulting thread until @ready(arg) holds. */
 static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t i, uintptr_t addr)
 {
@@ -510,12 +527,8 @@ static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t
         fatal("a continuation or progress handler touched a delta-receive buffer whose data "
               "has not arrived; it would wait for itself forever",
               addr);
-    while (!ready(arg, i)) {
-        if (!atomic_load(&ovl__g.initialized))
-            fatal("access to a delta buffer still pending after ovl_finalize", addr);
-        if (ovl__engine_drive() < 0)
-            sched_yield();
-    }
+    struct fault_wait f = { ready, arg, i, addr };
+    ovl__engine_spin(fault_served, &f);
     uint64_t dt = ovl__now_ns() - t0;
     ovl__stats_wait_ns(dt);
     if (ovl__trace_on)

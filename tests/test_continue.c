@@ -19,7 +19,8 @@
  *  - callbacks never run concurrently with each other; with
  *    OVL_PROGRESS=inline they run on the calling thread;
  *  - OVL_PROGRESS=thread only: callbacks run while the application makes
- *    no ovl call at all; ovl_continue racing the progress thread's
+ *    no ovl call at all, also right after an ovl_wait (the progress thread
+ *    stands down during waits and must resume); ovl_continue racing the progress thread's
  *    completion of the same request (thousands of times, at random
  *    moments) still runs the callback before ovl_wait returns.
  * Pairs: rank r works with r^1; the ring uses every rank.
@@ -29,6 +30,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int peer, thread_mode;
 static pthread_t main_thread;
@@ -462,6 +464,49 @@ static void without_ovl_calls(void)
     CHECK(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1);
 }
 
+/* A thread that waits in ovl drives progress itself, and the progress
+ * thread stands down meanwhile; once the wait is over it must take up
+ * progress again with no further ovl call to wake it. The odd rank waits
+ * ~50 ms for a message (the progress thread parks), then gets a second
+ * message that the peer sends only after that wait has ended, and makes no
+ * ovl call until its continuation has run. */
+static void resumes_after_wait(void)
+{
+    enum { N = 100000 };
+    static char a_out[N], a_in[N];
+    static struct counted ca;
+    int b = 0, token = 1;
+    ovl_request_t ra, rb, sb, sa;
+    if (th_rank % 2) {
+        ca = (struct counted){ .buf = a_in, .n = N, .key = key_of(peer, 82) };
+        CHECK_OK(ovl_irecv(a_in, N, MPI_CHAR, peer, 82, &ra));
+        CHECK_OK(ovl_continue(ra, counted_cb, &ca));
+        CHECK_OK(ovl_irecv(&b, 1, MPI_INT, peer, 83, &rb));
+        CHECK_OK(ovl_wait(&rb, OVL_STATUS_IGNORE));
+        CHECK(b == 83);
+        CHECK_MPI(MPI_Send(&token, 1, MPI_INT, peer, 84, MPI_COMM_WORLD));
+        double t0 = th_now();
+        while (!atomic_load(&ca.runs))
+            CHECKF(th_now() - t0 < 10,
+                   "the progress thread did not resume after ovl_wait: a message that "
+                   "arrived afterwards was not completed in %.0f s",
+                   th_now() - t0);
+        CHECK(ca.bad == TH_OK && ca.st.bytes == N && ca.st.source == peer);
+        CHECK_OK(ovl_wait(&ra, OVL_STATUS_IGNORE));
+        CHECK(atomic_load(&ca.runs) == 1);
+    } else {
+        th_fill(a_out, N, key_of(th_rank, 82), 0);
+        b = 83;
+        struct timespec ts = { 0, 50 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        CHECK_OK(ovl_isend(&b, 1, MPI_INT, peer, 83, &sb));
+        CHECK_OK(ovl_wait(&sb, OVL_STATUS_IGNORE));
+        CHECK_MPI(MPI_Recv(&token, 1, MPI_INT, peer, 84, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK_OK(ovl_isend(a_out, N, MPI_CHAR, peer, 82, &sa));
+        CHECK_OK(ovl_wait(&sa, OVL_STATUS_IGNORE));
+    }
+}
+
 /* ---- ovl_continue racing the completion ------------------------------------- */
 
 static atomic_int race_runs;
@@ -531,6 +576,7 @@ int main(int argc, char **argv)
     continue_mpi();
     if (thread_mode) {
         without_ovl_calls();
+        resumes_after_wait();
         continue_races_completion();
     } else if (th_rank == 0)
         printf("test_continue: callbacks-without-ovl-calls check needs OVL_PROGRESS=thread: "
