@@ -54,9 +54,12 @@ def size_label(b):
 
 
 def by_variant(rows):
+    """Rows per variant; an A/B file's `build` column (before/after a change)
+    splits each variant in two."""
     out = {}
     for r in rows:
-        out.setdefault(r["variant"], []).append(r)
+        name = r["variant"] + (f" ({r['build']})" if r.get("build") else "")
+        out.setdefault(name, []).append(r)
     for v in out.values():
         v.sort(key=lambda r: int(r["payload_bytes"]))
     return out
@@ -69,10 +72,11 @@ _assigned = {}
 
 def style(name):
     """ovl variants in blue/orange, every other variant its own colour."""
+    before = name.endswith("(before)")
     if name.startswith("ovl-marshal"):
-        return dict(color="tab:orange", marker="s", lw=2.2)
+        return dict(color="tab:orange", marker="s", lw=2.2, ls=":" if before else "-")
     if name.startswith("ovl"):
-        return dict(color="tab:blue", marker="o", lw=2.5)
+        return dict(color="tab:blue", marker="o", lw=2.5, ls=":" if before else "-")
     if name not in _assigned:
         _assigned[name] = OTHER_COLORS[len(_assigned) % len(OTHER_COLORS)]
     ls = ":" if "marshal" in name else "--"
