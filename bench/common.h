@@ -33,6 +33,7 @@ int bench_delta_sweep(int argc, char **argv);
 int bench_alloc(int argc, char **argv);
 int bench_dds(int argc, char **argv);
 int bench_decomposition(int argc, char **argv);
+int bench_wire_cost(int argc, char **argv);
 
 extern int bench_rank, bench_size;
 

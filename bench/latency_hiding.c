@@ -153,9 +153,10 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int 
     printf("ovl-bench latency-hiding: 2 ranks on %d host%s; medians of %d reps (%d warm-up "
            "discarded)\n",
            hosts, hosts == 1 ? "" : "s", reps, warmup);
-    printf("ovl: progress thread, poll_max_us %u, spin_us %u, fragment %zu B, window %u; "
-           "one daxpy (n=%d) + clock read = %.0f ns\n",
-           c->poll_max_us, c->spin_us, c->fragment_size, c->stream_window, BENCH_DAXPY_N, daxpy_ns);
+    printf("ovl: progress thread, poll_max_us %u, poll_quiet_us %u, spin_us %u, fragment %zu B, "
+           "window %u; one daxpy (n=%d) + clock read = %.0f ns\n",
+           c->poll_max_us, c->poll_quiet_us, c->spin_us, c->fragment_size, c->stream_window,
+           BENCH_DAXPY_N, daxpy_ns);
     printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); comm = "
            "communication time with daxpy / alone\n\n");
     printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "variant", "payload", "transfer",
@@ -190,7 +191,7 @@ int bench_latency_hiding(int argc, char **argv)
                          "comm_recv_ms_med,comm_recv_ms_min,comm_recv_ms_max,"
                          "loop_send_ms_med,loop_recv_ms_med,"
                          "cpu_share_send,cpu_share_recv,wakeups_send,wakeups_recv,"
-                         "oncpu_send,oncpu_recv,wakeups_alone\n");
+                         "oncpu_send,oncpu_recv,wakeups_alone,poll_quiet_us\n");
     }
     for (int s = 0; s < o.nsizes; s++) {
         xchg_setup(o.sizes[s]);
@@ -219,9 +220,9 @@ int bench_latency_hiding(int argc, char **argv)
             fprintf(csv, ",%.4f,%.4f", r.util[0], r.util[1]);
             csv_stat(csv, r.comm_ms[0]);
             csv_stat(csv, r.comm_ms[1]);
-            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f\n", r.loop_ms[0].med,
+            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f,%u\n", r.loop_ms[0].med,
                     r.loop_ms[1].med, r.cpu_share[0], r.cpu_share[1], r.wakeups[0], r.wakeups[1],
-                    r.oncpu[0], r.oncpu[1], r.transfer_wakeups);
+                    r.oncpu[0], r.oncpu[1], r.transfer_wakeups, eff.poll_quiet_us);
         }
         xchg_teardown();
     }

@@ -24,6 +24,8 @@ static const struct bench_cmd cmds[] = {
     { "dds", "one-sided: cost of demand-driven synchronisation (HUNT Table 2)", bench_dds },
     { "decomposition", "one-sided: get + use, strip-mined or not, vs MPI (HUNT Figs 8-9)",
       bench_decomposition },
+    { "wire-cost", "plain MPI: CPU time the link itself takes (emulated cluster: the kernel's)",
+      bench_wire_cost },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

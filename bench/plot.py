@@ -285,7 +285,37 @@ def plot_delta_sweep(rows, out, title):
     fig.savefig(out, dpi=110, bbox_inches="tight")
 
 
+def plot_wire_cost(rows, out, title):
+    """Machine CPU per MB moved, per message size; one line per `build`."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    groups = {}
+    for r in rows:
+        groups.setdefault(r.get("build") or "run", []).append(r)
+    for i, (name, rs) in enumerate(sorted(groups.items())):
+        rs.sort(key=lambda r: int(r["msg_bytes"]))
+        x = [int(r["msg_bytes"]) for r in rs]
+        c = OTHER_COLORS[i % len(OTHER_COLORS)]
+        axes[0].plot(x, [fnum(r["machine_cores_med"]) for r in rs], marker="o", color=c,
+                     label=name)
+        axes[1].plot(x, [fnum(r["mbs_med"]) for r in rs], marker="o", color=c, label=name)
+    axes[0].set_ylabel("machine busy during the transfer [cores]")
+    axes[1].set_ylabel("rate [MB/s]")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ticks = sorted({int(r["msg_bytes"]) for r in rows})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([size_label(t) for t in ticks])
+        ax.set_xlabel("message size")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title or "what the link costs the CPUs (plain MPI, ovl-bench wire-cost)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 KINDS = {
+    "wire-cost": plot_wire_cost,
     "latency-hiding": plot_latency_hiding,
     "callback-latency": plot_callback_latency,
     "overview": plot_overview,

@@ -104,7 +104,8 @@ enum {
     OVL_CONFIG_FIELD_MONITOR = 1u << 7,
     OVL_CONFIG_FIELD_DELTA_SIZE = 1u << 8,
     OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9,
-    OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10
+    OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10,
+    OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11
 };
 
 /**
@@ -142,6 +143,8 @@ typedef struct {
         eager_limit; /**< OVL_EAGER_LIMIT: the MPI library's eager/rendezvous switch in bytes; 0 = detect (default 0) */
     unsigned
         progress_slice_us; /**< OVL_PROGRESS_SLICE_US: scheduler time slice asked for the progress thread (Linux >= 6.12), so its wake-ups preempt a computing thread; 0 = the kernel's default (default 100) */
+    unsigned
+        poll_quiet_us; /**< OVL_POLL_QUIET_US: longest sleep of the progress thread while every transfer in flight is predicted (bytes / model bandwidth) to need longer; 0 = never sleep past poll_max_us (default 1000) */
 } ovl_config_t;
 
 /**

@@ -71,6 +71,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .delta_size = 0,
         .eager_limit = 0,
         .progress_slice_us = 100,
+        .poll_quiet_us = 1000,
     };
     uint64_t m = user ? user->field_mask : 0;
     unsigned long long v;
@@ -146,6 +147,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_EAGER_LIMIT, eager_limit, "OVL_EAGER_LIMIT", 0, 1ull << 30);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_SLICE_US, progress_slice_us, "OVL_PROGRESS_SLICE_US", 0,
                   100000);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_QUIET_US, poll_quiet_us, "OVL_POLL_QUIET_US", 0, 1000000);
 #undef OVL_NUM_FIELD
     *out = c;
     return OVL_SUCCESS;

@@ -56,9 +56,12 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
         ovl__delta_matched_header(r, msg, st);
         return;
     }
+    int bytes = 0;
+    MPI_Get_count(st, MPI_BYTE, &bytes);
     int rc = MPI_Imrecv(r->buf, r->count, r->dt, &msg, &r->op.mreq);
     ovl__dt_release(r); /* MPI keeps what it needs of the type */
-    if (rc == MPI_SUCCESS && (rc = ovl__engine_add(&r->op)) == OVL_SUCCESS)
+    if (rc == MPI_SUCCESS &&
+        (rc = ovl__engine_add_sized(&r->op, bytes > 0 ? (size_t)bytes : 0)) == OVL_SUCCESS)
         return;
     if (r->op.mreq != MPI_REQUEST_NULL)
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
@@ -165,7 +168,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     }
     if (kind == OVL__REQ_SEND)
         atomic_fetch_add(&ovl__g.sent_to[peer], 1);
-    if ((rc = ovl__engine_add(&r->op)) != OVL_SUCCESS) {
+    if ((rc = ovl__engine_add_sized(&r->op, r->status.bytes)) != OVL_SUCCESS) {
         /* The MPI request exists: finish it here rather than leak it. */
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
         ovl__req_release(r);

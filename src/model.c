@@ -3,7 +3,8 @@
  * The performance model: what ovl knows about the link and the machine, and
  * the choices it derives from them. Inputs:
  *   - latency and bandwidth, measured at ovl_init by a short ping-pong
- *     between rank pairs (2r, 2r+1) on ovl's delta communicator, when any
+ *     between rank 0 and one peer (measuring_peer) on ovl's delta
+ *     communicator, when any
  *     rank leaves OVL_DELTA_SIZE automatic (OVL_CALIBRATE=0 skips it and
  *     keeps the defaults below);
  *   - the cost of one access fault, measured on this process;
@@ -276,43 +277,86 @@ static double quick_copy_rate(void)
 
 /* The quick estimate at ovl_init: one warm-up, then ping-pongs of 1 byte,
  * of page multiples below the eager limit (a protocol switch), and of
- * 128 KiB and 256 KiB between ranks 2r and 2r+1, the fault and protection
+ * 128 KiB and 256 KiB between rank 0 and measuring_peer(), the fault and protection
  * cost of this process, and the copy rate. The latency is the 1-byte
  * one-way time, the bandwidth the slope between the two large sizes: a
  * fit through a small size would absorb a link's burst allowance (a token
  * bucket passes its first tens of KiB at line rate) and give a negative
  * latency. Budget: a few milliseconds on shared memory, about 35 ms on a
  * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
+/* The rank that measures the network with rank 0: the first rank on
+ * another node (MPI_COMM_TYPE_SHARED), since the links between nodes are
+ * what pieces and strips are sized for; rank 1 if every rank shares rank
+ * 0's node; -1 alone. */
+static int measuring_peer(void)
+{
+    int peer = ovl__g.size > 1 ? 1 : -1;
+    MPI_Comm node;
+    if (peer < 0 || MPI_Comm_split_type(ovl__g.comm_delta, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                        &node) != MPI_SUCCESS)
+        return peer;
+    MPI_Group all, local;
+    MPI_Comm_group(ovl__g.comm_delta, &all);
+    MPI_Comm_group(node, &local);
+    int zero = 0, there = MPI_UNDEFINED;
+    MPI_Group_translate_ranks(all, 1, &zero, local, &there);
+    int mine = there == MPI_UNDEFINED ? ovl__g.rank : ovl__g.size, first = ovl__g.size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta);
+    MPI_Group_free(&local);
+    MPI_Group_free(&all);
+    MPI_Comm_free(&node);
+    return first < ovl__g.size ? first : peer;
+}
+
+/* Wait for @req sleeping between tests: a rank that is not measuring must
+ * leave the cores to the two that are (MPI's own waits spin, and on an
+ * oversubscribed node a spinning rank turns a 15 us round trip into
+ * milliseconds). */
+static void wait_sleeping(MPI_Request *req)
+{
+    int done = 0;
+    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        struct timespec ts = { 0, 50000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int quick_estimate(void)
 {
-    int peer = ovl__g.rank ^ 1;
+    /* One pair measures (rank 0 and measuring_peer), every other rank waits
+     * asleep, and rank 0 tells everyone: with all pairs at once, ranks that
+     * share cores measured each other's time slices (latencies of 4-6 ms and
+     * a third of the bandwidth on 4 emulated hosts sharing 2 cores). */
+    int peer = measuring_peer();
     double lat = 0, bw = 0;
     size_t sw = 0;
-    if (peer < ovl__g.size) {
+    if (peer > 0 && (ovl__g.rank == 0 || ovl__g.rank == peer)) {
+        int other = ovl__g.rank == 0 ? peer : 0;
         enum { MID = 131072, BIG = 262144 };
         char *buf = calloc(1, BIG);
         if (!buf)
             return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
-        pingpong(peer, buf, 1, 2); /* warm up the connection */
-        double t1 = pingpong(peer, buf, 1, 4);
+        pingpong(other, buf, 1, 2); /* warm up the connection */
+        double t1 = pingpong(other, buf, 1, 8);
         lat = t1 < 1 ? 1 : t1;
         /* before the large sizes: a link with a burst allowance has it back */
-        sw = measure_piece_switch(peer, buf, BIG, lat);
-        double tm = pingpong(peer, buf, MID, 3);
-        double tb = pingpong(peer, buf, BIG, 3);
+        sw = measure_piece_switch(other, buf, BIG, lat);
+        double tm = pingpong(other, buf, MID, 3);
+        double tb = pingpong(other, buf, BIG, 3);
         if (tb > tm)
             bw = (double)(BIG - MID) / (tb - tm);
         else if (tm > t1)
             bw = (double)MID / (tm - t1);
         free(buf);
     }
-    /* Every rank uses the same (slowest) figures: pieces flow both ways;
-     * and the smallest protocol switch any pair saw (as -size under MAX;
-     * none: -1e18). */
-    double in[3] = { lat, bw > 0 ? 1.0 / bw : 0, sw ? -(double)sw : -1e18 }, out[3];
-    if (MPI_Allreduce(in, out, 3, MPI_DOUBLE, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
-    ovl__m.piece_switch = out[2] > -1e18 ? (size_t)-out[2] : 0;
+    MPI_Request rq;
+    if (MPI_Ibarrier(ovl__g.comm_delta, &rq) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Ibarrier failed");
+    wait_sleeping(&rq);
+    double out[3] = { lat, bw > 0 ? 1.0 / bw : 0, (double)sw };
+    if (MPI_Bcast(out, 3, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Bcast failed");
+    ovl__m.piece_switch = (size_t)out[2];
     if (out[0] > 0 && out[1] > 0) {
         ovl__m.lat_us = out[0];
         ovl__m.bw_Bpus = 1.0 / out[1];

@@ -75,8 +75,10 @@ struct ovl__op {
     MPI_Request mreq;
     ovl__op_done_fn done;
     void *ctx;
-    int kind; /* OVL__OP_* below: finalize needs to tell sends from receives */
-    int peer; /* for receives: the source asked for */
+    int kind;      /* OVL__OP_* below: finalize needs to tell sends from receives */
+    int peer;      /* for receives: the source asked for */
+    double due_us; /* set by the engine: predicted completion (ovl__now_us
+                    * clock), 0 = unknown, so poll at the usual pace */
 };
 /* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
  * arriving; finalize must let it complete rather than cancel it. */
@@ -129,6 +131,10 @@ void ovl__req_release(struct ovl__req *r);
 
 /* Add an MPI request to the engine; wakes the progress thread. */
 int ovl__engine_add(struct ovl__op *op);
+/* The same for a transfer of @bytes to or from op->peer (op->kind SEND or
+ * RECV, posted when its data starts to move): the model predicts when it
+ * can complete, and the progress thread polls less often until then. */
+int ovl__engine_add_sized(struct ovl__op *op, size_t bytes);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);

@@ -63,6 +63,9 @@ static struct {
     /* threads spinning in ovl__engine_spin, and whether the progress thread
      * stood down for them */
     atomic_int spinners, parked;
+    /* pacing: when the outgoing and incoming links are predicted to be free
+     * of the sized transfers posted so far (ovl__now_us clock) */
+    double out_free_us, in_free_us;
 } E = { .lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER };
 
 void ovl__engine_lock(void)
@@ -90,7 +93,28 @@ void ovl__engine_wake(void)
     pthread_mutex_unlock(&E.lock);
 }
 
+/* Predicted completion of a sized transfer posted now: the link in its
+ * direction carries the transfers before it first, at the model's bandwidth.
+ * 0 (unknown) for the rank itself, whose copies the model does not cover. */
+static double due_locked(const struct ovl__op *op, size_t bytes)
+{
+    if (!bytes || ovl__m.bw_Bpus <= 0 || op->peer == ovl__g.rank ||
+        (op->kind != OVL__OP_SEND && op->kind != OVL__OP_RECV))
+        return 0;
+    double now = ovl__now_us();
+    double *link = op->kind == OVL__OP_SEND ? &E.out_free_us : &E.in_free_us;
+    if (E.n == 0 || *link < now)
+        *link = now;
+    *link += (double)bytes / ovl__m.bw_Bpus;
+    return *link;
+}
+
 int ovl__engine_add(struct ovl__op *op)
+{
+    return ovl__engine_add_sized(op, 0);
+}
+
+int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
 {
     pthread_mutex_lock(&E.lock);
     if (E.n == E.cap) {
@@ -106,6 +130,7 @@ int ovl__engine_add(struct ovl__op *op)
         E.ops = o;
         E.cap = ncap;
     }
+    op->due_us = due_locked(op, bytes);
     E.mreqs[E.n] = op->mreq;
     E.ops[E.n] = op;
     E.n++;
@@ -411,6 +436,36 @@ static int has_work_locked(void)
            ovl__rma_wants_progress();
 }
 
+/* The longest the progress thread may sleep now. Normally poll_max_us. When
+ * the only work is transfers whose predicted completion (due_locked) is
+ * further away than that, longer, up to poll_quiet_us: halfway to one poll
+ * interval before the earliest of them, so wake-ups thin out in the middle
+ * of a long transfer and close in towards its end. Receives not yet matched,
+ * continuations, coroutines, RMA or an operation of unknown size keep the
+ * usual pace, since something may arrive at any moment. The MPI library
+ * moves the bytes of a started transfer without being polled (TCP and
+ * shared-memory transports hand them to the kernel or the peer); what a
+ * poll is needed for is a handshake, caught by the short sleeps right after
+ * posting, and the completion. */
+static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us)
+{
+    if (quiet_us <= max_us || E.n == 0 || E.ndef > 0 || E.ready_head != NULL ||
+        ovl__match_posted() || ovl__rma_wants_progress())
+        return max_us;
+    double first = 0;
+    for (int i = 0; i < E.n; i++) {
+        double d = E.ops[i]->due_us;
+        if (d <= 0)
+            return max_us;
+        if (first == 0 || d < first)
+            first = d;
+    }
+    double half = (first - ovl__now_us() - max_us) / 2;
+    if (half <= max_us)
+        return max_us;
+    return half >= quiet_us ? quiet_us : (unsigned)half;
+}
+
 /* Ask the scheduler for a short time slice (EEVDF custom slice, Linux >=
  * 6.12: sched_setattr's sched_runtime for SCHED_OTHER). A task with a
  * shorter slice gets an earlier virtual deadline, so when its poll timer
@@ -452,6 +507,7 @@ static void *progress_thread(void *unused)
     ask_short_slice(ovl__g.cfg.progress_slice_us);
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
+    const unsigned quiet_us = ovl__g.cfg.poll_quiet_us;
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
@@ -499,7 +555,8 @@ static void *progress_thread(void *unused)
         }
         if (ovl__now_us() - last_activity < spin_us)
             continue;
-        backoff = backoff ? (backoff * 2 > max_us ? max_us : backoff * 2) : 1;
+        const unsigned cap = sleep_cap_locked(max_us, quiet_us);
+        backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : 1;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += (long)backoff * 1000L;

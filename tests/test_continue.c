@@ -507,6 +507,42 @@ static void resumes_after_wait(void)
     }
 }
 
+/* Large transfers both ways, completed by the progress thread alone while
+ * the program never calls ovl: the thread paces its polls by the model's
+ * predicted completion (OVL_POLL_QUIET_US) and must still finish both, with
+ * every byte right, and run each continuation once. */
+static void paced_large_transfer(void)
+{
+    enum { N = 4 << 20, TAG = 86 };
+    char *out = malloc(N), *in = malloc(N);
+    CHECK(out && in);
+    static struct counted cin, cout;
+    cin = (struct counted){ .buf = in, .n = N, .key = key_of(peer, TAG) };
+    cout = (struct counted){ .buf = NULL };
+    th_fill(out, N, key_of(th_rank, TAG), 0);
+    memset(in, 0, N);
+    ovl_request_t rr, rs;
+    sync_peer();
+    CHECK_OK(ovl_irecv(in, N, MPI_CHAR, peer, TAG, &rr));
+    CHECK_OK(ovl_continue(rr, counted_cb, &cin));
+    CHECK_OK(ovl_isend(out, N, MPI_CHAR, peer, TAG, &rs));
+    CHECK_OK(ovl_continue(rs, counted_cb, &cout));
+    double t0 = th_now();
+    while (!atomic_load(&cin.runs) || !atomic_load(&cout.runs)) {
+        CHECKF(th_now() - t0 < 20, "4 MB each way not completed by the progress thread in %.0f s",
+               th_now() - t0);
+        struct timespec ts = { 0, 200 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    CHECK(cin.bad == TH_OK && cin.st.bytes == N && cin.st.source == peer);
+    CHECK(cout.st.error == OVL_SUCCESS);
+    CHECK_OK(ovl_wait(&rr, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&rs, OVL_STATUS_IGNORE));
+    CHECK(atomic_load(&cin.runs) == 1 && atomic_load(&cout.runs) == 1);
+    free(out);
+    free(in);
+}
+
 /* ---- ovl_continue racing the completion ------------------------------------- */
 
 static atomic_int race_runs;
@@ -577,6 +613,7 @@ int main(int argc, char **argv)
     if (thread_mode) {
         without_ovl_calls();
         resumes_after_wait();
+        paced_large_transfer();
         continue_races_completion();
     } else if (th_rank == 0)
         printf("test_continue: callbacks-without-ovl-calls check needs OVL_PROGRESS=thread: "

@@ -169,7 +169,8 @@ static void check_detail_per_thread(void)
 static const char *const env_names[] = { "OVL_PROGRESS",      "OVL_POLL_MAX_US",
                                          "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
                                          "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",
-                                         "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US" };
+                                         "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US",
+                                         "OVL_POLL_QUIET_US" };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
 
@@ -290,6 +291,8 @@ static void check_config(void)
     expect_env_rejected("OVL_VERBOSE", "loud");
     expect_env_rejected("OVL_PROGRESS_SLICE_US", "short");
     expect_env_rejected("OVL_PROGRESS_SLICE_US", "200000");
+    expect_env_rejected("OVL_POLL_QUIET_US", "2000000");
+    expect_env_rejected("OVL_POLL_QUIET_US", "later");
 
     /* Fields whose bit is not in field_mask are ignored. */
     c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
@@ -301,6 +304,7 @@ static void check_config(void)
     CHECK(got.progress == variant_progress());
     CHECK(got.stream_window >= 1);
     CHECK(got.progress_slice_us == 100 || getenv("OVL_PROGRESS_SLICE_US"));
+    CHECK(got.poll_quiet_us == 1000 || getenv("OVL_POLL_QUIET_US"));
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -312,6 +316,7 @@ static void check_config(void)
     setenv("OVL_SPIN_US", "5", 1);
     setenv("OVL_VERBOSE", "0", 1);
     setenv("OVL_PROGRESS_SLICE_US", "0", 1);
+    setenv("OVL_POLL_QUIET_US", "0", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.fragment_size == 8192);
@@ -321,6 +326,7 @@ static void check_config(void)
     CHECK(got.spin_us == 5);
     CHECK(got.verbose == 0);
     CHECK(got.progress_slice_us == 0);
+    CHECK(got.poll_quiet_us == 0);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
