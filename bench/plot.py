@@ -53,6 +53,15 @@ def size_label(b):
     return str(b)
 
 
+def size_axis(ax, sizes, label, rotation=0):
+    """A log2 x axis with one tick, labelled KB/MB, per size in @sizes."""
+    ticks = sorted(set(sizes))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([size_label(t) for t in ticks], rotation=rotation)
+    ax.set_xlabel(label)
+
+
 def by_variant(rows):
     """Rows per variant; an A/B file's `build` column (before/after a change)
     splits each variant in two."""
@@ -108,11 +117,7 @@ def plot_latency_hiding(rows, out, title):
     axes[2].set_ylabel("ratio")
     axes[2].set_yscale("log")
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ticks = sorted({int(r["payload_bytes"]) for r in rows})
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([size_label(t) for t in ticks], rotation=45)
-        ax.set_xlabel("payload per message [bytes]")
+        size_axis(ax, [int(r["payload_bytes"]) for r in rows], "payload per message [bytes]", 45)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle(title or f"latency hiding, 2 ranks on {hosts} host(s) "
@@ -301,11 +306,7 @@ def plot_wire_cost(rows, out, title):
     axes[0].set_ylabel("machine busy during the transfer [cores]")
     axes[1].set_ylabel("rate [MB/s]")
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ticks = sorted({int(r["msg_bytes"]) for r in rows})
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([size_label(t) for t in ticks])
-        ax.set_xlabel("message size")
+        size_axis(ax, [int(r["msg_bytes"]) for r in rows], "message size")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
