@@ -15,7 +15,9 @@
  *   - work in flight: poll; after a poll that completed something keep
  *     polling for OVL_SPIN_US, then sleep between polls with an interval that
  *     doubles from 1 us up to OVL_POLL_MAX_US (timer slack set to 1 us so the
- *     kernel honours short sleeps);
+ *     kernel honours short sleeps); when all that is in flight is sized
+ *     transfers predicted to take longer (sleep_cap_locked), the interval
+ *     may grow up to OVL_POLL_QUIET_US;
  *   - any ovl call that posts work wakes the thread at once;
  *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
  *     fault on data not yet there, finalize...), that thread drives, and the
@@ -442,11 +444,12 @@ static int has_work_locked(void)
  * interval before the earliest of them, so wake-ups thin out in the middle
  * of a long transfer and close in towards its end. Receives not yet matched,
  * continuations, coroutines, RMA or an operation of unknown size keep the
- * usual pace, since something may arrive at any moment. The MPI library
- * moves the bytes of a started transfer without being polled (TCP and
- * shared-memory transports hand them to the kernel or the peer); what a
+ * usual pace, since something may arrive at any moment. Over TCP the kernel
+ * moves the bytes of a started transfer without MPI being polled; what a
  * poll is needed for is a handshake, caught by the short sleeps right after
- * posting, and the completion. */
+ * posting, and the completion. (Where the MPI library copies itself, as over
+ * shared memory, the model's bandwidth is that copy's and the predicted
+ * times are short, so little changes.) */
 static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us)
 {
     if (quiet_us <= max_us || E.n == 0 || E.ndef > 0 || E.ready_head != NULL ||
