@@ -4,9 +4,8 @@
  * the choices it derives from them. Inputs:
  *   - latency and bandwidth, measured at ovl_init by a short ping-pong
  *     between rank 0 and one peer (measuring_peer) on ovl's delta
- *     communicator, when any
- *     rank leaves OVL_DELTA_SIZE automatic (OVL_CALIBRATE=0 skips it and
- *     keeps the defaults below);
+ *     communicator, when any rank leaves OVL_DELTA_SIZE automatic
+ *     (OVL_CALIBRATE=0 skips it and keeps the defaults below);
  *   - the cost of one access fault, measured on this process;
  *   - the MPI library's eager/rendezvous switch: OVL_EAGER_LIMIT, else the
  *     library's own control variable (MPI_T), else UCX_RNDV_THRESH, else
@@ -275,15 +274,6 @@ static double quick_copy_rate(void)
     return best > 0 ? best : model_defaults.compute_us_per_B;
 }
 
-/* The quick estimate at ovl_init: one warm-up, then ping-pongs of 1 byte,
- * of page multiples below the eager limit (a protocol switch), and of
- * 128 KiB and 256 KiB between rank 0 and measuring_peer(), the fault and protection
- * cost of this process, and the copy rate. The latency is the 1-byte
- * one-way time, the bandwidth the slope between the two large sizes: a
- * fit through a small size would absorb a link's burst allowance (a token
- * bucket passes its first tens of KiB at line rate) and give a negative
- * latency. Budget: a few milliseconds on shared memory, about 35 ms on a
- * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
 /* The rank that measures the network with rank 0: the first rank on
  * another node (MPI_COMM_TYPE_SHARED), since the links between nodes are
  * what pieces and strips are sized for; rank 1 if every rank shares rank
@@ -321,12 +311,20 @@ static void wait_sleeping(MPI_Request *req)
     }
 }
 
+/* The quick estimate at ovl_init: one warm-up, then ping-pongs of 1 byte,
+ * of page multiples below the eager limit (a protocol switch), and of
+ * 128 KiB and 256 KiB between rank 0 and measuring_peer(), the fault and
+ * protection cost of this process, and the copy rate. One pair measures,
+ * every other rank waits asleep, and rank 0 tells everyone: with all pairs
+ * at once, ranks that share cores measured each other's time slices
+ * (latencies of 4-6 ms and a third of the bandwidth on 4 emulated hosts
+ * sharing 2 cores). The latency is the 1-byte one-way time, the bandwidth
+ * the slope between the two large sizes: a fit through a small size would
+ * absorb a link's burst allowance (a token bucket passes its first tens of
+ * KiB at line rate) and give a negative latency. Budget: a few milliseconds on shared memory, about 35 ms on a
+ * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
 static int quick_estimate(void)
 {
-    /* One pair measures (rank 0 and measuring_peer), every other rank waits
-     * asleep, and rank 0 tells everyone: with all pairs at once, ranks that
-     * share cores measured each other's time slices (latencies of 4-6 ms and
-     * a third of the bandwidth on 4 emulated hosts sharing 2 cores). */
     int peer = measuring_peer();
     double lat = 0, bw = 0;
     size_t sw = 0;
