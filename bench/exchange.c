@@ -12,10 +12,21 @@
  */
 #include "exchange.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define XCHG_TAG 7
 
@@ -115,6 +126,189 @@ static void unpack(void)
         memcpy(&X.rbuf[i], X.pack_r + i * sizeof(double), sizeof(double));
 }
 
+/* ---- tcp-thread: the kernel's share, measured -------------------------------------
+ * Not an MPI mechanism but a reference: one TCP connection between the two
+ * ranks and two helper threads, one blocked in send(), one in recv() with
+ * MSG_WAITALL, each woken only when the kernel has done its part. Nothing
+ * polls, so what the computation loses is the kernel's network work and a
+ * few wake-ups: the least any mechanism can take on this machine. */
+
+static struct {
+    int fd; /* connected to the peer; -1 until first use */
+    pthread_t th[2];
+    int nthreads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned gen; /* bumped for each exchange */
+    int ndone;    /* helpers done with exchange `gen` */
+    int quit;
+    struct xchg *x;
+} TCP = { .fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void on_tcp_done(struct xchg *x, int which);
+
+static void *tcp_helper(void *arg)
+{
+    const int which = (int)(intptr_t)arg;
+    unsigned seen = 0;
+    pthread_mutex_lock(&TCP.mu);
+    for (;;) {
+        while (!TCP.quit && TCP.gen == seen)
+            pthread_cond_wait(&TCP.cv, &TCP.mu);
+        if (TCP.quit)
+            break;
+        seen = TCP.gen;
+        struct xchg *x = TCP.x;
+        pthread_mutex_unlock(&TCP.mu);
+        char *p = which == XT_SEND ? (char *)X.sbuf : (char *)X.rbuf;
+        size_t left = X.payload;
+        while (left > 0) {
+            ssize_t k = which == XT_SEND ? send(TCP.fd, p, left, MSG_NOSIGNAL)
+                                         : recv(TCP.fd, p, left, MSG_WAITALL);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                bench_fail("tcp-thread: %s failed: %s", which == XT_SEND ? "send" : "recv",
+                           k < 0 ? strerror(errno) : "connection closed by the peer");
+            p += k;
+            left -= (size_t)k;
+        }
+        on_tcp_done(x, which);
+        pthread_mutex_lock(&TCP.mu);
+        TCP.ndone++;
+        pthread_cond_broadcast(&TCP.cv);
+    }
+    pthread_mutex_unlock(&TCP.mu);
+    return NULL;
+}
+
+/* Up to @p max IPv4 addresses of this host, loopback last. */
+static int local_ipv4(uint32_t *out, int max)
+{
+    struct ifaddrs *ifs = NULL;
+    int n = 0;
+    if (getifaddrs(&ifs) != 0)
+        return 0;
+    for (int loop = 0; loop < 2; loop++)
+        for (struct ifaddrs *i = ifs; i && n < max; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
+                continue;
+            if (!!(i->ifa_flags & IFF_LOOPBACK) != loop)
+                continue;
+            const struct sockaddr_in *sin = (const void *)i->ifa_addr;
+            out[n++] = sin->sin_addr.s_addr;
+        }
+    freeifaddrs(ifs);
+    return n;
+}
+
+/* A blocking socket connected to addr:port (network order), or -1; gives
+ * up after @p ms so that an address the peer cannot reach does not hang. */
+static int connect_within(uint32_t addr, uint16_t port, int ms)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = port };
+    sa.sin_addr.s_addr = addr;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        struct pollfd pf = { .fd = fd, .events = POLLOUT };
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (errno != EINPROGRESS || poll(&pf, 1, ms) != 1 ||
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Rank 0 listens and sends rank 1 its addresses and port; rank 1 tries
+ * them in turn and reports back. Collective over both ranks. */
+static void tcp_open(void)
+{
+    enum { MAXA = 16 };
+    uint32_t msg[MAXA + 2] = { 0 }; /* count, port, addresses */
+    int lfd = -1, ok = 0;
+    if (bench_rank == 0) {
+        lfd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = 0 };
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+        socklen_t len = sizeof sa;
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 1) != 0 ||
+            getsockname(lfd, (struct sockaddr *)&sa, &len) != 0)
+            bench_fail("tcp-thread: cannot listen on a TCP port: %s", strerror(errno));
+        msg[0] = (uint32_t)local_ipv4(msg + 2, MAXA);
+        msg[1] = sa.sin_port;
+        BENCH_MPI(MPI_Send(msg, MAXA + 2, MPI_UINT32_T, 1, XCHG_TAG, MPI_COMM_WORLD));
+        BENCH_MPI(MPI_Recv(&ok, 1, MPI_INT, 1, XCHG_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        if (ok)
+            TCP.fd = accept(lfd, NULL, NULL);
+        close(lfd);
+    } else {
+        BENCH_MPI(
+            MPI_Recv(msg, MAXA + 2, MPI_UINT32_T, 0, XCHG_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        for (uint32_t i = 0; i < msg[0] && i < MAXA && TCP.fd < 0; i++)
+            TCP.fd = connect_within(msg[2 + i], (uint16_t)msg[1], 1000);
+        ok = TCP.fd >= 0;
+        BENCH_MPI(MPI_Send(&ok, 1, MPI_INT, 0, XCHG_TAG, MPI_COMM_WORLD));
+    }
+    if (!ok)
+        bench_fail("tcp-thread: rank 1 could not connect to any of rank 0's %u IPv4 "
+                   "addresses",
+                   msg[0]);
+    if (TCP.fd < 0)
+        bench_fail("tcp-thread: accept failed: %s", strerror(errno));
+    int one = 1;
+    setsockopt(TCP.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (int i = 0; i < 2; i++) {
+        if (pthread_create(&TCP.th[i], NULL, tcp_helper, (void *)(intptr_t)i) != 0)
+            bench_fail("tcp-thread: cannot start a helper thread");
+        TCP.nthreads++;
+    }
+}
+
+static void tcp_start(struct xchg *x)
+{
+    if (TCP.fd < 0)
+        tcp_open();
+    pthread_mutex_lock(&TCP.mu);
+    TCP.x = x;
+    TCP.ndone = 0;
+    TCP.gen++;
+    pthread_cond_broadcast(&TCP.cv);
+    pthread_mutex_unlock(&TCP.mu);
+}
+
+static void tcp_finish(void)
+{
+    pthread_mutex_lock(&TCP.mu);
+    while (TCP.ndone < 2)
+        pthread_cond_wait(&TCP.cv, &TCP.mu);
+    pthread_mutex_unlock(&TCP.mu);
+}
+
+void xchg_shutdown(void)
+{
+    pthread_mutex_lock(&TCP.mu);
+    TCP.quit = 1;
+    pthread_cond_broadcast(&TCP.cv);
+    pthread_mutex_unlock(&TCP.mu);
+    for (int i = 0; i < TCP.nthreads; i++)
+        pthread_join(TCP.th[i], NULL);
+    TCP.nthreads = 0;
+    TCP.quit = 0;
+    if (TCP.fd >= 0)
+        close(TCP.fd);
+    TCP.fd = -1;
+}
+
 /* ---- one exchange -------------------------------------------------------------- */
 
 static void on_done(const ovl_status_t *st, void *arg)
@@ -126,6 +320,14 @@ static void on_done(const ovl_status_t *st, void *arg)
         bench_fail("exchange %s failed: %s", c->which == XT_SEND ? "send" : "recv",
                    ovl_strerror(st->error));
     if (c->which == x->trigger)
+        atomic_store_explicit(&x->stop, 1, memory_order_release);
+}
+
+/* tcp-thread: a helper finished its half (on that helper's thread). */
+static void on_tcp_done(struct xchg *x, int which)
+{
+    x->t_done[which] = bench_now();
+    if (which == x->trigger)
         atomic_store_explicit(&x->stop, 1, memory_order_release);
 }
 
@@ -180,6 +382,9 @@ static void xchg_start(struct xchg *x, const struct xchg_variant *v, int trigger
         BENCH_MPI(MPI_Isend(X.pack_s, (int)X.payload, MPI_BYTE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
                             &x->mreq[XT_SEND]));
         break;
+    case XK_TCP_THREAD:
+        tcp_start(x);
+        break;
     }
 }
 
@@ -194,6 +399,10 @@ static void mpi_completed(struct xchg *x, int which)
 /* Complete whatever is still in flight. */
 static void xchg_finish(struct xchg *x)
 {
+    if (x->v->kind == XK_TCP_THREAD) {
+        tcp_finish();
+        return;
+    }
     if (!is_mpi(x->v)) {
         BENCH_OVL(ovl_waitall(2, x->oreq, OVL_STATUS_IGNORE));
         return;

@@ -11,10 +11,12 @@
 #include "common.h"
 
 enum xchg_kind {
-    XK_OVL,             /* ovl_isend/ovl_irecv + ovl_continue, progress thread */
-    XK_OVL_MARSHAL,     /* ovl_isend_stream/ovl_irecv_stream, one double at a time */
-    XK_MPI_POLL,        /* MPI_Isend/MPI_Irecv, MPI_Test every k daxpys */
-    XK_MPI_POLL_MARSHAL /* same, packing/unpacking one double at a time around it */
+    XK_OVL,              /* ovl_isend/ovl_irecv + ovl_continue, progress thread */
+    XK_OVL_MARSHAL,      /* ovl_isend_stream/ovl_irecv_stream, one double at a time */
+    XK_MPI_POLL,         /* MPI_Isend/MPI_Irecv, MPI_Test every k daxpys */
+    XK_MPI_POLL_MARSHAL, /* same, packing/unpacking one double at a time around it */
+    XK_TCP_THREAD        /* reference, not MPI: blocking TCP send/recv in two helper
+                          * threads, the least CPU any mechanism can take on this kernel */
 };
 
 struct xchg_variant {
@@ -45,6 +47,10 @@ struct lh_result {
 /* Payload buffers for one size; both ranks call it. */
 void xchg_setup(size_t payload);
 void xchg_teardown(void);
+
+/* Close what the tcp-thread variant opened (its socket, its helper
+ * threads); both ranks call it once at the end. */
+void xchg_shutdown(void);
 
 /* Measure one variant at the current payload the paper's way. */
 void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_result *out);

@@ -35,12 +35,15 @@ static const char HELP[] =
     "                  with ovl_stream_write_double/read_double\n"
     "  mpi-poll-K      MPI_Isend/MPI_Irecv, MPI_Test every K daxpys\n"
     "  mpi-poll-marshal-K  the same with a hand-written pack/unpack loop (--marshal)\n"
+    "  tcp-thread      a reference, not MPI: one TCP connection, two helper threads\n"
+    "                  blocked in send()/recv(); nothing polls, so its util is the\n"
+    "                  most this machine's kernel leaves to the computation\n"
     "\n"
     "Options:\n"
     "  --sizes LIST     payloads, e.g. 4k,64k,1m (default 4k,8k,...,1m)\n"
     "  --reps N         measured reps per point (default 20)\n"
     "  --warmup N       discarded reps before them (default 2)\n"
-    "  --variants LIST  any of ovl,ovl-marshal,mpi-poll,mpi-poll-marshal\n"
+    "  --variants LIST  any of ovl,ovl-marshal,mpi-poll,mpi-poll-marshal,tcp-thread\n"
     "                   (default ovl,ovl-marshal,mpi-poll)\n"
     "  --poll-k LIST    K values of the mpi-poll variants (default 1,10,100)\n"
     "  --marshal        add the mpi-poll-marshal variants\n"
@@ -128,10 +131,12 @@ static void parse(int argc, char **argv, struct lh_opts *o)
                 add_variant(o, XK_MPI_POLL, "mpi-poll", k[j]);
         else if (!strcmp(t, "mpi-poll-marshal"))
             want_mpm = 1;
+        else if (!strcmp(t, "tcp-thread"))
+            add_variant(o, XK_TCP_THREAD, "tcp-thread", 0);
         else
             bench_usage_error(CMD,
                               "--variants: unknown variant '%s' (ovl, ovl-marshal, "
-                              "mpi-poll, mpi-poll-marshal)",
+                              "mpi-poll, mpi-poll-marshal, tcp-thread)",
                               t);
     }
     if (want_mpm)
@@ -226,6 +231,7 @@ int bench_latency_hiding(int argc, char **argv)
         }
         xchg_teardown();
     }
+    xchg_shutdown();
     if (bench_rank == 0)
         printf("(daxpy checksum %.3g)\n", bench_daxpy_checksum());
     bench_ovl_finalize();

@@ -64,7 +64,7 @@ int bench_wire_cost(int argc, char **argv)
     int nsizes = 0;
     size_t total = (size_t)64 << 20;
     long poll_us = 200;
-    int reps = 3;
+    int reps = 3, both = 0;
     const char *csv = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes"))
@@ -79,10 +79,12 @@ int bench_wire_cost(int argc, char **argv)
             reps = (int)bench_parse_long(cmd, "--reps", bench_optarg(cmd, argc, argv, &i), 1, 1000);
         else if (!strcmp(argv[i], "--csv"))
             csv = bench_optarg(cmd, argc, argv, &i);
+        else if (!strcmp(argv[i], "--both"))
+            both = 1;
         else if (!strcmp(argv[i], "--help"))
             bench_help_exit(
                 "ovl-bench wire-cost [--sizes LIST] [--total SIZE] [--poll-us N] [--reps N]\n"
-                "                    [--csv FILE]\n"
+                "                    [--both] [--csv FILE]\n"
                 "Plain MPI (no ovl): rank 0 sends --total bytes (default 64m) to rank 1 in\n"
                 "messages of each size (default 64k,1m,4m); both ranks wait in MPI_Test with\n"
                 "--poll-us (default 200) sleeps. Per size, the median over --reps (default 3)\n"
@@ -90,7 +92,8 @@ int bench_wire_cost(int argc, char **argv)
                 "and in core-ms per MB moved) and the two ranks' own CPU (getrusage; other\n"
                 "accounting, so not subtracted). On the emulated cluster the machine figure\n"
                 "is what the wire costs the cores a computation would use. Both ranks must\n"
-                "share one kernel.\n");
+                "share one kernel. --both: rank 1 sends the same to rank 0 at the same time\n"
+                "(an exchange, as in latency-hiding); MB/s is then per direction.\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }
@@ -111,20 +114,21 @@ int bench_wire_cost(int argc, char **argv)
     for (int s = 0; s < nsizes; s++)
         if (sizes[s] > maxsz)
             maxsz = sizes[s];
-    char *buf = malloc(maxsz);
-    if (!buf)
+    char *buf = malloc(maxsz), *rbuf = malloc(maxsz);
+    if (!buf || !rbuf)
         bench_fail("out of memory");
     memset(buf, bench_rank + 1, maxsz);
 
     FILE *f = bench_csv_open(cmd, csv);
     if (f)
         fprintf(f, "bench,msg_bytes,total_bytes,reps,poll_us,hosts,same_kernel,time_s_med,mbs_med,"
-                   "machine_cores_med,ranks_cores_med,machine_core_ms_per_mb\n");
+                   "machine_cores_med,ranks_cores_med,machine_core_ms_per_mb,directions\n");
     if (bench_rank == 0)
-        printf("ovl-bench wire-cost: plain MPI, rank 0 -> rank 1, %d hosts%s; waits poll every %ld "
+        printf("ovl-bench wire-cost: plain MPI, rank 0 %s rank 1, %d hosts%s; waits poll every %ld "
                "us; medians of %d reps\n"
                "%10s %10s %8s %10s %10s %14s\n",
-               hosts, same ? "" : " (ranks on different kernels: machine column is rank 0's host)",
+               both ? "<->" : "->", hosts,
+               same ? "" : " (ranks on different kernels: machine column is rank 0's host)",
                poll_us, reps, "message", "time s", "MB/s", "machine", "ranks", "machine");
     if (bench_rank == 0)
         printf("%10s %10s %8s %10s %10s %14s\n", "", "", "", "cores", "cores", "core-ms/MB");
@@ -140,15 +144,17 @@ int bench_wire_cost(int argc, char **argv)
             if (bench_rank == 0 && machine_cpu(&b0, &t0) != 0)
                 bench_fail("wire-cost: cannot read /proc/stat");
             double c0 = own_cpu(), w0 = bench_now();
+            const int peer = 1 - bench_rank;
             for (long k = 0; k < count; k++) {
-                MPI_Request rq;
+                MPI_Request rq[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
                 int done = 0;
-                if (bench_rank == 0)
-                    MPI_Isend(buf, (int)n, MPI_BYTE, 1, 7, MPI_COMM_WORLD, &rq);
-                else
-                    MPI_Irecv(buf, (int)n, MPI_BYTE, 0, 7, MPI_COMM_WORLD, &rq);
+                if (bench_rank == 1 || both)
+                    MPI_Irecv(rbuf, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &rq[0]);
+                if (bench_rank == 0 || both)
+                    MPI_Isend(buf, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &rq[1]);
                 for (;;) {
-                    MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+                    MPI_Status sts[2];
+                    MPI_Testall(2, rq, &done, sts);
                     if (done)
                         break;
                     if (poll_us)
@@ -170,14 +176,16 @@ int bench_wire_cost(int argc, char **argv)
             struct bench_stat st = bench_stat_of(tm, reps);
             struct bench_stat sb = bench_stat_of(tm + reps, reps);
             struct bench_stat sr = bench_stat_of(tm + 2 * reps, reps);
-            double mb = (double)n * (double)count / 1e6;
+            double mb = (double)n * (double)count / 1e6; /* per direction */
             char sz[32];
             printf("%10s %10.3f %8.1f %10.2f %10.2f %14.2f\n", bench_fmt_size(n, sz, sizeof sz),
-                   st.med, mb / st.med, sb.med / st.med, sr.med / st.med, 1e3 * sb.med / mb);
+                   st.med, mb / st.med, sb.med / st.med, sr.med / st.med,
+                   1e3 * sb.med / (mb * (both ? 2 : 1)));
             if (f)
-                fprintf(f, "wire-cost,%zu,%zu,%d,%ld,%d,%d,%.4f,%.2f,%.3f,%.3f,%.3f\n", n,
+                fprintf(f, "wire-cost,%zu,%zu,%d,%ld,%d,%d,%.4f,%.2f,%.3f,%.3f,%.3f,%d\n", n,
                         (size_t)count * n, reps, poll_us, hosts, same, st.med, mb / st.med,
-                        sb.med / st.med, sr.med / st.med, 1e3 * sb.med / mb);
+                        sb.med / st.med, sr.med / st.med, 1e3 * sb.med / (mb * (both ? 2 : 1)),
+                        both ? 2 : 1);
         }
     }
     if (bench_rank == 0)
@@ -187,6 +195,7 @@ int bench_wire_cost(int argc, char **argv)
     bench_csv_close(f, csv);
     free(tm);
     free(buf);
+    free(rbuf);
     free(sizes);
     return 0;
 }

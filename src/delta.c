@@ -570,6 +570,11 @@ static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, 
     return d;
 }
 
+unsigned ovl__delta_new_sid(void)
+{
+    return atomic_fetch_add(&D.next_sid, 1) % ((unsigned)ovl__g.mpi_tag_ub + 1u);
+}
+
 int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, int tag,
                               ovl_monitor_t monitor, ovl_request_t *req)
 {
@@ -592,7 +597,7 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     r->status.tag = tag;
     r->count = count;
     d->peer = dest;
-    d->sid = atomic_fetch_add(&D.next_sid, 1) % ((unsigned)ovl__g.mpi_tag_ub + 1u);
+    d->sid = ovl__delta_new_sid();
     d->mon = ovl__watch_resolve(monitor);
     d->t_begin = ovl__now_us();
     size_t maxp = ovl__model_max_delta();
@@ -647,6 +652,8 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->hdr_op.kind = OVL__OP_SEND;
     d->hdr_op.peer = -2; /* marks the header for piece_sent */
     active_add(d);
+    /* from now on plain messages to dest go as header + body (match.c) */
+    atomic_store(&ovl__g.headed_to[dest], 1);
     rc = MPI_Isend(&d->hdr, (int)sizeof d->hdr, MPI_BYTE, dest, ovl__delta_tag(tag),
                    ovl__g.comm_msg, &d->hdr_op.mreq);
     if (rc == MPI_SUCCESS)
@@ -1079,6 +1086,7 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     r->match.source = source;
     r->match.tag = tag;
     r->match.matched = drecv_matched;
+    r->match.prepost = NULL;
     *req = h;
     ovl__match_post(&r->match);
     return OVL_SUCCESS;

@@ -138,7 +138,9 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
 
     ovl__g.sent_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.sent_to);
     ovl__g.recvd_from = calloc((size_t)ovl__g.size, sizeof *ovl__g.recvd_from);
-    if (!ovl__g.sent_to || !ovl__g.recvd_from) {
+    ovl__g.headed_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.headed_to);
+    if (!ovl__g.sent_to || !ovl__g.recvd_from || !ovl__g.headed_to ||
+        ovl__match_init(ovl__g.size) != OVL_SUCCESS) {
         rc = ovl__error(OVL_ERR_NOMEM, fn, "allocating per-rank counters");
         goto fail_counts;
     }
@@ -186,7 +188,10 @@ fail_counts:
     ovl__trace_fini();
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
+    free(ovl__g.headed_to);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
+    ovl__g.headed_to = NULL;
+    ovl__match_fini();
 fail_comms:
     free_comms();
     return rc;
@@ -344,7 +349,10 @@ int ovl_finalize(void)
     ovl__stage_drop_all();
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
+    free(ovl__g.headed_to);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
+    ovl__g.headed_to = NULL;
+    ovl__match_fini();
     MPI_Barrier(ovl__g.comm_msg);
     free_comms();
     return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, fn, "MPI_Ialltoall");

@@ -3,13 +3,17 @@
  * Point-to-point messages: ovl_isend / ovl_irecv. A send is one MPI request
  * on ovl's private communicator, handed to the progress engine, whose
  * handler fills the ovl status and completes the request (running its
- * continuation). A receive is first matched by match.c; a plain message is
+ * continuation); to a peer this rank has sent a delta message it is a
+ * 32-byte header followed by the body on comm_delta (match.c says why). A
+ * receive goes to match.c, which either hands it to MPI at once as a real
+ * receive (pre-posting, when safe) or matches it itself: a plain message is
  * then received with MPI_Imrecv straight into the user's buffer, a delta
  * header hands the request to delta.c, which assembles the pieces.
  */
 #include "ovl_internal.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 static void msg_done(struct ovl__op *op, MPI_Status *st)
 {
@@ -17,6 +21,8 @@ static void msg_done(struct ovl__op *op, MPI_Status *st)
     int err = st->MPI_ERROR, cancelled = 0;
     r->status.error = OVL_SUCCESS;
     if (r->kind == OVL__REQ_RECV) {
+        /* source and tag were set when the message was matched (a body
+         * arrives with its delta id as tag) */
         MPI_Test_cancelled(st, &cancelled);
         if (cancelled) {
             r->status.error = OVL_ERR_CANCELLED;
@@ -24,8 +30,6 @@ static void msg_done(struct ovl__op *op, MPI_Status *st)
             MPI_Count n = 0;
             MPI_Get_elements_x(st, MPI_BYTE, &n);
             r->status.bytes = n > 0 ? (size_t)n : 0;
-            r->status.source = st->MPI_SOURCE;
-            r->status.tag = st->MPI_TAG;
         }
     }
     if (err != MPI_SUCCESS && !cancelled)
@@ -58,6 +62,9 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
     }
     int bytes = 0;
     MPI_Get_count(st, MPI_BYTE, &bytes);
+    r->status.source = st->MPI_SOURCE;
+    r->status.tag = st->MPI_TAG;
+    r->op.done = msg_done;
     int rc = MPI_Imrecv(r->buf, r->count, r->dt, &msg, &r->op.mreq);
     ovl__dt_release(r); /* MPI keeps what it needs of the type */
     if (rc == MPI_SUCCESS &&
@@ -68,6 +75,91 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
     r->status.error = rc == OVL_ERR_NOMEM ? ovl__error(rc, "ovl_irecv", "no memory")
                                           : ovl__mpi_error(rc, "ovl_irecv", "MPI_Imrecv");
     ovl__req_complete(r);
+}
+
+/* The MPI receive of a pre-posted ovl_irecv completed: with its message,
+ * cancelled by finalize, or cancelled by match.c to let a delta header
+ * through (then match.c has queued the receive again). */
+static void prepost_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__req *r = op->ctx;
+    int cancelled = 0;
+    MPI_Test_cancelled(st, &cancelled);
+    if (ovl__match_prepost_done(&r->match, cancelled))
+        return;
+    ovl__dt_release(r);
+    msg_done(op, st);
+}
+
+/* match.c's `prepost`: hand the receive to MPI. */
+static int prepost_recv(struct ovl__match *m)
+{
+    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    int tsize = 0;
+    MPI_Type_size(r->dt, &tsize);
+    r->status.source = m->source;
+    r->status.tag = m->tag;
+    r->op.done = prepost_done;
+    if (MPI_Irecv(r->buf, r->count, r->dt, m->source, m->tag, ovl__g.comm_msg, &r->op.mreq) !=
+        MPI_SUCCESS)
+        return -1;
+    /* sized as if the message were on its way: right for an exchange; a
+     * receive posted long before its send polls at the usual pace once
+     * that predicted time has passed */
+    if (ovl__engine_add_receive(&r->op, (size_t)r->count * (size_t)tsize) != OVL_SUCCESS) {
+        MPI_Cancel(&r->op.mreq);
+        MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
+        return -1;
+    }
+    return 0;
+}
+
+/* match.c's `cancel`. The handle stays valid: the engine tests it. */
+static void cancel_recv(struct ovl__match *m)
+{
+    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    MPI_Request h = r->op.mreq;
+    MPI_Cancel(&h);
+}
+
+/* ---- header + body: plain messages to a peer sent delta messages ---- */
+
+struct body_hdr_send {
+    struct ovl__op op; /* first: the engine hands back &op */
+    struct ovl__plain_hdr h;
+};
+
+static void body_hdr_sent(struct ovl__op *op, MPI_Status *st)
+{
+    OVL__UNUSED(st);
+    free(op);
+}
+
+/* Send the header of a header + body message; the body's delta id in @sid. */
+static int send_body_header(int dest, int tag, size_t bytes, unsigned *sid)
+{
+    struct body_hdr_send *b = calloc(1, sizeof *b);
+    if (!b)
+        return OVL_ERR_NOMEM;
+    *sid = ovl__delta_new_sid();
+    b->h.magic = OVL__PLAIN_MAGIC;
+    b->h.sid = *sid;
+    b->h.bytes = bytes;
+    b->op.ctx = b;
+    b->op.done = body_hdr_sent;
+    b->op.kind = OVL__OP_SEND;
+    b->op.peer = dest;
+    int rc = MPI_Isend(&b->h, (int)sizeof b->h, MPI_BYTE, dest, ovl__delta_tag(tag),
+                       ovl__g.comm_msg, &b->op.mreq);
+    if (rc != MPI_SUCCESS) {
+        free(b);
+        return OVL_ERR_MPI;
+    }
+    if (ovl__engine_add(&b->op) != OVL_SUCCESS) {
+        MPI_Wait(&b->op.mreq, MPI_STATUS_IGNORE);
+        free(b);
+    }
+    return OVL_SUCCESS;
 }
 
 static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt,
@@ -146,7 +238,16 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->op.kind = OVL__OP_SEND;
         r->status.source = ovl__g.rank;
         r->status.bytes = (size_t)count * (size_t)tsize;
-        rc = MPI_Isend(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
+        unsigned sid = 0;
+        if (!atomic_load(&ovl__g.headed_to[peer])) {
+            rc = MPI_Isend(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
+        } else if ((rc = send_body_header(peer, tag, r->status.bytes, &sid)) != OVL_SUCCESS) {
+            ovl__req_release(r);
+            return rc == OVL_ERR_NOMEM ? ovl__error(rc, fn, "no memory for a message header")
+                                       : ovl__mpi_error(MPI_ERR_OTHER, fn, "MPI_Isend");
+        } else {
+            rc = MPI_Isend(buf, count, dt, peer, (int)sid, ovl__g.comm_delta, &r->op.mreq);
+        }
     } else {
         r->op.kind = OVL__OP_RECV;
         r->buf = buf;
@@ -158,6 +259,10 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->match.source = peer;
         r->match.tag = tag;
         r->match.matched = irecv_matched;
+        /* Derived datatypes stay with ovl's matching: MPICH 4.0 leaks a
+         * cancelled receive of one (demotion cancels). */
+        r->match.prepost = r->dt_owned ? NULL : prepost_recv;
+        r->match.cancel = cancel_recv;
         *req = h;
         ovl__match_post(&r->match);
         return OVL_SUCCESS;

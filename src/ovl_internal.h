@@ -87,11 +87,20 @@ enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER, OVL__OP_FRAG };
 /* A receive waiting in match.c for a message on comm_msg. `matched` runs
  * once: with the matched message (delta = 1 for a delta header), or with
  * msg == MPI_MESSAGE_NULL and st == NULL when cancelled (finalize). It runs
- * on the driving thread or inside ovl__match_post, no lock held. */
+ * on the driving thread or inside ovl__match_post, no lock held.
+ *
+ * A receive with `prepost` set may instead be handed to MPI as a real
+ * receive when match.c finds that safe (see match.c): `prepost` posts it
+ * (0 on success), `cancel` cancels that MPI receive, and its engine
+ * handler reports the outcome with ovl__match_prepost_done. */
 struct ovl__match {
     int source, tag;
     void (*matched)(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta);
+    int (*prepost)(struct ovl__match *m);
+    void (*cancel)(struct ovl__match *m);
     struct ovl__match *next;
+    uint64_t seq; /* posting order */
+    int demoting; /* its MPI receive is being cancelled (match.c lock) */
 };
 
 struct ovl__req {
@@ -135,6 +144,9 @@ int ovl__engine_add(struct ovl__op *op);
  * RECV, posted when its data starts to move): the model predicts when it
  * can complete, and the progress thread polls less often until then. */
 int ovl__engine_add_sized(struct ovl__op *op, size_t bytes);
+/* The same for a receive posted before its message (match.c pre-posting):
+ * the progress thread lets one poll interval pass first. */
+int ovl__engine_add_receive(struct ovl__op *op, size_t bytes);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);
@@ -175,9 +187,26 @@ int ovl__engine_thread_on(void);
 
 /* ---- match.c ---------------------------------------------------------- */
 
+int ovl__match_init(int size);
+void ovl__match_fini(void);
 /* Post a receive: matched at once against messages already probed, else
- * queued. Wakes the engine. */
+ * pre-posted to MPI (m->prepost, when safe), else queued. Wakes the engine. */
 void ovl__match_post(struct ovl__match *m);
+/* The MPI receive of a pre-posted receive completed (driver). Returns 1
+ * when match.c took the receive back (it was cancelled to let a delta
+ * header through: it will be matched again); else the caller completes it
+ * (@cancelled: by finalize). */
+int ovl__match_prepost_done(struct ovl__match *m, int cancelled);
+/* The header of a plain message sent as header + body (message.c, to a
+ * peer that has been sent delta messages): 32 bytes, so a probe tells it
+ * from a 24-byte delta header by its size. The body follows on comm_delta
+ * with tag sid. */
+struct ovl__plain_hdr {
+    uint32_t magic, sid;
+    uint64_t bytes;
+    uint64_t reserved[2];
+};
+#define OVL__PLAIN_MAGIC 0x6f766c50u /* "ovlP" */
 /* Probe comm_msg for messages and hand them to posted receives (driver). */
 int ovl__match_poll(void);
 int ovl__match_posted(void);
@@ -418,6 +447,8 @@ size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max);
 /* ---- delta.c ---------------------------------------------------------- */
 
 struct ovl__delta;
+/* A fresh delta id: the tag of a message's pieces (or body) on comm_delta. */
+unsigned ovl__delta_new_sid(void);
 /* A receive posted by ovl_irecv / ovl_delta_recv matched a delta header. */
 void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st);
 /* ovl_finalize: end delta sends the program never ended. */
@@ -499,6 +530,9 @@ struct ovl__global {
     /* finalize's drain: messages sent to / received from each peer */
     atomic_ullong *sent_to;
     atomic_ullong *recvd_from;
+    /* peers this rank has sent a delta message to: its plain messages to
+     * them go as header + body from then on (match.c explains why) */
+    atomic_int *headed_to;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
         st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv;

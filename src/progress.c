@@ -61,6 +61,7 @@ static struct {
     int thread_on;
     int stop;
     int posted;
+    int grace; /* a pre-posted receive arrived: let its poster go on first */
     pthread_cond_t cond;
     /* threads spinning in ovl__engine_spin, and whether the progress thread
      * stood down for them */
@@ -116,19 +117,17 @@ int ovl__engine_add(struct ovl__op *op)
     return ovl__engine_add_sized(op, 0);
 }
 
-int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
+/* engine lock held */
+static int add_locked(struct ovl__op *op, size_t bytes)
 {
-    pthread_mutex_lock(&E.lock);
     if (E.n == E.cap) {
         int ncap = E.cap ? 2 * E.cap : 64;
         MPI_Request *m = realloc(E.mreqs, (size_t)ncap * sizeof *m);
         if (m)
             E.mreqs = m;
         struct ovl__op **o = m ? realloc(E.ops, (size_t)ncap * sizeof *o) : NULL;
-        if (!o) {
-            pthread_mutex_unlock(&E.lock);
+        if (!o)
             return OVL_ERR_NOMEM;
-        }
         E.ops = o;
         E.cap = ncap;
     }
@@ -136,9 +135,36 @@ int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
     E.mreqs[E.n] = op->mreq;
     E.ops[E.n] = op;
     E.n++;
-    wake_locked();
-    pthread_mutex_unlock(&E.lock);
     return OVL_SUCCESS;
+}
+
+int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
+{
+    pthread_mutex_lock(&E.lock);
+    int rc = add_locked(op, bytes);
+    if (rc == OVL_SUCCESS)
+        wake_locked();
+    pthread_mutex_unlock(&E.lock);
+    return rc;
+}
+
+/* A receive handed to MPI before its message is there (match.c). The
+ * progress thread is woken, but waits up to one poll interval before it
+ * polls, unless something else is posted first: if it polled at once, MPI
+ * could answer the peer's rendezvous request before this rank's own send,
+ * posted right after the receive in an exchange, has gone out, and the
+ * peer's data would then queue behind this rank's (match.c). */
+int ovl__engine_add_receive(struct ovl__op *op, size_t bytes)
+{
+    pthread_mutex_lock(&E.lock);
+    int rc = add_locked(op, bytes);
+    if (rc == OVL_SUCCESS) {
+        E.grace = 1;
+        if (E.thread_on)
+            pthread_cond_signal(&E.cond);
+    }
+    pthread_mutex_unlock(&E.lock);
+    return rc;
 }
 
 int ovl__engine_count(int kind)
@@ -516,6 +542,21 @@ static void *progress_thread(void *unused)
 
     pthread_mutex_lock(&E.lock);
     while (!E.stop) {
+        if (E.grace) {
+            E.grace = 0;
+            if (!E.posted && max_us > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_nsec += (long)max_us * 1000L;
+                while (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                while (!E.stop && !E.posted &&
+                       pthread_cond_timedwait(&E.cond, &E.lock, &ts) != ETIMEDOUT)
+                    ;
+            }
+        }
         E.posted = 0;
         pthread_mutex_unlock(&E.lock);
         int got = ovl__engine_drive();
@@ -587,6 +628,7 @@ int ovl__engine_start(void)
     E.ready_head = E.ready_tail = NULL;
     E.stop = 0;
     E.posted = 0;
+    E.grace = 0;
     E.thread_on = 0;
     if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD)
         return OVL_SUCCESS;

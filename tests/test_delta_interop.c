@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_delta_interop: delta messages meet plain ones, and monitors mix.
+ *  - the first delta message after plain ones (runs first, before any
+ *    delta has been exchanged): receives posted early are pre-posted to
+ *    MPI, and must still take the messages in order when a delta header
+ *    arrives among them; the plain messages after it (header + body, one
+ *    with a derived datatype on both sides) and a wildcard receive too;
  *  - every pairing of sender (ovl_isend, delta send with uffd / mprotect /
  *    explicit, chosen per request with the _with calls) and receiver
  *    (ovl_irecv, delta receive with each monitor): all in flight at once in
@@ -31,6 +36,85 @@ static int nmon;
 static const char *kind_name(int k)
 {
     return k == KIND_PLAIN ? "plain" : ovl_monitor_name((ovl_monitor_t)k);
+}
+
+/* ---- the first delta after plain messages ---------------------------------------- */
+
+static void first_delta(void)
+{
+    enum { N = 6, TAG = 650, NBLK = 64, BLK = 16, STRIDE = 40 };
+    /* message i: size (0: the strided one), delta or not */
+    static const size_t sizes[N] = { 300000, 3000, 200000, 0, 1, 70000 };
+    static const int is_delta[N] = { 0, 0, 1, 0, 0, 1 };
+    const size_t vspan = (size_t)(NBLK - 1) * STRIDE + BLK, vbytes = (size_t)NBLK * BLK;
+    MPI_Datatype vec;
+    CHECK_MPI(MPI_Type_vector(NBLK, BLK, STRIDE, MPI_BYTE, &vec));
+    CHECK_MPI(MPI_Type_commit(&vec));
+    unsigned char *in[N], *out[N];
+    ovl_request_t rq[N], sq[N];
+    for (int i = 0; i < N; i++) {
+        size_t n = sizes[i] ? sizes[i] : vspan;
+        in[i] = dt_alloc(n + 64);
+        out[i] = dt_alloc(n);
+        CHECK(in[i] && out[i]);
+        memset(in[i], 0xee, n + 64);
+        th_fill(out[i], n, 0x1f00 + (uint64_t)(th_rank * 16 + i), 0);
+    }
+    /* all receives before any message: nothing is mixed yet, so those with
+     * a definite source are handed to MPI; the last is a wildcard */
+    for (int i = 0; i < N; i++) {
+        int src = i == N - 1 ? OVL_ANY_SOURCE : peer;
+        if (sizes[i])
+            CHECK_OK(ovl_irecv(in[i], (int)(sizes[i] + 64), MPI_BYTE, src, TAG, &rq[i]));
+        else
+            CHECK_OK(ovl_irecv(in[i], 1, vec, src, TAG, &rq[i]));
+    }
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    for (int i = 0; i < N; i++) {
+        if (!sizes[i]) {
+            CHECK_OK(ovl_isend(out[i], 1, vec, peer, TAG, &sq[i]));
+        } else if (!is_delta[i]) {
+            CHECK_OK(ovl_isend(out[i], (int)sizes[i], MPI_BYTE, peer, TAG, &sq[i]));
+        } else {
+            CHECK_OK(ovl_delta_send_begin_with(out[i], (int)sizes[i], MPI_BYTE, peer, TAG,
+                                               OVL_MONITOR_EXPLICIT, &sq[i]));
+            CHECK_OK(ovl_delta_produced(sq[i], 0, sizes[i]));
+            CHECK_OK(ovl_delta_send_end(sq[i]));
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        uint64_t key = 0x1f00 + (uint64_t)(peer * 16 + i);
+        ovl_status_t st = { .error = 1 };
+        CHECK_OK(ovl_wait(&rq[i], &st));
+        size_t want = sizes[i] ? sizes[i] : vbytes;
+        CHECKF(st.error == OVL_SUCCESS && st.bytes == want && st.source == peer && st.tag == TAG,
+               "receive %d: status {%d, %d, %zu, %d}, expected message %d {%d, %d, %zu}", i,
+               st.source, st.tag, st.bytes, st.error, i, peer, TAG, want);
+        if (sizes[i]) {
+            size_t bad = th_verify(in[i], sizes[i], key, 0);
+            CHECKF(bad == TH_OK, "receive %d: byte %zu wrong: order lost", i, bad);
+            for (size_t k = sizes[i]; k < sizes[i] + 64; k++)
+                CHECKF(in[i][k] == 0xee, "receive %d: byte %zu past the message written", i, k);
+        } else {
+            /* the blocks at the same places, the gaps untouched */
+            unsigned char *ref = dt_alloc(vspan);
+            CHECK(ref);
+            th_fill(ref, vspan, key, 0);
+            for (size_t k = 0; k < vspan + 64; k++) {
+                int inblk = k < vspan && (k % STRIDE) < BLK;
+                CHECKF(in[i][k] == (inblk ? ref[k] : 0xee), "strided receive: byte %zu wrong", k);
+            }
+            dt_free(ref, vspan);
+        }
+    }
+    CHECK_OK(ovl_waitall(N, sq, OVL_STATUS_IGNORE));
+    for (int i = 0; i < N; i++) {
+        size_t n = sizes[i] ? sizes[i] : vspan;
+        dt_free(in[i], n + 64);
+        dt_free(out[i], n);
+    }
+    CHECK_MPI(MPI_Type_free(&vec));
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 /* ---- the matrix -------------------------------------------------------------- */
@@ -405,6 +489,8 @@ int main(int argc, char **argv)
         printf("test_delta_interop: NOTE: no userfaultfd here, uffd not tested\n");
     monitors[nmon++] = OVL_MONITOR_MPROTECT;
     monitors[nmon++] = OVL_MONITOR_EXPLICIT;
+    dt_phase("first delta", 30);
+    first_delta();
     dt_phase("matrix", 60);
     matrix();
     dt_phase("wildcards", 30);

@@ -8,6 +8,9 @@
  *  - MPI derived datatypes: a strided vector sent and received as a vector
  *    (gaps untouched) and as contiguous doubles;
  *  - OVL_ANY_SOURCE / OVL_ANY_TAG receives report the real source and tag;
+ *  - posting order across wildcards: receives with a definite source go
+ *    straight to MPI only when no earlier wildcard could take their message
+ *    (a wildcard posted first gets the first message, also a large one);
  *  - truncation (eager and rendezvous sizes): ovl_wait returns
  *    OVL_ERR_TRUNCATE and status.error matches;
  *  - an ovl_test polling loop to completion; ovl_waitall of many small
@@ -162,6 +165,53 @@ static void wildcards(void)
     CHECK(st.source == left && st.tag == 601 && st.bytes == nl);
     CHECK(th_verify(in, nl, 0xa11 + (uint64_t)left, 0) == TH_OK);
     CHECK_OK(ovl_wait(&rs, OVL_STATUS_IGNORE));
+}
+
+/* Receives taken in posting order, whether ovl hands them to MPI at once
+ * (definite source and tag, nothing earlier that could match) or queues
+ * them behind a wildcard. */
+static void posting_order(void)
+{
+    enum { N = 5, TAG = 700 };
+    /* receive i: source (-1: any), tag (-1: any) */
+    static const int any_src[N] = { 0, 1, 0, 0, 1 }, any_tag[N] = { 0, 0, 0, 1, 0 };
+    static const size_t sizes[N] = { 200000, 300000, 50, 1000000, 7 };
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    unsigned char *in[N], *out[N];
+    ovl_request_t rq[N], sq[N];
+    for (int i = 0; i < N; i++) {
+        in[i] = malloc(sizes[i] + SLACK);
+        out[i] = malloc(sizes[i]);
+        CHECK(in[i] && out[i]);
+        memset(in[i], 0xdd, sizes[i] + SLACK);
+        th_fill(out[i], sizes[i], 0x0de7 + (uint64_t)(th_rank * 16 + i), 0);
+    }
+    /* 0: definite (to MPI at once); 1: any source (queued); 2: definite,
+     * behind that wildcard (queued); 3: any tag (queued); 4: any source */
+    for (int i = 0; i < N; i++)
+        CHECK_OK(ovl_irecv(in[i], (int)(sizes[i] + SLACK), MPI_BYTE,
+                           any_src[i] ? OVL_ANY_SOURCE : left, any_tag[i] ? OVL_ANY_TAG : TAG,
+                           &rq[i]));
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    for (int i = 0; i < N; i++)
+        CHECK_OK(ovl_isend(out[i], (int)sizes[i], MPI_BYTE, right, TAG, &sq[i]));
+    for (int i = 0; i < N; i++) {
+        ovl_status_t st = { .error = 1 };
+        CHECK_OK(ovl_wait(&rq[i], &st));
+        CHECKF(st.error == 0 && st.source == left && st.tag == TAG && st.bytes == sizes[i],
+               "receive %d: status {%d, %d, %zu, %d}, expected message %d (%zu bytes)", i,
+               st.source, st.tag, st.bytes, st.error, i, sizes[i]);
+        size_t bad = th_verify(in[i], sizes[i], 0x0de7 + (uint64_t)(left * 16 + i), 0);
+        CHECKF(bad == TH_OK, "receive %d: byte %zu wrong (posting order lost)", i, bad);
+        for (size_t k = sizes[i]; k < sizes[i] + SLACK; k++)
+            CHECK(in[i][k] == 0xdd);
+    }
+    CHECK_OK(ovl_waitall(N, sq, OVL_STATUS_IGNORE));
+    for (int i = 0; i < N; i++) {
+        free(in[i]);
+        free(out[i]);
+    }
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 static void truncation(void)
@@ -336,6 +386,7 @@ int main(int argc, char **argv)
         all_to_all(round);
     derived_datatypes();
     wildcards();
+    posting_order();
     truncation();
     test_polling();
     waitall_many();
