@@ -527,6 +527,17 @@ static void ask_short_slice(unsigned us)
 #endif
 }
 
+/* CLOCK_MONOTONIC time @p us from now (the condition variable's clock). */
+static void deadline_in(unsigned us, struct timespec *ts)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_nsec += (long)us * 1000L;
+    while (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 static void *progress_thread(void *unused)
 {
     OVL__UNUSED(unused);
@@ -546,12 +557,7 @@ static void *progress_thread(void *unused)
             E.grace = 0;
             if (!E.posted && max_us > 0) {
                 struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_nsec += (long)max_us * 1000L;
-                while (ts.tv_nsec >= 1000000000L) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000L;
-                }
+                deadline_in(max_us, &ts);
                 while (!E.stop && !E.posted &&
                        pthread_cond_timedwait(&E.cond, &E.lock, &ts) != ETIMEDOUT)
                     ;
@@ -602,12 +608,7 @@ static void *progress_thread(void *unused)
         const unsigned cap = sleep_cap_locked(max_us, quiet_us);
         backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : 1;
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (long)backoff * 1000L;
-        while (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        deadline_in(backoff, &ts);
         if (!E.posted) {
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             pthread_cond_timedwait(&E.cond, &E.lock, &ts);
