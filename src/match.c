@@ -77,6 +77,17 @@ static struct {
     int size;
 } M = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* Append @x to the singly linked list @head..@tail (each has `next`). */
+#define LIST_APPEND(head, tail, x) \
+    do {                           \
+        (x)->next = NULL;          \
+        if (tail)                  \
+            (tail)->next = (x);    \
+        else                       \
+            (head) = (x);          \
+        (tail) = (x);              \
+    } while (0)
+
 int ovl__match_init(int size)
 {
     M.mixed = calloc((size_t)size, sizeof *M.mixed);
@@ -185,12 +196,7 @@ static int make_ready_locked(struct ovl__match *m, struct unexp *u)
         return 0;
     rd->m = m;
     rd->u = u;
-    rd->next = NULL;
-    if (M.ready_tail)
-        M.ready_tail->next = rd;
-    else
-        M.ready = rd;
-    M.ready_tail = rd;
+    LIST_APPEND(M.ready, M.ready_tail, rd);
     atomic_store(&M.has_ready, 1);
     atomic_fetch_add(&M.nposted, 1);
     return 1;
@@ -226,11 +232,7 @@ void ovl__match_post(struct ovl__match *m)
         pthread_mutex_unlock(&M.lock);
         return; /* the engine was woken when the receive was added */
     }
-    if (M.posted_tail)
-        M.posted_tail->next = m;
-    else
-        M.posted = m;
-    M.posted_tail = m;
+    LIST_APPEND(M.posted, M.posted_tail, m);
     atomic_fetch_add(&M.nposted, 1);
     pthread_mutex_unlock(&M.lock);
     ovl__engine_wake();
@@ -433,16 +435,6 @@ static struct unexp *plain_header_locked(MPI_Message msg, const MPI_Status *st)
     return u;
 }
 
-static void append_unexp_locked(struct unexp *u)
-{
-    u->next = NULL;
-    if (M.unexp_tail)
-        M.unexp_tail->next = u;
-    else
-        M.unexp = u;
-    M.unexp_tail = u;
-}
-
 int ovl__match_poll(void)
 {
     if (!ovl__match_posted() && !atomic_load(&M.npre) && !atomic_load(&M.nheld))
@@ -486,7 +478,7 @@ int ovl__match_poll(void)
             if (bytes == (int)sizeof(struct ovl__plain_hdr)) {
                 struct unexp *u = plain_header_locked(msg, &st);
                 if (u) {
-                    append_unexp_locked(u);
+                    LIST_APPEND(M.unexp, M.unexp_tail, u);
                     if (!held(src)) {
                         rescan = 1;
                         rescan_locked();
@@ -512,7 +504,7 @@ int ovl__match_poll(void)
         }
         u->msg = msg;
         u->st = st;
-        append_unexp_locked(u);
+        LIST_APPEND(M.unexp, M.unexp_tail, u);
     }
     pthread_mutex_unlock(&M.lock);
     for (int i = 0; i < n; i++)
