@@ -339,12 +339,23 @@ static int quick_estimate(void)
         lat = t1 < 1 ? 1 : t1;
         /* before the large sizes: a link with a burst allowance has it back */
         sw = measure_piece_switch(other, buf, BIG, lat);
-        double tm = pingpong(other, buf, MID, 3);
-        double tb = pingpong(other, buf, BIG, 3);
-        if (tb > tm)
-            bw = (double)(BIG - MID) / (tb - tm);
-        else if (tm > t1)
-            bw = (double)MID / (tm - t1);
+        /* A descheduled rank (more ranks than cores) can make the middle
+         * size look as slow as the large one: measure again, up to four
+         * times, rather than fall back to the built-in figures. Rank 0's
+         * figures are the ones broadcast, so rank 0 says when to stop. */
+        for (int again = 1, attempt = 0; again && attempt < 4; attempt++) {
+            double tm = pingpong(other, buf, MID, 3);
+            double tb = pingpong(other, buf, BIG, 3);
+            if (tb > tm)
+                bw = (double)(BIG - MID) / (tb - tm);
+            else if (tm > t1)
+                bw = (double)MID / (tm - t1);
+            again = bw <= 0;
+            if (ovl__g.rank == 0)
+                MPI_Send(&again, 1, MPI_INT, other, 1, ovl__g.comm_delta);
+            else
+                MPI_Recv(&again, 1, MPI_INT, other, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
+        }
         free(buf);
     }
     MPI_Request rq;
