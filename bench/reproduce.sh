@@ -82,6 +82,9 @@ if [ "$ONLY" = all ] || [ "$ONLY" = cluster ]; then
     "$CLUSTER" status -q || { echo "reproduce.sh: the cluster is down: $CLUSTER up --hosts 2 --rate 1gbit" >&2; exit 2; }
     run cluster latency-hiding latency-hiding --reps "$REPS" --marshal
     run cluster callback-latency callback-latency --reps "$CLREPS"
+    # the progress thread under SCHED_FIFO (docs/PERFORMANCE.md, "A real-time progress thread")
+    OVL_PROGRESS_PRIORITY=1 run cluster callback-priority callback-latency --reps "$CLREPS" \
+        --poll 10,25,50 --no-spin-thread
     run cluster overview overview
 fi
 if [ "$ONLY" = all ] || [ "$ONLY" = shm ]; then

@@ -105,7 +105,8 @@ enum {
     OVL_CONFIG_FIELD_DELTA_SIZE = 1u << 8,
     OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9,
     OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10,
-    OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11
+    OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11,
+    OVL_CONFIG_FIELD_PROGRESS_PRIORITY = 1u << 12
 };
 
 /**
@@ -145,6 +146,7 @@ typedef struct {
         progress_slice_us; /**< OVL_PROGRESS_SLICE_US: scheduler time slice asked for the progress thread (Linux >= 6.12), so its wake-ups preempt a computing thread; 0 = the kernel's default (default 100) */
     unsigned
         poll_quiet_us; /**< OVL_POLL_QUIET_US: longest sleep of the progress thread while every transfer in flight is predicted (bytes / model bandwidth) to need longer; 0 = never sleep past poll_max_us (default 1000) */
+    int progress_priority; /**< OVL_PROGRESS_PRIORITY: 1-99 gives the progress thread SCHED_FIFO at this priority while it sleeps on its poll timer and polls, where the process may (CAP_SYS_NICE or RLIMIT_RTPRIO), so every poll wake-up preempts the computation; ovl_config_get() reports 0 when it was refused; 0 = normal scheduling (default 0) */
 } ovl_config_t;
 
 /**

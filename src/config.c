@@ -72,6 +72,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .eager_limit = 0,
         .progress_slice_us = 100,
         .poll_quiet_us = 1000,
+        .progress_priority = 0,
     };
     uint64_t m = user ? user->field_mask : 0;
     unsigned long long v;
@@ -148,6 +149,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_SLICE_US, progress_slice_us, "OVL_PROGRESS_SLICE_US", 0,
                   100000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_QUIET_US, poll_quiet_us, "OVL_POLL_QUIET_US", 0, 1000000);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_PRIORITY, progress_priority, "OVL_PROGRESS_PRIORITY", 0,
+                  99);
 #undef OVL_NUM_FIELD
     *out = c;
     return OVL_SUCCESS;

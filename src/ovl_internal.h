@@ -164,6 +164,13 @@ int ovl__engine_spin_mpi(MPI_Request *req);
 /* ovl__engine_spin until *flag is non-zero, counted as wait time in the
  * statistics and the trace. */
 void ovl__engine_wait_flag(atomic_int *flag);
+/* OVL_PROGRESS_PRIORITY: a progress thread under SCHED_FIFO returns to
+ * normal scheduling (no-op on any other thread). Async-signal-safe. */
+void ovl__rt_leave(void);
+/* The pause in a spin on a lock or flag another thread will release:
+ * ovl__rt_leave, then sched_yield (which lets no normal thread run while
+ * the caller is SCHED_FIFO). */
+void ovl__relax(void);
 void ovl__engine_lock(void);
 void ovl__engine_unlock(void);
 void ovl__engine_wake(void);
@@ -311,7 +318,7 @@ typedef struct {
 static inline void ovl__spin_lock(ovl__spin_t *s)
 {
     while (atomic_flag_test_and_set_explicit(&s->f, memory_order_acquire))
-        sched_yield();
+        ovl__relax();
 }
 static inline void ovl__spin_unlock(ovl__spin_t *s)
 {

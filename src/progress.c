@@ -33,6 +33,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -398,6 +399,7 @@ int ovl__engine_drive(void)
         pthread_mutex_unlock(&E.lock);
         if (!c)
             break;
+        ovl__rt_leave(); /* marshalling outranks no computation */
         ovl__stream_run(c);
         nb++;
     }
@@ -414,7 +416,7 @@ void ovl__engine_spin(int (*done)(const void *), const void *arg)
     atomic_fetch_add(&E.spinners, 1);
     while (!done(arg))
         if (ovl__engine_drive() < 0)
-            sched_yield(); /* another thread is driving */
+            ovl__relax(); /* another thread is driving */
     /* The last spinner out wakes a progress thread that stood down for it. */
     if (atomic_fetch_sub(&E.spinners, 1) == 1 && atomic_load(&E.parked))
         ovl__engine_wake();
@@ -499,12 +501,13 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us)
  * 6.12: sched_setattr's sched_runtime for SCHED_OTHER). A task with a
  * shorter slice gets an earlier virtual deadline, so when its poll timer
  * fires it preempts a computing thread at once instead of waiting for that
- * thread's slice (milliseconds) to run out. Older kernels ignore it. */
-static void ask_short_slice(unsigned us)
+ * thread's slice (milliseconds) to run out. Older kernels ignore it.
+ * Returns 0 when set. System calls only (async-signal-safe). */
+static int ask_short_slice(unsigned us)
 {
 #ifdef SYS_sched_setattr
     if (!us)
-        return;
+        return -1;
     struct {
         uint32_t size, policy;
         uint64_t flags;
@@ -515,16 +518,55 @@ static void ask_short_slice(unsigned us)
     memset(&a, 0, sizeof a);
     a.size = sizeof a;
     a.policy = 0; /* SCHED_OTHER */
+    int saved = errno;
     errno = 0;
     a.nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
     if (errno)
         a.nice = 0;
+    errno = saved;
     a.runtime = (uint64_t)us * 1000u;
-    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
-        ovl__info("progress thread: no custom time slice (%s)", strerror(errno));
+    return syscall(SYS_sched_setattr, 0, &a, 0) == 0 ? 0 : -1;
 #else
     (void)us;
+    return -1;
 #endif
+}
+
+/* OVL_PROGRESS_PRIORITY. The progress thread takes SCHED_FIFO when it goes
+ * to sleep on its poll timer, so the wake-up preempts a computing thread at
+ * once, and keeps it while it polls and runs continuations. It gives it up
+ * (ovl__rt_leave) before anything that may take long or wait for another
+ * thread: running a marshal coroutine, waiting idle, and any spin on a lock
+ * (ovl__relax): a normal thread holding that lock, preempted on this CPU,
+ * would otherwise not run again while this thread spins. */
+static __thread int rt_now __attribute__((tls_model("initial-exec")));
+
+static void rt_enter(int *fifo)
+{
+    if (!*fifo || rt_now)
+        return;
+    struct sched_param sp = { .sched_priority = ovl__g.cfg.progress_priority };
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) == 0)
+        rt_now = 1;
+    else
+        *fifo = 0; /* no longer allowed (RLIMIT_RTPRIO lowered) */
+}
+
+void ovl__rt_leave(void)
+{
+    if (!rt_now)
+        return;
+    rt_now = 0;
+    if (ask_short_slice(ovl__g.cfg.progress_slice_us) != 0) {
+        struct sched_param sp = { .sched_priority = 0 };
+        sched_setscheduler(0, SCHED_OTHER, &sp);
+    }
+}
+
+void ovl__relax(void)
+{
+    ovl__rt_leave();
+    sched_yield();
 }
 
 /* CLOCK_MONOTONIC time @p us from now (the condition variable's clock). */
@@ -544,7 +586,13 @@ static void *progress_thread(void *unused)
     /* Short sleeps must stay short: the default 50 us timer slack would add
      * up to 50 us to every poll interval. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    ask_short_slice(ovl__g.cfg.progress_slice_us);
+    /* Under OVL_PROGRESS_PRIORITY the thread starts under SCHED_FIFO
+     * (start_realtime) and leaves it until its first timed sleep. */
+    int fifo = ovl__g.cfg.progress_priority > 0;
+    rt_now = fifo;
+    ovl__rt_leave();
+    if (!fifo && ovl__g.cfg.progress_slice_us && ask_short_slice(ovl__g.cfg.progress_slice_us))
+        ovl__info("progress thread: no custom time slice (%s)", strerror(errno));
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     const unsigned quiet_us = ovl__g.cfg.poll_quiet_us;
@@ -577,6 +625,7 @@ static void *progress_thread(void *unused)
         if (!has_work_locked()) {
             backoff = 0;
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
+            ovl__rt_leave();
             while (!E.stop && !E.posted && !has_work_locked())
                 pthread_cond_wait(&E.cond, &E.lock);
             if (ovl__trace_on)
@@ -591,6 +640,7 @@ static void *progress_thread(void *unused)
              * timed wake-ups would only take its CPU (and the kernel's, which
              * moves the data) to find the drive lock taken. */
             atomic_store(&E.parked, 1);
+            ovl__rt_leave();
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             while (!E.stop && atomic_load(&E.spinners) > 0)
                 pthread_cond_wait(&E.cond, &E.lock);
@@ -611,6 +661,7 @@ static void *progress_thread(void *unused)
         deadline_in(backoff, &ts);
         if (!E.posted) {
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
+            rt_enter(&fifo);
             pthread_cond_timedwait(&E.cond, &E.lock, &ts);
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
@@ -620,6 +671,39 @@ static void *progress_thread(void *unused)
     }
     pthread_mutex_unlock(&E.lock);
     return NULL;
+}
+
+/* OVL_PROGRESS_PRIORITY: start the progress thread under SCHED_FIFO, which
+ * tells at once (ovl_init, ovl_config_get) whether this process may use it;
+ * the thread then holds it only as rt_enter/ovl__rt_leave say. Returns 0 when started, -1
+ * when not asked for or not allowed (the caller starts it normally; the
+ * effective configuration then says 0). */
+static int start_realtime(void)
+{
+    int prio = ovl__g.cfg.progress_priority;
+    if (prio <= 0)
+        return -1;
+    pthread_attr_t at;
+    struct sched_param sp = { .sched_priority = prio };
+    int rc = pthread_attr_init(&at);
+    if (!rc)
+        rc = pthread_attr_setinheritsched(&at, PTHREAD_EXPLICIT_SCHED);
+    if (!rc)
+        rc = pthread_attr_setschedpolicy(&at, SCHED_FIFO);
+    if (!rc)
+        rc = pthread_attr_setschedparam(&at, &sp);
+    if (!rc)
+        rc = pthread_create(&E.thread, &at, progress_thread, NULL);
+    pthread_attr_destroy(&at);
+    if (!rc)
+        return 0;
+    ovl__g.cfg.progress_priority = 0;
+    if (ovl__g.cfg.verbose >= 2 || (ovl__g.cfg.verbose >= 1 && ovl__g.rank == 0))
+        fprintf(stderr,
+                "ovl: OVL_PROGRESS_PRIORITY=%d: SCHED_FIFO refused (%s); the progress thread runs "
+                "under normal scheduling (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= %d)\n",
+                prio, strerror(rc), prio);
+    return -1;
 }
 
 int ovl__engine_start(void)
@@ -641,7 +725,7 @@ int ovl__engine_start(void)
     if (rc)
         return OVL_ERR_NOMEM;
     E.thread_on = 1;
-    if (pthread_create(&E.thread, NULL, progress_thread, NULL) != 0) {
+    if (start_realtime() != 0 && pthread_create(&E.thread, NULL, progress_thread, NULL) != 0) {
         E.thread_on = 0;
         pthread_cond_destroy(&E.cond);
         return OVL_ERR_NOMEM;

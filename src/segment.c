@@ -322,7 +322,7 @@ int ovl_lock(ovl_segment_t seg, int rank)
 
         /* Held by another rank: keep serving transfers while waiting. */
         if (ovl__engine_drive() < 0 || spin > 64)
-            sched_yield();
+            ovl__relax();
     }
     MPI_Win_sync(s->win);
     pthread_mutex_lock(&S.lock);

@@ -282,7 +282,7 @@ void ovl__watch_destroy(struct ovl__watch *w)
         struct ovl__watch **v = realloc(W.zombie_v, ncap * sizeof *v);
         if (!v) { /* cannot defer: wait for handlers to leave */
             while (atomic_load(&W.in_handler))
-                sched_yield();
+                ovl__relax();
             free_region(w);
             pthread_mutex_unlock(&W.lock);
             return;
@@ -349,14 +349,14 @@ static void edge_put_locked(uintptr_t page)
     for (int i = 0; i < MAX_EDGES; i++) {
         if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0) {
             while (atomic_flag_test_and_set(&W.edges[i].busy))
-                sched_yield();
+                ovl__relax();
             if (atomic_load(&W.edges[i].refs) == 1) {
                 /* Open before dropping the last reference: a waiter that
                  * sees refs == 0 retries an accessible page. Retry on
                  * ENOMEM (map count) rather than leave it guarded. */
                 while (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0 &&
                        errno == ENOMEM)
-                    sched_yield();
+                    ovl__relax();
             }
             atomic_fetch_sub(&W.edges[i].refs, 1);
             atomic_flag_clear(&W.edges[i].busy);
@@ -480,7 +480,7 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
         if (e < 0)
             continue;
         while (atomic_flag_test_and_set(&W.edges[e].busy))
-            sched_yield();
+            ovl__relax();
         if (atomic_load(&W.edges[e].page) == page && atomic_load(&W.edges[e].refs) > 0)
             mprotect((void *)page, ovl__watch_page(), PROT_NONE);
         atomic_flag_clear(&W.edges[e].busy);
@@ -668,7 +668,7 @@ static const struct ovl__watch_backend *backend(const struct ovl__watch *w)
 static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
 {
     while (atomic_flag_test_and_set(&w->busy))
-        sched_yield();
+        ovl__relax();
     const struct ovl__watch_backend *b = backend(w);
     if ((i >= w->s_lo && i < w->s_hi) || i < w->ilo || i >= w->ihi) {
         /* already writable (raced with another thread's fault): retry */
@@ -761,7 +761,7 @@ int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta
 void ovl__watch_send_seal(struct ovl__watch *w)
 {
     while (atomic_flag_test_and_set(&w->busy))
-        sched_yield();
+        ovl__relax();
     if (w->s_hi > w->s_lo)
         backend(w)->send_protect(w, w->s_lo, w->s_hi, 1);
     w->s_lo = w->s_hi = w->ihi;
@@ -776,7 +776,7 @@ size_t ovl__watch_send_stale(struct ovl__watch *w)
 void ovl__watch_send_finish(struct ovl__watch *w)
 {
     while (atomic_flag_test_and_set(&w->busy))
-        sched_yield();
+        ovl__relax();
     if (w->ihi > w->ilo)
         backend(w)->send_done(w);
     atomic_flag_clear(&w->busy);
@@ -1321,7 +1321,7 @@ void ovl__watch_fini(void)
 {
     pthread_mutex_lock(&W.lock);
     while (atomic_load(&W.in_handler))
-        sched_yield();
+        ovl__relax();
     reap_locked();
     free(W.zombie_v);
     W.zombie_v = NULL;
@@ -1416,7 +1416,7 @@ void ovl__watch_hold_release(struct ovl__watch *w, size_t off, size_t len)
         return;
     if (w->mon != OVL_MONITOR_EXPLICIT) {
         while (atomic_flag_test_and_set(&w->busy))
-            sched_yield();
+            ovl__relax();
         if (backend(w)->send_protect(w, i, j, 0) != 0)
             backend(w)->send_protect(w, w->ilo, w->ihi, 0); /* coarser */
         atomic_flag_clear(&w->busy);
@@ -1429,7 +1429,7 @@ void ovl__watch_hold_finish(struct ovl__watch *w)
 {
     if (w->mon != OVL_MONITOR_EXPLICIT && w->ihi > w->ilo) {
         while (atomic_flag_test_and_set(&w->busy))
-            sched_yield();
+            ovl__relax();
         backend(w)->send_done(w);
         atomic_flag_clear(&w->busy);
     }

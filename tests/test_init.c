@@ -14,6 +14,9 @@
  *  - ovl_strerror is non-empty and distinct for every code, and says
  *    something for unknown codes; ovl_error_detail names the failing
  *    function, is per thread, and is empty on a thread that saw no error;
+ *  - OVL_PROGRESS_PRIORITY: the progress thread runs under SCHED_FIFO
+ *    where the process may; where it may not (CAP_SYS_NICE dropped,
+ *    RLIMIT_RTPRIO 0) ovl still starts, says why, and reports 0;
  *  - OVL_VERBOSE / verbose: 0 prints nothing, 1 prints errors, 2 info too;
  *  - init -> finalize -> init works again (several times), on
  *    MPI_COMM_WORLD and on a split communicator.
@@ -21,7 +24,11 @@
 #include "harness.h"
 
 #include <limits.h>
+#include <linux/capability.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +177,7 @@ static const char *const env_names[] = { "OVL_PROGRESS",      "OVL_POLL_MAX_US",
                                          "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
                                          "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",
                                          "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US",
-                                         "OVL_POLL_QUIET_US" };
+                                         "OVL_POLL_QUIET_US", "OVL_PROGRESS_PRIORITY" };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
 
@@ -248,6 +255,165 @@ static int threads_with_slice_ns(unsigned long long ns)
     }
     closedir(d);
     return seen ? n : -1;
+}
+
+/* How many of this process's threads run under scheduling policy @policy
+ * (field 41 of /proc/self/task/<tid>/stat). */
+static int threads_with_policy(int policy)
+{
+    DIR *d = opendir("/proc/self/task");
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], line[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(line, 1, sizeof line - 1, f);
+        fclose(f);
+        line[len] = '\0';
+        char *p = strrchr(line, ')'); /* the command name may hold spaces */
+        int field = 2, pol = -1;
+        for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " "))
+            if (++field == 41) {
+                pol = atoi(tok);
+                break;
+            }
+        n += pol == policy;
+    }
+    closedir(d);
+    return n;
+}
+
+static void *nothing(void *arg)
+{
+    return arg;
+}
+
+/* Whether this thread may start a SCHED_FIFO thread at priority 1. */
+static int may_fifo(void)
+{
+    pthread_attr_t at;
+    struct sched_param sp = { .sched_priority = 1 };
+    pthread_t t;
+    pthread_attr_init(&at);
+    pthread_attr_setinheritsched(&at, PTHREAD_EXPLICIT_SCHED);
+    pthread_attr_setschedpolicy(&at, SCHED_FIFO);
+    pthread_attr_setschedparam(&at, &sp);
+    int rc = pthread_create(&t, &at, nothing, NULL);
+    pthread_attr_destroy(&at);
+    if (rc == 0)
+        pthread_join(t, NULL);
+    return rc == 0;
+}
+
+/* Sets CAP_SYS_NICE in this thread's effective set on (1) or off (0);
+ * returns 0 on success. */
+static int cap_sys_nice(int on)
+{
+    struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) != 0)
+        return -1;
+    if (on)
+        d[0].effective |= 1u << CAP_SYS_NICE;
+    else
+        d[0].effective &= ~(1u << CAP_SYS_NICE);
+    return syscall(SYS_capset, &h, d) == 0 ? 0 : -1;
+}
+
+static void ring_exchange(int round);
+
+/* A ring exchange whose receive waits (up to 2 s) while this rank watches
+ * its threads: 1 if one more than @before ran under SCHED_FIFO meanwhile.
+ * The progress thread holds SCHED_FIFO only while it sleeps on its poll
+ * timer, which it does while the receive is pending. */
+static int fifo_while_waiting(int before, int round)
+{
+    int rank, size, seen = 0;
+    MPI_Comm_rank(ovl_comm(), &rank);
+    MPI_Comm_size(ovl_comm(), &size);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    int in = -1, out = rank;
+    ovl_request_t r[2];
+    CHECK_OK(ovl_irecv(&in, 1, MPI_INT, left, 40 + round, &r[0]));
+    for (int k = 0; k < 400 && !seen; k++) {
+        usleep(5000);
+        int n = threads_with_policy(SCHED_FIFO);
+        CHECKF(n <= before + 1, "%d SCHED_FIFO threads, %d before ovl_init", n, before);
+        seen = n == before + 1;
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank has looked before any sends */
+    CHECK_OK(ovl_isend(&out, 1, MPI_INT, right, 40 + round, &r[1]));
+    CHECK_OK(ovl_waitall(2, r, NULL));
+    CHECK(in == left);
+    return seen;
+}
+
+/* ovl_init asking for a SCHED_FIFO progress thread at priority 1: started
+ * so where allowed; refused with a message and an effective 0 otherwise. */
+static void check_priority(void)
+{
+    expect_env_rejected("OVL_PROGRESS_PRIORITY", "100");
+    expect_env_rejected("OVL_PROGRESS_PRIORITY", "high");
+    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_VERBOSE,
+                       .progress_priority = -1,
+                       .verbose = 1 };
+    expect_cfg_rejected(&c, "progress_priority=-1");
+    if (variant_progress() != OVL_PROGRESS_THREAD)
+        return;
+    int before = threads_with_policy(SCHED_FIFO);
+    int allowed = may_fifo();
+    c.progress_priority = 1;
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+    ovl_config_t got;
+    CHECK_OK(ovl_config_get(&got));
+    CHECKF(got.progress_priority == (allowed ? 1 : 0), "priority %d, may use SCHED_FIFO: %d",
+           got.progress_priority, allowed);
+    int seen = fifo_while_waiting(before, 0);
+    CHECKF(seen == allowed, "SCHED_FIFO progress thread seen: %d, may use SCHED_FIFO: %d", seen,
+           allowed);
+    CHECK_OK(ovl_finalize());
+
+    /* Refused: no CAP_SYS_NICE, no real-time allowance. */
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_RTPRIO, &saved) == 0);
+    struct rlimit none = { .rlim_cur = 0, .rlim_max = saved.rlim_max };
+    int dropped = cap_sys_nice(0) == 0;
+    CHECK(setrlimit(RLIMIT_RTPRIO, &none) == 0);
+    if (dropped && !may_fifo()) {
+        fflush(stderr);
+        int fd = dup(2);
+        FILE *tmp = tmpfile();
+        CHECK(fd >= 0 && tmp != NULL);
+        dup2(fileno(tmp), 2);
+        int rc = ovl_init(MPI_COMM_WORLD, &c);
+        fflush(stderr);
+        dup2(fd, 2);
+        close(fd);
+        CHECK_OK(rc);
+        char msg[1024];
+        rewind(tmp);
+        size_t n = fread(msg, 1, sizeof msg - 1, tmp);
+        msg[n] = '\0';
+        fclose(tmp);
+        CHECK_OK(ovl_config_get(&got));
+        CHECK(got.progress_priority == 0);
+        CHECK(fifo_while_waiting(before, 1) == 0);
+        if (th_rank == 0)
+            CHECKF(strstr(msg, "OVL_PROGRESS_PRIORITY=1") && strstr(msg, "refused"),
+                   "no warning: \"%.300s\"", msg);
+        CHECK_OK(ovl_finalize());
+    } else if (th_rank == 0) {
+        printf("SCHED_FIFO refusal not tested: cannot drop CAP_SYS_NICE here\n");
+    }
+    CHECK(setrlimit(RLIMIT_RTPRIO, &saved) == 0);
+    if (dropped)
+        CHECK(cap_sys_nice(1) == 0);
 }
 
 static void check_config(void)
@@ -348,7 +514,9 @@ static void check_config(void)
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
                                       OVL_CONFIG_FIELD_SPIN_US | OVL_CONFIG_FIELD_FRAGMENT_SIZE |
                                       OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
-                                      OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
+                                      OVL_CONFIG_FIELD_VERBOSE |
+                                      OVL_CONFIG_FIELD_PROGRESS_SLICE_US |
+                                      OVL_CONFIG_FIELD_PROGRESS_PRIORITY,
                         .progress = variant_progress(),
                         .poll_max_us = 77,
                         .spin_us = 3,
@@ -356,11 +524,12 @@ static void check_config(void)
                         .stream_window = 1,
                         .stack_size = 65536,
                         .verbose = 1,
-                        .progress_slice_us = 250 };
+                        .progress_slice_us = 250,
+                        .progress_priority = 0 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
-    CHECK(got.progress_slice_us == 250);
+    CHECK(got.progress_slice_us == 250 && got.progress_priority == 0);
     if (c.progress == OVL_PROGRESS_THREAD) {
         int n = threads_with_slice_ns(250000); /* the thread sets it when it starts */
         for (int k = 0; k < 500 && n == 0; k++) {
@@ -466,6 +635,7 @@ int main(int argc, char **argv)
     CHECK(!ovl_initialized());
 
     check_config();
+    check_priority();
     expect_everything_not_init();
     check_verbose();
 
