@@ -225,10 +225,10 @@ static void expect_cfg_rejected(const ovl_config_t *c, const char *what)
     CHECK(!ovl_initialized());
 }
 
-/* How many of this process's threads have scheduler slice @ns, from
- * /proc/self/task/<tid>/sched (Linux >= 6.6 with its se.slice line); -1 if
- * the kernel does not show slices there. */
-static int threads_with_slice_ns(unsigned long long ns)
+/* Counts this process's threads whose /proc/self/task/<tid>/@file content
+ * @match says 1 for; -1 if @match said -1 (not shown) for every thread. */
+static int count_threads(const char *file, int (*match)(char *content, const void *arg),
+                         const void *arg)
 {
     DIR *d = opendir("/proc/self/task");
     if (!d)
@@ -238,54 +238,55 @@ static int threads_with_slice_ns(unsigned long long ns)
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
-        char path[300], line[256];
-        snprintf(path, sizeof path, "/proc/self/task/%s/sched", e->d_name);
+        char path[300], content[8192];
+        snprintf(path, sizeof path, "/proc/self/task/%s/%s", e->d_name, file);
         FILE *f = fopen(path, "r");
         if (!f)
             continue;
-        while (fgets(line, sizeof line, f)) {
-            unsigned long long v;
-            if (strncmp(line, "se.slice", 8) == 0 &&
-                sscanf(strchr(line, ':') + 1, "%llu", &v) == 1) {
-                seen = 1;
-                n += v == ns;
-            }
-        }
+        size_t len = fread(content, 1, sizeof content - 1, f);
         fclose(f);
+        content[len] = '\0';
+        int m = match(content, arg);
+        seen |= m >= 0;
+        n += m == 1;
     }
     closedir(d);
     return seen ? n : -1;
 }
 
-/* How many of this process's threads run under scheduling policy @policy
- * (field 41 of /proc/self/task/<tid>/stat). */
+/* sched: the se.slice line (Linux >= 6.6) equals *(unsigned long long *)ns. */
+static int slice_is(char *content, const void *ns)
+{
+    char *line = strstr(content, "\nse.slice");
+    unsigned long long v;
+    if (!line || !strchr(line, ':') || sscanf(strchr(line, ':') + 1, "%llu", &v) != 1)
+        return -1;
+    return v == *(const unsigned long long *)ns;
+}
+
+/* stat: field 41, the scheduling policy, equals *(int *)policy. */
+static int policy_is(char *content, const void *policy)
+{
+    char *p = strrchr(content, ')'); /* the command name may hold spaces */
+    int field = 2;
+    for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " "))
+        if (++field == 41)
+            return atoi(tok) == *(const int *)policy;
+    return -1;
+}
+
+/* How many of this process's threads have scheduler slice @ns; -1 if the
+ * kernel does not show slices. */
+static int threads_with_slice_ns(unsigned long long ns)
+{
+    return count_threads("sched", slice_is, &ns);
+}
+
+/* How many of this process's threads run under scheduling policy @policy. */
 static int threads_with_policy(int policy)
 {
-    DIR *d = opendir("/proc/self/task");
-    CHECK(d != NULL);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[300], line[1024];
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(line, 1, sizeof line - 1, f);
-        fclose(f);
-        line[len] = '\0';
-        char *p = strrchr(line, ')'); /* the command name may hold spaces */
-        int field = 2, pol = -1;
-        for (char *tok = p ? strtok(p + 1, " ") : NULL; tok; tok = strtok(NULL, " "))
-            if (++field == 41) {
-                pol = atoi(tok);
-                break;
-            }
-        n += pol == policy;
-    }
-    closedir(d);
+    int n = count_threads("stat", policy_is, &policy);
+    CHECK(n >= 0);
     return n;
 }
 
