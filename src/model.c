@@ -321,8 +321,9 @@ static void wait_sleeping(MPI_Request *req)
  * sharing 2 cores). The latency is the 1-byte one-way time, the bandwidth
  * the slope between the two large sizes: a fit through a small size would
  * absorb a link's burst allowance (a token bucket passes its first tens of
- * KiB at line rate) and give a negative latency. Budget: a few milliseconds on shared memory, about 35 ms on a
- * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
+ * KiB at line rate) and give a negative latency. Budget: a few milliseconds
+ * on shared memory, about 35 ms on a 1 Gbit/s link (docs/ENV.md,
+ * OVL_CALIBRATE). */
 static int quick_estimate(void)
 {
     int peer = measuring_peer();

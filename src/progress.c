@@ -552,14 +552,23 @@ static void rt_enter(int *fifo)
         *fifo = 0; /* no longer allowed (RLIMIT_RTPRIO lowered) */
 }
 
-void ovl__rt_leave(void)
+/* Normal scheduling with the short slice (or the kernel's, where it has no
+ * custom slices or none is asked for); returns ask_short_slice's result. */
+static int to_normal(void)
 {
-    if (!rt_now)
-        return;
-    rt_now = 0;
-    if (ask_short_slice(ovl__g.cfg.progress_slice_us) != 0) {
+    int rc = ask_short_slice(ovl__g.cfg.progress_slice_us);
+    if (rc != 0 && sched_getscheduler(0) == SCHED_FIFO) {
         struct sched_param sp = { .sched_priority = 0 };
         sched_setscheduler(0, SCHED_OTHER, &sp);
+    }
+    return rc;
+}
+
+void ovl__rt_leave(void)
+{
+    if (rt_now) {
+        rt_now = 0;
+        to_normal();
     }
 }
 
@@ -587,11 +596,9 @@ static void *progress_thread(void *unused)
      * up to 50 us to every poll interval. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     /* Under OVL_PROGRESS_PRIORITY the thread starts under SCHED_FIFO
-     * (start_realtime) and leaves it until its first timed sleep. */
+     * (start_realtime), and leaves it until its first timed sleep. */
     int fifo = ovl__g.cfg.progress_priority > 0;
-    rt_now = fifo;
-    ovl__rt_leave();
-    if (!fifo && ovl__g.cfg.progress_slice_us && ask_short_slice(ovl__g.cfg.progress_slice_us))
+    if (to_normal() != 0 && ovl__g.cfg.progress_slice_us)
         ovl__info("progress thread: no custom time slice (%s)", strerror(errno));
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
@@ -675,9 +682,9 @@ static void *progress_thread(void *unused)
 
 /* OVL_PROGRESS_PRIORITY: start the progress thread under SCHED_FIFO, which
  * tells at once (ovl_init, ovl_config_get) whether this process may use it;
- * the thread then holds it only as rt_enter/ovl__rt_leave say. Returns 0 when started, -1
- * when not asked for or not allowed (the caller starts it normally; the
- * effective configuration then says 0). */
+ * the thread then holds it only as rt_enter/ovl__rt_leave say. Returns 0
+ * when started, -1 when not asked for or not allowed (the caller starts it
+ * normally; the effective configuration then says 0). */
 static int start_realtime(void)
 {
     int prio = ovl__g.cfg.progress_priority;

@@ -329,6 +329,34 @@ static int cap_sys_nice(int on)
 
 static void ring_exchange(int round);
 
+/* stderr redirected to a temporary file between stderr_capture and
+ * stderr_release, which restores it and returns what was written. */
+struct capture {
+    int saved;
+    FILE *tmp;
+};
+
+static struct capture stderr_capture(void)
+{
+    fflush(stderr);
+    struct capture c = { dup(2), tmpfile() };
+    CHECK(c.saved >= 0 && c.tmp != NULL);
+    dup2(fileno(c.tmp), 2);
+    return c;
+}
+
+static size_t stderr_release(struct capture *c, char *out, size_t cap)
+{
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    rewind(c->tmp);
+    size_t n = fread(out, 1, cap - 1, c->tmp);
+    out[n] = '\0';
+    fclose(c->tmp);
+    return n;
+}
+
 /* A ring exchange whose receive waits (up to 2 s) while this rank watches
  * its threads: 1 if one more than @before ran under SCHED_FIFO meanwhile.
  * The progress thread holds SCHED_FIFO only while it sleeps on its poll
@@ -387,21 +415,11 @@ static void check_priority(void)
     int dropped = cap_sys_nice(0) == 0;
     CHECK(setrlimit(RLIMIT_RTPRIO, &none) == 0);
     if (dropped && !may_fifo()) {
-        fflush(stderr);
-        int fd = dup(2);
-        FILE *tmp = tmpfile();
-        CHECK(fd >= 0 && tmp != NULL);
-        dup2(fileno(tmp), 2);
+        struct capture cap = stderr_capture();
         int rc = ovl_init(MPI_COMM_WORLD, &c);
-        fflush(stderr);
-        dup2(fd, 2);
-        close(fd);
-        CHECK_OK(rc);
         char msg[1024];
-        rewind(tmp);
-        size_t n = fread(msg, 1, sizeof msg - 1, tmp);
-        msg[n] = '\0';
-        fclose(tmp);
+        stderr_release(&cap, msg, sizeof msg);
+        CHECK_OK(rc);
         CHECK_OK(ovl_config_get(&got));
         CHECK(got.progress_priority == 0);
         CHECK(fifo_while_waiting(before, 1) == 0);
@@ -560,27 +578,17 @@ static void check_config(void)
 /* Run an init / bad call / finalize cycle at `verbose`, capturing stderr. */
 static size_t captured_stderr(int verbose, char *out, size_t cap)
 {
-    fflush(stderr);
-    int saved = dup(2);
-    FILE *tmp = tmpfile();
-    CHECK(saved >= 0 && tmp != NULL);
-    dup2(fileno(tmp), 2);
+    struct capture c_err = stderr_capture();
     ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = verbose };
     int rc_init = ovl_init(MPI_COMM_WORLD, &c);
     char buf[4];
     ovl_request_t r;
     int rc_bad = ovl_isend(buf, 1, MPI_CHAR, th_size + 3, 0, &r);
     int rc_fin = ovl_finalize();
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    size_t n = stderr_release(&c_err, out, cap);
     CHECK_OK(rc_init);
     EXPECT_ERR(rc_bad, OVL_ERR_RANK);
     CHECK_OK(rc_fin);
-    rewind(tmp);
-    size_t n = fread(out, 1, cap - 1, tmp);
-    out[n] = '\0';
-    fclose(tmp);
     return n;
 }
 
