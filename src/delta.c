@@ -30,7 +30,6 @@
 #include "ovl_internal.h"
 
 #include <sched.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -1015,7 +1014,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
 
 static void drecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta)
 {
-    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    struct ovl__req *r = ovl__req_of_match(m);
     struct ovl__delta *d = r->delta;
     if (!st) {
         d->last_seen = 1;

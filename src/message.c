@@ -12,7 +12,6 @@
  */
 #include "ovl_internal.h"
 
-#include <stddef.h>
 #include <stdlib.h>
 
 static void msg_done(struct ovl__op *op, MPI_Status *st)
@@ -49,7 +48,7 @@ static void msg_done(struct ovl__op *op, MPI_Status *st)
 
 static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta)
 {
-    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    struct ovl__req *r = ovl__req_of_match(m);
     if (!st) { /* cancelled by ovl_finalize */
         ovl__dt_release(r);
         r->status.error = OVL_ERR_CANCELLED;
@@ -94,7 +93,7 @@ static void prepost_done(struct ovl__op *op, MPI_Status *st)
 /* match.c's `prepost`: hand the receive to MPI. */
 static int prepost_recv(struct ovl__match *m)
 {
-    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    struct ovl__req *r = ovl__req_of_match(m);
     int tsize = 0;
     MPI_Type_size(r->dt, &tsize);
     r->status.source = m->source;
@@ -117,7 +116,7 @@ static int prepost_recv(struct ovl__match *m)
 /* match.c's `cancel`. The handle stays valid: the engine tests it. */
 static void cancel_recv(struct ovl__match *m)
 {
-    struct ovl__req *r = (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+    struct ovl__req *r = ovl__req_of_match(m);
     MPI_Request h = r->op.mreq;
     MPI_Cancel(&h);
 }

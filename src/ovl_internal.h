@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdbool.h>
 
 #define OVL__UNUSED(x) ((void)(x))
@@ -128,6 +129,12 @@ struct ovl__req {
     struct ovl__delta *delta; /* delta requests, and ovl_irecv of a delta */
     double t_post_us;         /* OVL_TRACE: when it was posted */
 };
+
+/* The request a receive's match entry belongs to (match.c hands back @m). */
+static inline struct ovl__req *ovl__req_of_match(struct ovl__match *m)
+{
+    return (struct ovl__req *)((char *)m - offsetof(struct ovl__req, match));
+}
 
 int ovl__req_table_init(void);
 void ovl__req_table_fini(void);
