@@ -173,13 +173,37 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
+/* The switch detector's test: whether the one-way time jumps between
+ * sizes @a and @b and stays up. It jumps when t[b] exceeds t[a] by more
+ * than four typical steps @ty for the width plus @fl; it stays up when the
+ * next size keeps, above the trend @ty, half of that excess or at least a
+ * jump's worth (so one slow sample is no switch, and neither is one slow
+ * sample at a real switch's end). */
+static int jumps(const size_t *sz, const double *t, int n, int a, int b, double ty, double fl)
+{
+    size_t ps = ovl__watch_page();
+    double w = (double)((sz[b] - sz[a]) / ps), thr = 4 * ty * w + fl;
+    if (t[b] - t[a] <= thr)
+        return 0;
+    if (b + 1 >= n)
+        return 1;
+    double ex = t[b] - t[a] - ty * w;
+    double ex_next = t[b + 1] - t[a] - ty * (double)((sz[b + 1] - sz[a]) / ps);
+    return ex_next > (ex / 2 < thr ? ex / 2 : thr);
+}
+
 /* The smallest message size below the eager limit where the one-way time
  * jumps: a change of protocol inside the MPI library (UCX over TCP, for
  * one, switches from copying to zero-copy sends near 16 KiB, and a delta
- * just above that costs far more than one just below). A step between two
- * measured sizes counts as a jump when it exceeds four times the typical
- * (median) step below it, for its width, plus a floor of max(5 us, L/2),
- * and the next size stays up: noise and a smooth rise do not count. */
+ * just above that costs far more than one just below). The typical step
+ * is the lower quartile of the steps (per page) below the candidate, at
+ * least 0.5 us; the floor is max(5 us, L): a switch to a rendezvous adds a
+ * handshake, and a smaller step (seen: +10 us from 8 to 12 KiB, then
+ * flat up to the real switch) is noise or no worse per byte than the
+ * sizes below it. A jump is taken in one step, or in
+ * two when the size in between is partway up (sent sometimes one way,
+ * sometimes the other). Noise, one slow sample and a smooth rise do not
+ * count. */
 size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double lat)
 {
     size_t ps = ovl__watch_page();
@@ -192,16 +216,19 @@ size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double l
             return 0;
         step[i] = (t[i] - t[i - 1]) / (double)w;
     }
-    double floor_us = lat / 2 > 5 ? lat / 2 : 5;
+    double fl = lat > 5 ? lat : 5;
     for (int i = 2; i < n; i++) {
-        /* the typical step: median of the steps before this one */
+        /* the typical step: the lower quartile of the steps below (median
+         * sorts them); a level shift below the switch must not hide it */
         memcpy(sorted, step + 1, (size_t)(i - 1) * sizeof *step);
-        double typical = median(sorted, i - 1);
-        if (typical < 0.5)
-            typical = 0.5;
-        double pages = (double)((sz[i] - sz[i - 1]) / ps), jump = t[i] - t[i - 1];
-        /* a jump that the next size keeps, not one slow sample */
-        if (jump > 4 * typical * pages + floor_us && (i + 1 == n || t[i + 1] > t[i - 1] + jump / 2))
+        (void)median(sorted, i - 1);
+        double ty = sorted[(i - 2) / 4];
+        if (ty < 0.5)
+            ty = 0.5;
+        int one = jumps(sz, t, n, i - 1, i, ty, fl);
+        int two = i + 1 < n && t[i] > t[i - 1] && !jumps(sz, t, n, i, i + 1, ty, fl) &&
+                  jumps(sz, t, n, i - 1, i + 1, ty, fl);
+        if (one || two)
             return sz[i - 1] + ps;
     }
     return 0;
@@ -221,9 +248,26 @@ static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double la
     size_t sz[16];
     double t[16];
     int n = (int)ovl__model_switch_sizes(sz, 16, buflen);
+    /* Best of six per size, taken in three rounds over all sizes: a burst
+     * of noise then slows one sample of many sizes rather than every sample
+     * of a few (which once hid the switch and gave 40 KiB deltas). */
     for (int i = 0; i < n; i++)
-        t[i] = pingpong(peer, buf, (int)sz[i], 5);
-    return ovl__model_find_switch(sz, t, n, lat);
+        t[i] = 1e30;
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < n; i++) {
+            double x = pingpong(peer, buf, (int)sz[i], 2);
+            if (x < t[i])
+                t[i] = x;
+        }
+    size_t sw = ovl__model_find_switch(sz, t, n, lat);
+    if (ovl__g.rank == 0 && ovl__g.cfg.verbose >= 2) {
+        char line[512];
+        int len = 0;
+        for (int i = 0; i < n && len < (int)sizeof line - 32; i++)
+            len += snprintf(line + len, sizeof line - (size_t)len, " %zuK:%.1f", sz[i] >> 10, t[i]);
+        ovl__info("model: one-way us by size (KiB):%s; protocol switch %zu B", line, sw);
+    }
+    return sw;
 }
 
 /* How long the progress thread's sleep between polls really lasts, timer

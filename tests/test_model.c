@@ -421,6 +421,28 @@ static void test_delta_size(void)
             t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] == 3 * ps ? 60 : 0);
         CHECK(ovl__model_find_switch(sz, t, n, 15) == 0);
         CHECK(ovl__model_find_switch(sz, t, 2, 15) == 0);
+        /* the first size past the jump slower still, the next one less so
+         * (measured on the emulated link: 16 KiB 41.6 us, 20 KiB 191.4,
+         * 24 KiB 81.5): still the jump after 16 KiB */
+        for (int i = 0; i < n; i++)
+            t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] > 16384 ? 45 : 0) +
+                   (sz[i] == 20480 ? 110 : 0);
+        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
+               "outlier at the jump: %zu", ovl__model_find_switch(sz, t, n, 15));
+        /* the jump taken in two steps, 16 KiB partway up: below 16 KiB */
+        for (int i = 0; i < n; i++)
+            t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] == 16384 ? 15 : sz[i] > 16384 ? 30 : 0);
+        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 16384, "two-step jump: %zu",
+               ovl__model_find_switch(sz, t, n, 15));
+        /* ... but a size barely above its neighbour before a one-step jump
+         * does not move the switch down */
+        for (int i = 0; i < n; i++)
+            t[i] = 15 + (double)sz[i] / 4096 * 0.8 +
+                   (sz[i] == 16384  ? 1.5
+                    : sz[i] > 16384 ? 45
+                                    : 0);
+        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
+               "one-step jump after a small rise: %zu", ovl__model_find_switch(sz, t, n, 15));
     }
     /* OVL_DELTA_SIZE wins, capped at the largest piece */
     ovl__g.cfg.delta_size = 3 * ps;
