@@ -175,10 +175,10 @@ static double median(double *v, int n)
 
 /* The switch detector's test: whether the one-way time jumps between
  * sizes @a and @b and stays up. It jumps when t[b] exceeds t[a] by more
- * than four typical steps @ty for the width plus @fl; it stays up when the
- * next size keeps, above the trend @ty, half of that excess or at least a
- * jump's worth (so one slow sample is no switch, and neither is one slow
- * sample at a real switch's end). */
+ * than four typical steps @ty for the width plus @fl. It stays up when the
+ * next size's excess over the trend from @a is more than the smaller of
+ * half of b's excess and that jump threshold: one slow sample is no
+ * switch, and neither does one slow sample at a real switch hide it. */
 static int jumps(const size_t *sz, const double *t, int n, int a, int b, double ty, double fl)
 {
     size_t ps = ovl__watch_page();
@@ -200,10 +200,9 @@ static int jumps(const size_t *sz, const double *t, int n, int a, int b, double 
  * least 0.5 us; the floor is max(5 us, L): a switch to a rendezvous adds a
  * handshake, and a smaller step (seen: +10 us from 8 to 12 KiB, then
  * flat up to the real switch) is noise or no worse per byte than the
- * sizes below it. A jump is taken in one step, or in
- * two when the size in between is partway up (sent sometimes one way,
- * sometimes the other). Noise, one slow sample and a smooth rise do not
- * count. */
+ * sizes below it. A jump is taken in one step, or in two when the size
+ * in between is partway up (fast in some samples, slow in others). Noise,
+ * one slow sample and a smooth rise do not count. */
 size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double lat)
 {
     size_t ps = ovl__watch_page();
@@ -261,7 +260,7 @@ static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double la
         }
     size_t sw = ovl__model_find_switch(sz, t, n, lat);
     if (ovl__g.rank == 0 && ovl__g.cfg.verbose >= 2) {
-        char line[512];
+        char line[512] = "";
         int len = 0;
         for (int i = 0; i < n && len < (int)sizeof line - 32; i++)
             len += snprintf(line + len, sizeof line - (size_t)len, " %zuK:%.1f", sz[i] >> 10, t[i]);
