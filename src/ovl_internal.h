@@ -318,7 +318,8 @@ char *ovl__alloc_alias(const void *base, size_t len);
 /* A lock for ovl objects that live in the heap, which may share a page with
  * a guarded buffer edge: a mutex's futex system call cannot reach such a
  * page (EFAULT, glibc aborts), a spin on an atomic can (a fault handled as
- * a neighbour access). Held for a few instructions only. */
+ * a neighbour access). Held briefly: a few instructions, or one protection
+ * change (watch.c). */
 typedef struct {
     atomic_flag f;
 } ovl__spin_t;

@@ -49,7 +49,7 @@ static struct {
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
-        atomic_flag busy; /* orders a release against a single-step re-guard */
+        ovl__spin_t busy; /* orders a release against a single-step re-guard */
     } edges[MAX_EDGES];
     /* ranges of regions released lately: a fault racing with the release
      * is retried once instead of being taken for a genuine one */
@@ -179,7 +179,7 @@ static void geometry(struct ovl__watch *w, void *base, size_t len)
         w->ihi = w->ilo; /* a buffer inside one page has no interior */
     w->slot = -1;
     atomic_store(&w->stale, (size_t)-1);
-    atomic_flag_clear(&w->busy);
+    ovl__spin_unlock(&w->busy); /* starts unlocked */
 }
 
 /* Bytes of the buffer that lie in page i. */
@@ -348,8 +348,7 @@ static void edge_put_locked(uintptr_t page)
 {
     for (int i = 0; i < MAX_EDGES; i++) {
         if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0) {
-            while (atomic_flag_test_and_set(&W.edges[i].busy))
-                ovl__relax();
+            ovl__spin_lock(&W.edges[i].busy);
             if (atomic_load(&W.edges[i].refs) == 1) {
                 /* Open before dropping the last reference: a waiter that
                  * sees refs == 0 retries an accessible page. Retry on
@@ -359,7 +358,7 @@ static void edge_put_locked(uintptr_t page)
                     ovl__relax();
             }
             atomic_fetch_sub(&W.edges[i].refs, 1);
-            atomic_flag_clear(&W.edges[i].busy);
+            ovl__spin_unlock(&W.edges[i].busy);
             return;
         }
     }
@@ -479,11 +478,10 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
         int e = edge_slot(page);
         if (e < 0)
             continue;
-        while (atomic_flag_test_and_set(&W.edges[e].busy))
-            ovl__relax();
+        ovl__spin_lock(&W.edges[e].busy);
         if (atomic_load(&W.edges[e].page) == page && atomic_load(&W.edges[e].refs) > 0)
             mprotect((void *)page, ovl__watch_page(), PROT_NONE);
-        atomic_flag_clear(&W.edges[e].busy);
+        ovl__spin_unlock(&W.edges[e].busy);
     }
     errno = saved;
 }
@@ -667,8 +665,7 @@ static const struct ovl__watch_backend *backend(const struct ovl__watch *w)
 
 static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
 {
-    while (atomic_flag_test_and_set(&w->busy))
-        ovl__relax();
+    ovl__spin_lock(&w->busy);
     const struct ovl__watch_backend *b = backend(w);
     if ((i >= w->s_lo && i < w->s_hi) || i < w->ilo || i >= w->ihi) {
         /* already writable (raced with another thread's fault): retry */
@@ -711,7 +708,7 @@ static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
         w->s_lo = lo;
         w->s_hi = hi;
     }
-    atomic_flag_clear(&w->busy);
+    ovl__spin_unlock(&w->busy);
 }
 
 int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta,
@@ -760,12 +757,11 @@ int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta
 
 void ovl__watch_send_seal(struct ovl__watch *w)
 {
-    while (atomic_flag_test_and_set(&w->busy))
-        ovl__relax();
+    ovl__spin_lock(&w->busy);
     if (w->s_hi > w->s_lo)
         backend(w)->send_protect(w, w->s_lo, w->s_hi, 1);
     w->s_lo = w->s_hi = w->ihi;
-    atomic_flag_clear(&w->busy);
+    ovl__spin_unlock(&w->busy);
 }
 
 size_t ovl__watch_send_stale(struct ovl__watch *w)
@@ -775,11 +771,10 @@ size_t ovl__watch_send_stale(struct ovl__watch *w)
 
 void ovl__watch_send_finish(struct ovl__watch *w)
 {
-    while (atomic_flag_test_and_set(&w->busy))
-        ovl__relax();
+    ovl__spin_lock(&w->busy);
     if (w->ihi > w->ilo)
         backend(w)->send_done(w);
-    atomic_flag_clear(&w->busy);
+    ovl__spin_unlock(&w->busy);
     pthread_mutex_lock(&W.lock);
     reg_remove_locked(w);
     pthread_mutex_unlock(&W.lock);
@@ -1415,11 +1410,10 @@ void ovl__watch_hold_release(struct ovl__watch *w, size_t off, size_t len)
     if (i >= j)
         return;
     if (w->mon != OVL_MONITOR_EXPLICIT) {
-        while (atomic_flag_test_and_set(&w->busy))
-            ovl__relax();
+        ovl__spin_lock(&w->busy);
         if (backend(w)->send_protect(w, i, j, 0) != 0)
             backend(w)->send_protect(w, w->ilo, w->ihi, 0); /* coarser */
-        atomic_flag_clear(&w->busy);
+        ovl__spin_unlock(&w->busy);
     }
     for (size_t k = i; k < j; k++)
         atomic_store(&w->valid[k], 1);
@@ -1428,10 +1422,9 @@ void ovl__watch_hold_release(struct ovl__watch *w, size_t off, size_t len)
 void ovl__watch_hold_finish(struct ovl__watch *w)
 {
     if (w->mon != OVL_MONITOR_EXPLICIT && w->ihi > w->ilo) {
-        while (atomic_flag_test_and_set(&w->busy))
-            ovl__relax();
+        ovl__spin_lock(&w->busy);
         backend(w)->send_done(w);
-        atomic_flag_clear(&w->busy);
+        ovl__spin_unlock(&w->busy);
     }
     for (size_t i = 0; i < w->npages; i++)
         atomic_store(&w->valid[i], 1);

@@ -42,7 +42,7 @@ struct ovl__watch {
     atomic_uint ntouch;
 
     /* send */
-    atomic_flag busy;  /* fault handler vs. finish */
+    ovl__spin_t busy;  /* fault handler vs. finish */
     size_t s_lo, s_hi; /* writable window [s_lo, s_hi) of interior pages */
     ovl__watch_produced_fn produced;
     void *ctx;
