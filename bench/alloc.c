@@ -9,7 +9,9 @@
  *           pieces arrive in ovl's slots and are placed in the buffer
  *   isend   ovl_isend -> ovl_delta_recv: one MPI message, received where
  *           the monitor lets MPI write
- *   get     ovl_get from rank 1's segment (strips as the model splits)
+ *   get     ovl_get from rank 1's segment (strips as the model splits;
+ *           on one node only with OVL_RMA_LOCAL=overlap, else a direct
+ *           copy inside the call)
  *
  * each into private anonymous memory ("mmap") and into ovl_alloc memory,
  * under each fault monitor. mprotect places private memory's bytes through

@@ -122,7 +122,9 @@ int bench_dds(int argc, char **argv)
         else if (!strcmp(argv[i], "--help"))
             bench_help_exit("ovl-bench dds [--reps N] [--csv FILE]\n"
                             "HUNT Table 2: one and two consecutive 8-byte gets, then their use:\n"
-                            "blocking, hand-written non-blocking, ovl demand-driven.\n");
+                            "blocking, hand-written non-blocking, ovl demand-driven.\n"
+                            "Two ranks on one node: ovl's get is a direct copy unless\n"
+                            "OVL_RMA_LOCAL=overlap.\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }
@@ -257,7 +259,8 @@ int bench_decomposition(int argc, char **argv)
                 "HUNT Figures 8-9: get N bytes then memcpy them (self-induced overlap), and\n"
                 "with an independent computation as long as the transfer in between\n"
                 "(independent overlap): blocking, nb, ovl, ovl-nosplit. Prints the split\n"
-                "threshold the model predicts and the one measured.\n");
+                "threshold the model predicts and the one measured. Two ranks on one\n"
+                "node: ovl's get is a direct copy unless OVL_RMA_LOCAL=overlap.\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }

@@ -11,6 +11,10 @@
  *   for (...) use(halo[...]);                            // waits per strip
  *   ovl_barrier();                                       // step done everywhere
  *
+ * A neighbour on the same node is read by a plain copy inside ovl_get
+ * (OVL_RMA_LOCAL=direct, the default: nothing to overlap there); the
+ * demand-driven path is for neighbours on other nodes.
+ *
  * Run: mpiexec -n 2 ./example_rma_halo   (any number of ranks)
  */
 #include <ovl.h>

@@ -106,7 +106,8 @@ enum {
     OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9,
     OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10,
     OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11,
-    OVL_CONFIG_FIELD_PROGRESS_PRIORITY = 1u << 12
+    OVL_CONFIG_FIELD_PROGRESS_PRIORITY = 1u << 12,
+    OVL_CONFIG_FIELD_RMA_LOCAL = 1u << 13
 };
 
 /**
@@ -119,6 +120,21 @@ typedef enum {
     OVL_MONITOR_MPROTECT = 2, /**< page protection and a SIGSEGV handler (any POSIX system) */
     OVL_MONITOR_EXPLICIT = 3  /**< no faults: ovl_delta_produced() / ovl_delta_need() annotations */
 } ovl_monitor_t;
+
+/**
+ * How ovl_get()/ovl_put() treat a target on the calling rank's node
+ * (MPI_COMM_TYPE_SHARED, the rank itself included).
+ */
+typedef enum {
+    /** the transfer completes inside the call, unsplit and unguarded: MPI
+     *  moves such bytes with a copy by this rank's own CPU, so there is no
+     *  wire time to hide and guarding only adds faults (default) */
+    OVL_RMA_LOCAL_DIRECT = 0,
+    /** as for any other target: split by the model, guarded, demand-driven
+     *  (an MPI whose intra-node RMA is done by a DMA engine or the target;
+     *  testing the demand-driven path on one node) */
+    OVL_RMA_LOCAL_OVERLAP = 1
+} ovl_rma_local_t;
 
 /**
  * Options for ovl_init(). Set field_mask to the OVL_CONFIG_FIELD_* bits of
@@ -147,6 +163,8 @@ typedef struct {
     unsigned
         poll_quiet_us; /**< OVL_POLL_QUIET_US: longest sleep of the progress thread while every transfer in flight is predicted (bytes / model bandwidth) to need longer; 0 = never sleep past poll_max_us (default 1000) */
     int progress_priority; /**< OVL_PROGRESS_PRIORITY: 1-99 gives the progress thread SCHED_FIFO at this priority while it sleeps on its poll timer and polls, where the process may (CAP_SYS_NICE or RLIMIT_RTPRIO), so every poll wake-up preempts the computation; ovl_config_get() reports 0 when it was refused; 0 = normal scheduling (default 0) */
+    ovl_rma_local_t
+        rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put treat a target on this rank's node (default direct) */
 } ovl_config_t;
 
 /**
@@ -621,6 +639,11 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * accepted, and MPI writes it in place), and a continuation must not
  * touch it.
  *
+ * A target on the calling rank's node (the rank itself included) is
+ * different by default (OVL_RMA_LOCAL=direct): MPI copies those bytes with
+ * this rank's CPU, so there is nothing to overlap, and the get completes
+ * inside the call, unsplit and unguarded; @p dst is ready on return.
+ *
  * Consistency: the data is that of the target at some time between the
  * call and the arrival; order against remote writes with ovl_fence(),
  * ovl_barrier() or ovl_lock().
@@ -637,6 +660,8 @@ OVL_NODISCARD int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_
  * in place (HUNT's explicitly non-blocking form: the program already
  * overlaps, so the first strip is large, and later strips are still
  * demand-driven). Complete it with ovl_wait()/ovl_test()/ovl_request_free().
+ * A target on this node (OVL_RMA_LOCAL=direct): the request is already
+ * complete.
  * @return as ovl_get()
  */
 OVL_NODISCARD int ovl_get_nb(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
@@ -662,6 +687,8 @@ OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
  * an outstanding get's destination is waited for first; one holding bytes
  * of a fault-monitored delta receive that have not arrived is refused
  * (OVL_ERR_PENDING, nothing sent: wait for them with ovl_delta_need).
+ * A target on this rank's node (OVL_RMA_LOCAL=direct, the default): the
+ * bytes have left @p src when the call returns, nothing is held.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
  *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI, OVL_ERR_PENDING
  */
@@ -701,7 +728,9 @@ OVL_NODISCARD int ovl_unlock(ovl_segment_t seg, int rank);
 
 /**
  * The smallest transfer the performance model splits into strips (HUNT
- * 5.1), from the link figures in force; SIZE_MAX if it never splits.
+ * 5.1), from the link figures in force, for a target on another node if
+ * there is one; SIZE_MAX if it never splits (every rank on this node under
+ * OVL_RMA_LOCAL=direct).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL)
  */
 OVL_NODISCARD int ovl_get_split_threshold(size_t *bytes);

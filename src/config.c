@@ -73,6 +73,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .progress_slice_us = 100,
         .poll_quiet_us = 1000,
         .progress_priority = 0,
+        .rma_local = OVL_RMA_LOCAL_DIRECT,
     };
     uint64_t m = user ? user->field_mask : 0;
     unsigned long long v;
@@ -122,6 +123,23 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     }
     if ((unsigned)c.monitor > OVL_MONITOR_EXPLICIT)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "monitor %d unknown", (int)c.monitor);
+
+    if (m & OVL_CONFIG_FIELD_RMA_LOCAL) {
+        c.rma_local = user->rma_local;
+    } else {
+        const char *s = getenv("OVL_RMA_LOCAL");
+        if (s && *s) {
+            if (!strcasecmp(s, "direct"))
+                c.rma_local = OVL_RMA_LOCAL_DIRECT;
+            else if (!strcasecmp(s, "overlap"))
+                c.rma_local = OVL_RMA_LOCAL_OVERLAP;
+            else
+                return ovl__error(OVL_ERR_CONFIG, "ovl_init",
+                                  "OVL_RMA_LOCAL=\"%s\": expected \"direct\" or \"overlap\"", s);
+        }
+    }
+    if (c.rma_local != OVL_RMA_LOCAL_DIRECT && c.rma_local != OVL_RMA_LOCAL_OVERLAP)
+        return ovl__error(OVL_ERR_CONFIG, "ovl_init", "rma_local %d unknown", (int)c.rma_local);
 
 #define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                 \
     do {                                                                                       \

@@ -75,6 +75,28 @@ static void free_comms(void)
             MPI_Comm_free(c[i]);
 }
 
+/* Which node each rank runs on (ovl__g.node_of: the lowest rank sharing its
+ * MPI_COMM_TYPE_SHARED communicator). Collective. */
+static int find_nodes(void)
+{
+    MPI_Comm node;
+    int rc = MPI_Comm_split_type(ovl__g.comm_msg, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, "ovl_init", "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    int lead = ovl__g.rank;
+    rc = MPI_Allreduce(MPI_IN_PLACE, &lead, 1, MPI_INT, MPI_MIN, node);
+    MPI_Comm_free(&node);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allgather(&lead, 1, MPI_INT, ovl__g.node_of, 1, MPI_INT, ovl__g.comm_msg);
+    return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, "ovl_init", "finding nodes");
+}
+
+int ovl__peer_on_node(int peer)
+{
+    return peer >= 0 && peer < ovl__g.size && ovl__g.node_of &&
+           ovl__g.node_of[peer] == ovl__g.node_of[ovl__g.rank];
+}
+
 int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
 {
     static const char *fn = "ovl_init";
@@ -139,11 +161,14 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     ovl__g.sent_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.sent_to);
     ovl__g.recvd_from = calloc((size_t)ovl__g.size, sizeof *ovl__g.recvd_from);
     ovl__g.headed_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.headed_to);
-    if (!ovl__g.sent_to || !ovl__g.recvd_from || !ovl__g.headed_to ||
+    ovl__g.node_of = calloc((size_t)ovl__g.size, sizeof *ovl__g.node_of);
+    if (!ovl__g.sent_to || !ovl__g.recvd_from || !ovl__g.headed_to || !ovl__g.node_of ||
         ovl__match_init(ovl__g.size) != OVL_SUCCESS) {
         rc = ovl__error(OVL_ERR_NOMEM, fn, "allocating per-rank counters");
         goto fail_counts;
     }
+    if ((rc = find_nodes()) != OVL_SUCCESS)
+        goto fail_counts;
     ovl__g.cfg = c;
     atomic_store(&ovl__g.st_polls, 0);
     atomic_store(&ovl__g.st_wakeups, 0);
@@ -189,8 +214,10 @@ fail_counts:
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
     free(ovl__g.headed_to);
+    free(ovl__g.node_of);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
     ovl__g.headed_to = NULL;
+    ovl__g.node_of = NULL;
     ovl__match_fini();
 fail_comms:
     free_comms();
@@ -249,7 +276,7 @@ static void print_stats(void)
         r, ovl__m.source_detail, ovl__m.init_us / 1e3, r, ovl__m.lat_us, ovl__m.o_us, ovl__m.gap_us,
         ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us,
         ovl__model_protect_us(ovl__watch_resolve(OVL_MONITOR_AUTO), 1),
-        1.0 / ovl__m.compute_us_per_B, ovl__model_split_threshold(r ^ 1), r,
+        1.0 / ovl__m.compute_us_per_B, ovl__model_split_threshold(ovl__model_link_peer()), r,
         (unsigned long long)atomic_load(&ovl__g.st_transfers),
         (unsigned long long)atomic_load(&ovl__g.st_strips),
         (unsigned long long)atomic_load(&ovl__g.st_bytes),
@@ -350,8 +377,10 @@ int ovl_finalize(void)
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
     free(ovl__g.headed_to);
+    free(ovl__g.node_of);
     ovl__g.sent_to = ovl__g.recvd_from = NULL;
     ovl__g.headed_to = NULL;
+    ovl__g.node_of = NULL;
     ovl__match_fini();
     MPI_Barrier(ovl__g.comm_msg);
     free_comms();

@@ -323,22 +323,23 @@ static double quick_copy_rate(void)
  * 0's node; -1 alone. */
 static int measuring_peer(void)
 {
-    int peer = ovl__g.size > 1 ? 1 : -1;
-    MPI_Comm node;
-    if (peer < 0 || MPI_Comm_split_type(ovl__g.comm_delta, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                                        &node) != MPI_SUCCESS)
-        return peer;
-    MPI_Group all, local;
-    MPI_Comm_group(ovl__g.comm_delta, &all);
-    MPI_Comm_group(node, &local);
-    int zero = 0, there = MPI_UNDEFINED;
-    MPI_Group_translate_ranks(all, 1, &zero, local, &there);
-    int mine = there == MPI_UNDEFINED ? ovl__g.rank : ovl__g.size, first = ovl__g.size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta);
-    MPI_Group_free(&local);
-    MPI_Group_free(&all);
-    MPI_Comm_free(&node);
-    return first < ovl__g.size ? first : peer;
+    if (ovl__g.size < 2)
+        return -1;
+    for (int r = 1; r < ovl__g.size; r++)
+        if (ovl__g.node_of[r] != ovl__g.node_of[0])
+            return r;
+    return 1;
+}
+
+int ovl__model_link_peer(void)
+{
+    int me = ovl__g.rank;
+    for (int r = 0; r < ovl__g.size; r++)
+        if (!ovl__peer_on_node(r))
+            return r;
+    if ((me ^ 1) < ovl__g.size)
+        return me ^ 1;
+    return me > 0 ? me - 1 : me;
 }
 
 /* Wait for @req sleeping between tests: a rank that is not measuring must
@@ -538,7 +539,7 @@ const char *ovl__split_reason_name(int reason)
         [OVL__SPLIT_SMALL] = "too-small",
         [OVL__SPLIT_NO_OVERLAP] = "not-covered",
         [OVL__SPLIT_NO_GAIN] = "no-gain",
-        [OVL__SPLIT_SELF] = "local",
+        [OVL__SPLIT_LOCAL] = "local",
         [OVL__SPLIT_TRAIN] = "train",
         [OVL__SPLIT_NONBLOCKING] = "nonblocking",
         [OVL__SPLIT_HINT] = "hint",
@@ -630,8 +631,16 @@ int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
     r.t_plain_us = ovl__m.o_us + ovl__m.rtt_us + G * (double)bytes + c * (double)bytes;
     r.t_split_us = r.t_plain_us;
     if (peer == ovl__g.rank && ovl__g.size > 1) {
-        r.reason = OVL__SPLIT_SELF;
+        r.reason = OVL__SPLIT_LOCAL;
         r.why = "local transfer: nothing to overlap";
+        goto done;
+    }
+    if (ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer)) {
+        /* MPI moves the bytes with this rank's own CPU (a copy through
+         * shared memory): no wire time to hide, and a strip would add an
+         * install and a fault (docs/PERFORMANCE.md, shared memory). */
+        r.reason = OVL__SPLIT_LOCAL;
+        r.why = "peer on this node: MPI copies with this CPU, nothing to overlap";
         goto done;
     }
     if (bytes < 2 * ps) {

@@ -418,7 +418,7 @@ enum ovl__split_reason {
     OVL__SPLIT_SMALL,       /* too small: first strip cannot pay its setup */
     OVL__SPLIT_NO_OVERLAP,  /* second strip would not be covered */
     OVL__SPLIT_NO_GAIN,     /* inequalities hold but the predicted time is not lower */
-    OVL__SPLIT_SELF,        /* local transfer (peer is this rank) */
+    OVL__SPLIT_LOCAL,       /* peer is this rank, or on its node (OVL_RMA_LOCAL=direct) */
     OVL__SPLIT_TRAIN,       /* front end: others outstanding, piggybacked (5.3) */
     OVL__SPLIT_NONBLOCKING, /* front end: explicit non-blocking call (5.3) */
     OVL__SPLIT_HINT,        /* front end: a user hint decided */
@@ -443,6 +443,9 @@ int ovl__model_split(size_t bytes, int peer, struct ovl__split *out);
 /* Smallest transfer that the model splits (HUNT 5.1's lower bound);
  * SIZE_MAX if none up to 1 GiB. */
 size_t ovl__model_split_threshold(int peer);
+/* The peer whose link the model's figures describe: the first rank on
+ * another node, else a neighbour on this one (rank ^ 1), else this rank. */
+int ovl__model_link_peer(void);
 /* Size of strip @k (0-based) of a split @bytes transfer. */
 size_t ovl__model_strip_size(const struct ovl__split *s, size_t bytes, int k);
 /* Transfers smaller than this, posted while others are outstanding, are
@@ -548,6 +551,8 @@ struct ovl__global {
     /* peers this rank has sent a delta message to: its plain messages to
      * them go as header + body from then on (match.c explains why) */
     atomic_int *headed_to;
+    /* node of each rank: the lowest rank on it (MPI_COMM_TYPE_SHARED) */
+    int *node_of;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
         st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv;
@@ -563,6 +568,8 @@ int ovl__check_init(const char *fn);
 int ovl__check_peer(const char *fn, int rank, int any_ok);
 int ovl__check_tag(const char *fn, int tag, int any_ok);
 int ovl__check_not_in_callback(const char *fn);
+/* @peer runs on this rank's node (this rank included). */
+int ovl__peer_on_node(int peer);
 
 /* ---- statistics (init.c), for every front end ----------------------------- */
 

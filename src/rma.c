@@ -26,7 +26,12 @@
  * destination, and the last strip of the guarded get before it is held back
  * until the train has arrived, so touching that strip retires the train.
  *
- * Every MPI request is an engine op (progress.c); nothing here polls MPI.
+ * Targets on the caller's node (OVL_RMA_LOCAL=direct, the default): MPI
+ * copies those bytes with this rank's CPU, so there is nothing to overlap;
+ * the transfer completes inside the call, unsplit and unguarded (direct()).
+ *
+ * Every MPI request of a guarded transfer is an engine op (progress.c);
+ * nothing here polls MPI.
  * Synchronisation (ovl_fence, ovl_barrier, ovl_lock/unlock, segment free)
  * retires transfers through ovl__rma_retire.
  */
@@ -137,7 +142,7 @@ int ovl_get_split_threshold(size_t *bytes)
         return rc;
     if (!bytes)
         return ovl__error(OVL_ERR_ARG, "ovl_get_split_threshold", "bytes is NULL");
-    *bytes = ovl__model_split_threshold(ovl__g.size > 1 ? ovl__g.rank ^ 1 : ovl__g.rank);
+    *bytes = ovl__model_split_threshold(ovl__model_link_peer());
     return OVL_SUCCESS;
 }
 
@@ -455,6 +460,55 @@ static void count(size_t bytes, int nstrips)
     ovl__stats_transfer(bytes, (unsigned)nstrips);
 }
 
+/* A destination overlaps outstanding transfer @o (lock held): unlock and
+ * report it. */
+static int overlap_error_unlock(const char *fn, const struct xfer *o, const void *dst, size_t bytes)
+{
+    /* read o before unlocking: the driver may free it at once */
+    int o_put = o->is_put;
+    void *o_buf = o->ubuf;
+    size_t o_bytes = o->bytes;
+    pthread_mutex_unlock(&X.lock);
+    return ovl__error(OVL_ERR_ARG, fn,
+                      "destination [%p, +%zu) overlaps an outstanding %s buffer [%p, +%zu): "
+                      "retire it first (ovl_fence, ovl_get_need)",
+                      dst, bytes, o_put ? "ovl_put source" : "ovl_get destination", o_buf, o_bytes);
+}
+
+/* ---- targets on this node (OVL_RMA_LOCAL=direct) --------------------------------
+ * MPI moves such bytes with a copy made by this rank's own CPU (shared
+ * memory): there is no wire time to hide, and strips would only add
+ * installs and faults. The transfer completes inside the call, straight
+ * between the user's buffer and the window, neither split nor guarded. */
+static int direct_target(int rank)
+{
+    return ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(rank);
+}
+
+static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int rank,
+                  size_t offset, size_t bytes)
+{
+    double t0 = ovl__trace_on ? ovl__now_us() : 0;
+    int rc = MPI_SUCCESS;
+    for (size_t at = 0; at < bytes && rc == MPI_SUCCESS;) {
+        int n = (int)(bytes - at < MAX_STRIP ? bytes - at : MAX_STRIP);
+        MPI_Aint disp = (MPI_Aint)(offset + at);
+        MPI_Request r = MPI_REQUEST_NULL;
+        rc = is_put ? MPI_Rput(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win, &r)
+                    : MPI_Rget(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win, &r);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+        at += (size_t)n;
+    }
+    ovl__stats_split_reason(OVL__SPLIT_LOCAL);
+    count(bytes, 1);
+    if (ovl__trace_on)
+        ovl__trace_complete("rma", is_put ? "put-local" : "get-local", t0, ovl__now_us() - t0,
+                            "peer", rank, "offset", (long long)offset, "bytes", (long long)bytes);
+    return rc == MPI_SUCCESS ? OVL_SUCCESS
+                             : ovl__mpi_error(rc, fn, is_put ? "MPI_Rput" : "MPI_Rget");
+}
+
 static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t bytes,
                     ovl_segment_t seg, ovl_request_t *req)
 {
@@ -483,6 +537,24 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
                         dst, ovl_monitor_name(mon));
         goto fail_req;
     }
+    if (direct_target(rank)) {
+        pthread_mutex_lock(&X.lock);
+        for (struct xfer *o = X.head; o; o = o->next)
+            if (overlaps(o->ubuf, o->bytes, dst, bytes)) {
+                rc = overlap_error_unlock(fn, o, dst, bytes);
+                goto fail_req;
+            }
+        pthread_mutex_unlock(&X.lock);
+        if ((rc = direct(fn, 0, dst, s, rank, offset, bytes)))
+            goto fail_req;
+        if (r) { /* complete already */
+            r->status.bytes = bytes;
+            r->status.source = rank;
+            ovl__req_complete(r);
+            *req = h;
+        }
+        return OVL_SUCCESS;
+    }
     struct xfer *x = calloc(1, sizeof *x);
     size_t sz[MAX_STRIPS + 2];
     if (!x) {
@@ -506,16 +578,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
     struct xfer *anchor = NULL;
     for (struct xfer *o = X.head; o; o = o->next) {
         if (overlaps(o->ubuf, o->bytes, dst, bytes)) {
-            /* read o before unlocking: the driver may free it at once */
-            int o_put = o->is_put;
-            void *o_buf = o->ubuf;
-            size_t o_bytes = o->bytes;
-            pthread_mutex_unlock(&X.lock);
-            rc = ovl__error(OVL_ERR_ARG, fn,
-                            "destination [%p, +%zu) overlaps an outstanding %s buffer [%p, +%zu): "
-                            "retire it first (ovl_fence, ovl_get_need)",
-                            dst, bytes, o_put ? "ovl_put source" : "ovl_get destination", o_buf,
-                            o_bytes);
+            rc = overlap_error_unlock(fn, o, dst, bytes);
             free(x);
             goto fail_req;
         }
@@ -717,6 +780,8 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
                           "source [%p, +%zu) holds bytes of a delta receive that have not "
                           "arrived yet: wait for them first (ovl_delta_need, ovl_wait)",
                           src, bytes);
+    if (direct_target(rank))
+        return direct(fn, 1, (char *)src, s, rank, offset, bytes);
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
     size_t ps = ovl__watch_page();
     uintptr_t a = (uintptr_t)src, e = a + bytes;

@@ -173,11 +173,11 @@ static void check_detail_per_thread(void)
 /* ---- configuration --------------------------------------------------------- */
 
 /* Environment variables this test changes, and their values at start. */
-static const char *const env_names[] = { "OVL_PROGRESS",      "OVL_POLL_MAX_US",
-                                         "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
-                                         "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",
-                                         "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US",
-                                         "OVL_POLL_QUIET_US", "OVL_PROGRESS_PRIORITY" };
+static const char *const env_names[] = {
+    "OVL_PROGRESS",      "OVL_POLL_MAX_US",       "OVL_SPIN_US",  "OVL_FRAGMENT_SIZE",
+    "OVL_STREAM_WINDOW", "OVL_STACK_SIZE",        "OVL_VERBOSE",  "OVL_PROGRESS_SLICE_US",
+    "OVL_POLL_QUIET_US", "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL"
+};
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
 
@@ -478,6 +478,7 @@ static void check_config(void)
     expect_env_rejected("OVL_PROGRESS_SLICE_US", "200000");
     expect_env_rejected("OVL_POLL_QUIET_US", "2000000");
     expect_env_rejected("OVL_POLL_QUIET_US", "later");
+    expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
 
     /* Fields whose bit is not in field_mask are ignored. */
     c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
@@ -490,6 +491,7 @@ static void check_config(void)
     CHECK(got.stream_window >= 1);
     CHECK(got.progress_slice_us == 100 || getenv("OVL_PROGRESS_SLICE_US"));
     CHECK(got.poll_quiet_us == 1000 || getenv("OVL_POLL_QUIET_US"));
+    CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -502,6 +504,7 @@ static void check_config(void)
     setenv("OVL_VERBOSE", "0", 1);
     setenv("OVL_PROGRESS_SLICE_US", "0", 1);
     setenv("OVL_POLL_QUIET_US", "0", 1);
+    setenv("OVL_RMA_LOCAL", "Overlap", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.fragment_size == 8192);
@@ -512,6 +515,7 @@ static void check_config(void)
     CHECK(got.verbose == 0);
     CHECK(got.progress_slice_us == 0);
     CHECK(got.poll_quiet_us == 0);
+    CHECK(got.rma_local == OVL_RMA_LOCAL_OVERLAP);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
@@ -526,6 +530,20 @@ static void check_config(void)
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.fragment_size == 4096);
     CHECK(got.progress == variant_progress());
+    CHECK_OK(ovl_finalize());
+    env_restore();
+
+    /* rma_local through the config: an unknown value is refused, a valid
+     * one wins over the environment */
+    setenv("OVL_RMA_LOCAL", "overlap", 1);
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_RMA_LOCAL | OVL_CONFIG_FIELD_VERBOSE,
+                        .rma_local = (ovl_rma_local_t)5,
+                        .verbose = 1 };
+    expect_cfg_rejected(&c, "rma_local=5");
+    c.rma_local = OVL_RMA_LOCAL_DIRECT;
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+    CHECK_OK(ovl_config_get(&got));
+    CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT);
     CHECK_OK(ovl_finalize());
     env_restore();
 

@@ -282,11 +282,23 @@ static void test_split(void)
     size_t ps = ovl__watch_page();
     int peer = (th_rank + 1) % th_size;
     struct ovl__split sp;
-    /* small and local transfers are not split */
+    /* OVL_RMA_LOCAL=direct (default): nothing to or from this node is split */
+    CHECK(ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT);
+    CHECK(ovl__peer_on_node(th_rank) && !ovl__peer_on_node(-1) && !ovl__peer_on_node(th_size));
+    if (ovl__peer_on_node(peer)) {
+        CHECK(ovl__model_split(64 << 20, peer, &sp) == 0 && !sp.should_split &&
+              sp.reason == OVL__SPLIT_LOCAL && sp.nstrips == 1 && strstr(sp.why, "node"));
+        CHECK(ovl__model_split_threshold(peer) == SIZE_MAX);
+    }
+    int lp = ovl__model_link_peer();
+    CHECK(lp >= 0 && lp < th_size && (th_size == 1 || lp != th_rank));
+    /* the rest as for a peer on another node */
+    ovl__g.cfg.rma_local = OVL_RMA_LOCAL_OVERLAP;
+    /* small and self transfers are not split */
     CHECK(ovl__model_split(100, peer, &sp) == 0 && !sp.should_split &&
           sp.reason == OVL__SPLIT_SMALL && sp.nstrips == 1 && sp.first == 100);
     CHECK(ovl__model_split(64 << 20, th_rank, &sp) == 0 && !sp.should_split &&
-          sp.reason == OVL__SPLIT_SELF);
+          sp.reason == OVL__SPLIT_LOCAL);
     size_t thr = ovl__model_split_threshold(peer);
     CHECKF(thr != SIZE_MAX && thr >= 2 * ps && thr % ps == 0, "threshold %zu", thr);
     ovl__model_split(thr, peer, &sp);
@@ -463,6 +475,7 @@ static void test_calibrated(const char *path)
     CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "%.200s: %.200s", ovl__m.source_detail, msg);
     CHECK(msg[0] == 0);
     sane_model();
+    ovl__g.cfg.rma_local = OVL_RMA_LOCAL_OVERLAP; /* the link's threshold, on one node too */
     size_t thr = ovl__model_split_threshold(th_rank ^ 1);
     CHECK(thr >= 2 * ovl__watch_page());
     if (th_rank == 0)

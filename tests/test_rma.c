@@ -29,6 +29,11 @@
  *             into pages never touched (holes) or holding old data, used
  *             upwards or in random order: uffd reuses its receive shadows
  *             across gets, and each must come back empty;
+ *  - local:   (run without OVL_RMA_LOCAL, every other phase with
+ *             OVL_RMA_LOCAL=overlap) gets and puts with targets on this
+ *             node complete inside the call: data read at once, no fault,
+ *             no split, ovl_get_nb's request already complete; targets on
+ *             other nodes stay demand-driven in the same run;
  *  - errors:  bad rank, range beyond the target's size, NULL pointers,
  *             freed / null segment, overlapping outstanding gets, a stack
  *             buffer under a fault monitor, bad hints, lock misuse; a
@@ -435,6 +440,129 @@ static void phase_hints(void)
     free_segment();
 }
 
+/* Does @r run on this rank's node? (MPI_COMM_TYPE_SHARED, as ovl asks) */
+static int on_node(int r)
+{
+    static int *lead;
+    if (!lead) {
+        MPI_Comm node;
+        CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+              MPI_SUCCESS);
+        int me = rank;
+        CHECK(MPI_Allreduce(MPI_IN_PLACE, &me, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS);
+        MPI_Comm_free(&node);
+        lead = calloc((size_t)nranks, sizeof *lead);
+        CHECK(lead != NULL);
+        CHECK(MPI_Allgather(&me, 1, MPI_INT, lead, 1, MPI_INT, MPI_COMM_WORLD) == MPI_SUCCESS);
+    }
+    return lead[r] == lead[rank];
+}
+
+/* OVL_RMA_LOCAL=direct (the default): a transfer with a target on this
+ * node is complete when the call returns (read at once with no
+ * ovl_get_need, even under the explicit monitor; no fault, no split; an
+ * ovl_get_nb request already complete; a put's source rewritten at once
+ * without waiting), while targets on other nodes (on the emulated cluster)
+ * stay demand-driven in the same run. */
+static void phase_local(void)
+{
+    dt_phase("local", 60);
+    ovl_config_t cfg;
+    CHECK_OK(ovl_config_get(&cfg));
+    CHECKF(cfg.rma_local == OVL_RMA_LOCAL_DIRECT, "run without OVL_RMA_LOCAL (got %d)",
+           (int)cfg.rma_local);
+    size_t pg = dt_page();
+    const size_t sizes[] = { 1, 4097, 3 * pg, MiB + 3 };
+    new_segment(2 * MiB + 64);
+    int nlocal = 0;
+    for (int d = 0; d < nranks; d++) {
+        int peer = (rank + d) % nranks; /* d = 0: this rank itself */
+        int near = on_node(peer);
+        nlocal += near;
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            size_t n = sizes[i], toff = 5 * i + (size_t)d, at = i % 2 ? 1 : pg - 3;
+            dt_region_t r;
+            dt_region_alloc(&r, n, at, 0x10c00 + i);
+            ovl_stats_t s0 = dt_stats();
+            CHECK_OK(ovl_get(r.buf, peer, toff, n, seg));
+            if (near) {
+                ovl_stats_t s1 = dt_stats();
+                size_t bad = th_verify(r.buf, n, SEGKEY(peer), toff);
+                CHECKF(bad == TH_OK, "get of %zu from rank %d (this node): byte %zu not there", n,
+                       peer, bad);
+                ovl_stats_t s2 = dt_stats();
+                CHECK(s1.rma_transfers == s0.rma_transfers + 1);
+                CHECK(s1.rma_strips == s0.rma_strips + 1 && s1.rma_split == s0.rma_split);
+                CHECKF(s2.faults == s0.faults, "%llu faults reading a direct get",
+                       (unsigned long long)(s2.faults - s0.faults));
+            } else {
+                use_up(r.buf, n, SEGKEY(peer), toff);
+            }
+            CHECK(dt_sentinel_check(&r) == TH_OK);
+            CHECK_OK(ovl_fence(seg));
+            dt_region_free(&r);
+        }
+        /* ovl_get_nb: complete at once on this node */
+        dt_region_t r;
+        dt_region_alloc(&r, MiB, 0, 0x10d00);
+        ovl_request_t req = OVL_REQUEST_NULL;
+        ovl_status_t st;
+        CHECK_OK(ovl_get_nb(r.buf, peer, 64, MiB, seg, &req));
+        CHECK(req != OVL_REQUEST_NULL);
+        if (near) {
+            int flag = 0;
+            CHECK_OK(ovl_test(&req, &flag, &st));
+            CHECK(flag == 1 && req == OVL_REQUEST_NULL);
+            CHECK(st.bytes == MiB && st.source == peer && st.error == OVL_SUCCESS);
+        } else {
+            CHECK_OK(ovl_wait(&req, &st));
+        }
+        use_up(r.buf, MiB, SEGKEY(peer), 64);
+        CHECK_OK(ovl_fence(seg));
+        dt_region_free(&r);
+    }
+    CHECK(nlocal >= 1); /* this rank at least */
+    size_t thr = 0;
+    CHECK_OK(ovl_get_split_threshold(&thr));
+    if (nlocal == nranks)
+        CHECKF(thr == SIZE_MAX, "one node, split threshold %zu", thr);
+    else
+        CHECKF(thr != SIZE_MAX && thr >= pg, "split threshold %zu with another node", thr);
+
+    /* put: the source is rewritten at once (no wait), the target has the
+     * old bytes; every rank puts to the next one */
+    int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+    size_t n = MiB + 3;
+    dt_region_t p;
+    dt_region_alloc(&p, n, 7, 0x10e00);
+    uint64_t oldk = 0x10f00 + (uint64_t)rank, newk = 0x11000 + (uint64_t)rank;
+    th_fill(p.buf, n, oldk, 0);
+    ovl_stats_t s0 = dt_stats();
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_put(p.buf, to, 32, n, seg));
+    th_fill(p.buf, n, newk, 0);
+    ovl_stats_t s1 = dt_stats();
+    if (on_node(to))
+        CHECKF(s1.faults == s0.faults, "%llu faults rewriting a direct put's source",
+               (unsigned long long)(s1.faults - s0.faults));
+    CHECK(dt_sentinel_check(&p) == TH_OK);
+    CHECK_OK(ovl_fence(seg));
+    CHECK_OK(ovl_barrier());
+    size_t bad = th_verify(segbase + 32, n, 0x10f00 + (uint64_t)from, 0);
+    CHECKF(bad == TH_OK, "put from rank %d: byte %zu", from, bad);
+    CHECK(th_verify(segbase, 32, SEGKEY(rank), 0) == TH_OK);
+    CHECK(th_verify(segbase + 32 + n, 2 * MiB + 64 - 32 - n, SEGKEY(rank), 32 + n) == TH_OK);
+    dt_region_free(&p);
+    /* the argument checks are those of any target */
+    unsigned char small[64];
+    EXPECT_ERR(ovl_get(small, rank, 2 * MiB + 1, 64, seg), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_put(small, rank, 2 * MiB + 1, 64, seg), OVL_ERR_ARG);
+    if (!explicit_mon)
+        EXPECT_ERR(ovl_get(small, rank, 0, sizeof small, seg), OVL_ERR_ARG); /* on the stack */
+    CHECK_OK(ovl_get(small, rank, 0, 0, seg));                               /* zero bytes */
+    free_segment();
+}
+
 static void phase_errors(void)
 {
     dt_phase("errors", 60);
@@ -576,5 +704,7 @@ int main(int argc, char **argv)
         phase_hints();
     if (all || !strcmp(what, "errors"))
         phase_errors();
+    if (!strcmp(what, "local"))
+        phase_local();
     return dt_finish();
 }
