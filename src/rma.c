@@ -479,7 +479,11 @@ static int overlap_error_unlock(const char *fn, const struct xfer *o, const void
  * MPI moves such bytes with a copy made by this rank's own CPU (shared
  * memory): there is no wire time to hide, and strips would only add
  * installs and faults. The transfer completes inside the call, straight
- * between the user's buffer and the window, neither split nor guarded. */
+ * between the user's buffer and the window, neither split nor guarded.
+ * The calls are those of a blocking get or put in MPI code (MPI_Get or
+ * MPI_Put, then MPI_Win_flush_local), the baseline ovl is measured
+ * against. Nothing else of this rank to @rank is outstanding (every
+ * transfer to it is direct), so the flush waits for this one alone. */
 static int direct_target(int rank)
 {
     return ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(rank);
@@ -493,11 +497,10 @@ static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int
     for (size_t at = 0; at < bytes && rc == MPI_SUCCESS;) {
         int n = (int)(bytes - at < MAX_STRIP ? bytes - at : MAX_STRIP);
         MPI_Aint disp = (MPI_Aint)(offset + at);
-        MPI_Request r = MPI_REQUEST_NULL;
-        rc = is_put ? MPI_Rput(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win, &r)
-                    : MPI_Rget(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win, &r);
+        rc = is_put ? MPI_Put(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win)
+                    : MPI_Get(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win);
         if (rc == MPI_SUCCESS)
-            rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+            rc = MPI_Win_flush_local(rank, s->win);
         at += (size_t)n;
     }
     ovl__stats_split_reason(OVL__SPLIT_LOCAL);
@@ -505,8 +508,7 @@ static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int
     if (ovl__trace_on)
         ovl__trace_complete("rma", is_put ? "put-local" : "get-local", t0, ovl__now_us() - t0,
                             "peer", rank, "offset", (long long)offset, "bytes", (long long)bytes);
-    return rc == MPI_SUCCESS ? OVL_SUCCESS
-                             : ovl__mpi_error(rc, fn, is_put ? "MPI_Rput" : "MPI_Rget");
+    return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, fn, is_put ? "MPI_Put" : "MPI_Get");
 }
 
 static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t bytes,
