@@ -56,6 +56,32 @@ static int env_size(const char *name, unsigned long long *v)
     return parse_size(name, s, v);
 }
 
+/* Environment variable @name naming one of @names[0..n) (any case): 1 if
+ * unset, 0 with *out = the matching @values entry, or OVL_ERR_CONFIG. */
+static int env_choice(const char *name, const char *const *names, const int *values, int n,
+                      int *out)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 1;
+    char list[256];
+    size_t at = 0;
+    list[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcasecmp(s, names[i])) {
+            *out = values[i];
+            return 0;
+        }
+        if (at < sizeof list)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\"",
+                                   i == 0       ? ""
+                                   : i + 1 == n ? " or "
+                                                : ", ",
+                                   names[i]);
+    }
+    return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\": expected %s", name, s, list);
+}
+
 int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
 {
     ovl_config_t c = {
@@ -87,57 +113,39 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         c.verbose = (int)(v > 2 ? 2 : v);
     }
 
-    if (m & OVL_CONFIG_FIELD_PROGRESS) {
+    static const char *const progress_names[] = { "inline", "thread", "none" };
+    static const int progress_values[] = { OVL_PROGRESS_INLINE, OVL_PROGRESS_THREAD,
+                                           OVL_PROGRESS_INLINE };
+    int e;
+    if (m & OVL_CONFIG_FIELD_PROGRESS)
         c.progress = user->progress;
-    } else {
-        const char *s = getenv("OVL_PROGRESS");
-        if (s && *s) {
-            if (!strcasecmp(s, "thread"))
-                c.progress = OVL_PROGRESS_THREAD;
-            else if (!strcasecmp(s, "inline") || !strcasecmp(s, "none"))
-                c.progress = OVL_PROGRESS_INLINE;
-            else
-                return ovl__error(OVL_ERR_CONFIG, "ovl_init",
-                                  "OVL_PROGRESS=\"%s\": expected \"inline\" or \"thread\"", s);
-        }
-    }
+    else if ((rc = env_choice("OVL_PROGRESS", progress_names, progress_values, 3, &e)) < 0)
+        return rc;
+    else if (rc == 0)
+        c.progress = (ovl_progress_mode_t)e;
     if (c.progress != OVL_PROGRESS_INLINE && c.progress != OVL_PROGRESS_THREAD)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "progress mode %d unknown", (int)c.progress);
 
-    if (m & OVL_CONFIG_FIELD_MONITOR) {
+    static const char *const monitor_names[] = { "auto", "uffd", "mprotect", "explicit" };
+    static const int monitor_values[] = { OVL_MONITOR_AUTO, OVL_MONITOR_UFFD, OVL_MONITOR_MPROTECT,
+                                          OVL_MONITOR_EXPLICIT };
+    if (m & OVL_CONFIG_FIELD_MONITOR)
         c.monitor = user->monitor;
-    } else {
-        const char *s = getenv("OVL_MONITOR");
-        if (s && *s) {
-            static const char *names[] = { "auto", "uffd", "mprotect", "explicit" };
-            int found = -1;
-            for (int i = 0; i < 4; i++)
-                if (!strcasecmp(s, names[i]))
-                    found = i;
-            if (found < 0)
-                return ovl__error(OVL_ERR_CONFIG, "ovl_init",
-                                  "OVL_MONITOR=\"%s\": expected auto, uffd, mprotect or explicit",
-                                  s);
-            c.monitor = (ovl_monitor_t)found;
-        }
-    }
+    else if ((rc = env_choice("OVL_MONITOR", monitor_names, monitor_values, 4, &e)) < 0)
+        return rc;
+    else if (rc == 0)
+        c.monitor = (ovl_monitor_t)e;
     if ((unsigned)c.monitor > OVL_MONITOR_EXPLICIT)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "monitor %d unknown", (int)c.monitor);
 
-    if (m & OVL_CONFIG_FIELD_RMA_LOCAL) {
+    static const char *const rma_local_names[] = { "direct", "overlap" };
+    static const int rma_local_values[] = { OVL_RMA_LOCAL_DIRECT, OVL_RMA_LOCAL_OVERLAP };
+    if (m & OVL_CONFIG_FIELD_RMA_LOCAL)
         c.rma_local = user->rma_local;
-    } else {
-        const char *s = getenv("OVL_RMA_LOCAL");
-        if (s && *s) {
-            if (!strcasecmp(s, "direct"))
-                c.rma_local = OVL_RMA_LOCAL_DIRECT;
-            else if (!strcasecmp(s, "overlap"))
-                c.rma_local = OVL_RMA_LOCAL_OVERLAP;
-            else
-                return ovl__error(OVL_ERR_CONFIG, "ovl_init",
-                                  "OVL_RMA_LOCAL=\"%s\": expected \"direct\" or \"overlap\"", s);
-        }
-    }
+    else if ((rc = env_choice("OVL_RMA_LOCAL", rma_local_names, rma_local_values, 2, &e)) < 0)
+        return rc;
+    else if (rc == 0)
+        c.rma_local = (ovl_rma_local_t)e;
     if (c.rma_local != OVL_RMA_LOCAL_DIRECT && c.rma_local != OVL_RMA_LOCAL_OVERLAP)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "rma_local %d unknown", (int)c.rma_local);
 
