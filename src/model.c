@@ -162,7 +162,8 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
 }
 
 /* Sorts @v (n small) and returns its median (upper one for even @n). */
-static double median(double *v, int n)
+/* Ascending, in place (a few dozen values). */
+static void sort_up(double *v, int n)
 {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
@@ -170,6 +171,11 @@ static double median(double *v, int n)
             v[j] = v[j - 1];
             v[j - 1] = x;
         }
+}
+
+static double median(double *v, int n)
+{
+    sort_up(v, n);
     return v[n / 2];
 }
 
@@ -217,10 +223,10 @@ size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double l
     }
     double fl = lat > 5 ? lat : 5;
     for (int i = 2; i < n; i++) {
-        /* the typical step: the lower quartile of the steps below (median
-         * sorts them); a level shift below the switch must not hide it */
+        /* the typical step: the lower quartile of the steps below; a
+         * level shift below the switch must not hide it */
         memcpy(sorted, step + 1, (size_t)(i - 1) * sizeof *step);
-        (void)median(sorted, i - 1);
+        sort_up(sorted, i - 1);
         double ty = sorted[(i - 2) / 4];
         if (ty < 0.5)
             ty = 0.5;
@@ -317,6 +323,15 @@ static double quick_copy_rate(void)
     return best > 0 ? best : model_defaults.compute_us_per_B;
 }
 
+/* The first rank on another node than rank @of (ovl__g.node_of), or -1. */
+static int off_node_peer(int of)
+{
+    for (int r = 0; r < ovl__g.size; r++)
+        if (ovl__g.node_of[r] != ovl__g.node_of[of])
+            return r;
+    return -1;
+}
+
 /* The rank that measures the network with rank 0: the first rank on
  * another node (MPI_COMM_TYPE_SHARED), since the links between nodes are
  * what pieces and strips are sized for; rank 1 if every rank shares rank
@@ -325,21 +340,23 @@ static int measuring_peer(void)
 {
     if (ovl__g.size < 2)
         return -1;
-    for (int r = 1; r < ovl__g.size; r++)
-        if (ovl__g.node_of[r] != ovl__g.node_of[0])
-            return r;
-    return 1;
+    int r = off_node_peer(0);
+    return r >= 0 ? r : 1;
 }
 
 int ovl__model_link_peer(void)
 {
-    int me = ovl__g.rank;
-    for (int r = 0; r < ovl__g.size; r++)
-        if (!ovl__peer_on_node(r))
-            return r;
+    int me = ovl__g.rank, r = off_node_peer(me);
+    if (r >= 0)
+        return r;
     if ((me ^ 1) < ovl__g.size)
         return me ^ 1;
     return me > 0 ? me - 1 : me;
+}
+
+int ovl__model_direct(int peer)
+{
+    return ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer);
 }
 
 /* Wait for @req sleeping between tests: a rank that is not measuring must
@@ -635,7 +652,7 @@ int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
         r.why = "local transfer: nothing to overlap";
         goto done;
     }
-    if (ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer)) {
+    if (ovl__model_direct(peer)) {
         /* MPI moves the bytes with this rank's own CPU (a copy through
          * shared memory): no wire time to hide, and a strip would add an
          * install and a fault (docs/PERFORMANCE.md, shared memory). */

@@ -446,6 +446,9 @@ size_t ovl__model_split_threshold(int peer);
 /* The peer whose link the model's figures describe: the first rank on
  * another node, else a neighbour on this one (rank ^ 1), else this rank. */
 int ovl__model_link_peer(void);
+/* A get/put with @peer completes inside the call, unsplit and unguarded:
+ * @peer is on this rank's node and OVL_RMA_LOCAL=direct (rma.c). */
+int ovl__model_direct(int peer);
 /* Size of strip @k (0-based) of a split @bytes transfer. */
 size_t ovl__model_strip_size(const struct ovl__split *s, size_t bytes, int k);
 /* Transfers smaller than this, posted while others are outstanding, are

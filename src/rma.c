@@ -28,7 +28,8 @@
  *
  * Targets on the caller's node (OVL_RMA_LOCAL=direct, the default): MPI
  * copies those bytes with this rank's CPU, so there is nothing to overlap;
- * the transfer completes inside the call, unsplit and unguarded (direct()).
+ * the transfer completes inside the call, unsplit and unguarded (direct();
+ * the model's rule, ovl__model_direct).
  *
  * Every MPI request of a guarded transfer is an engine op (progress.c);
  * nothing here polls MPI.
@@ -484,11 +485,6 @@ static int overlap_error_unlock(const char *fn, const struct xfer *o, const void
  * MPI_Put, then MPI_Win_flush_local), the baseline ovl is measured
  * against. Nothing else of this rank to @rank is outstanding (every
  * transfer to it is direct), so the flush waits for this one alone. */
-static int direct_target(int rank)
-{
-    return ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(rank);
-}
-
 static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int rank,
                   size_t offset, size_t bytes)
 {
@@ -539,7 +535,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
                         dst, ovl_monitor_name(mon));
         goto fail_req;
     }
-    if (direct_target(rank)) {
+    if (ovl__model_direct(rank)) {
         pthread_mutex_lock(&X.lock);
         for (struct xfer *o = X.head; o; o = o->next)
             if (overlaps(o->ubuf, o->bytes, dst, bytes)) {
@@ -782,7 +778,7 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
                           "source [%p, +%zu) holds bytes of a delta receive that have not "
                           "arrived yet: wait for them first (ovl_delta_need, ovl_wait)",
                           src, bytes);
-    if (direct_target(rank))
+    if (ovl__model_direct(rank))
         return direct(fn, 1, (char *)src, s, rank, offset, bytes);
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
     size_t ps = ovl__watch_page();
