@@ -379,7 +379,7 @@ static int check_common(const char *fn, const void *buf, int rank, size_t offset
                         ovl_segment_t seg, struct ovl__seg **out)
 {
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__seg_lookup(fn, seg, &s)) ||
         (rc = ovl__check_peer(fn, rank, 0)))
         return rc;
@@ -511,7 +511,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
                     ovl_segment_t seg, ovl_request_t *req)
 {
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = check_common(fn, dst, rank, offset, bytes, seg, &s)))
         return rc;
     struct ovl__req *r = NULL;
@@ -762,7 +762,7 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
 {
     static const char *fn = "ovl_put";
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = check_common(fn, src, rank, offset, bytes, seg, &s)))
         return rc;
     if (bytes == 0) {
@@ -905,7 +905,7 @@ int ovl_fence(ovl_segment_t seg)
 {
     static const char *fn = "ovl_fence";
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__seg_lookup(fn, seg, &s)))
         return rc;
     if ((rc = ovl__rma_retire(s, -1)))
