@@ -460,6 +460,7 @@ size_t ovl__model_piggyback_threshold(void);
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
 /* Largest delta piece (receivers size their buffers with it). */
 size_t ovl__model_max_delta(void);
+int ovl__model_copy_piece(size_t len);
 
 /* One-sided transfers (rma.c): strip sizes for a transfer of @bytes from
  * @peer (HUNT 5.1); fills sizes[0..n) (n <= max) and returns n, 1 = no split. */

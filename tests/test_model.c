@@ -387,6 +387,12 @@ static void test_delta_size(void)
     CHECKF(d400 >= 3 * ps && d400 <= 48 << 10, "400 KB: %zu", d400);
     if (th_rank == 0)
         printf("delta size for 400 KB at L = o = 12 us, 117 MB/s: %zu B\n", d400);
+    /* Under fault triggering a piece's last page reaches the receiver with
+     * the next piece: two one-page pieces cannot pipeline, so an 8 KiB
+     * message produced at about the link's rate stays in one piece (the
+     * 2026-11-22 sweep: one piece 1.2-1.5x faster than two) */
+    CHECKF(ovl__model_delta_size(2 * ps, 146, 1) == 2 * ps, "2 pages, faults: %zu",
+           ovl__model_delta_size(2 * ps, 146, 1));
     /* costlier pieces, larger pieces; a cheap link, small ones */
     ovl__m.o_us = 60;
     size_t dbig = ovl__model_delta_size(400 << 10, 117, 1);
