@@ -482,7 +482,10 @@ OVL_NODISCARD int ovl_free(void *base);
  * write came before the last piece left) completes with OVL_ERR_STALE.
  * Not checked: the buffer's partial first and last pages (shared with
  * other data, never protected) and the page being written when the next
- * delta left. Fault monitors refuse buffers on the calling thread's stack
+ * delta left. A message that goes in one piece (no larger than the delta
+ * size, and under the MPI library's protocol switch) is not watched: it
+ * is copied and sent at ovl_delta_send_end(), so nothing can be stale.
+ * Fault monitors refuse buffers on the calling thread's stack
  * (OVL_ERR_ARG). With OVL_MONITOR_EXPLICIT the program instead calls
  * ovl_delta_produced() for each range it has finished, in any order.
  *
