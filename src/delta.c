@@ -346,11 +346,13 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
          * MPI_Isend: finish it here rather than wake the progress thread,
          * which on a busy node takes the CPU from the computation. */
         int flag = 0;
-        MPI_Status st;
-        if (MPI_Test(&p->op.mreq, &flag, &st) == MPI_SUCCESS && flag) {
+        int trc = MPI_Test(&p->op.mreq, &flag, MPI_STATUS_IGNORE);
+        if (trc != MPI_SUCCESS && !d->err)
+            d->err = ovl__mpi_error(trc, "ovl_delta_send", "piece transfer");
+        if (flag || p->op.mreq == MPI_REQUEST_NULL) {
             d->inflight--;
             free(p);
-            return d->err;
+            return OVL_SUCCESS;
         }
     }
     if (ovl__engine_add(&p->op) != OVL_SUCCESS) {
