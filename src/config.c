@@ -82,6 +82,25 @@ static int env_choice(const char *name, const char *const *names, const int *val
     return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\": expected %s", name, s, list);
 }
 
+/* A name-valued setting: @field when @from_field, else the environment
+ * variable @env (env_choice), else *out as it is; the result must be one
+ * of @values (@what names it in the error). OVL_SUCCESS or OVL_ERR_CONFIG. */
+static int choice_field(int from_field, int field, const char *env, const char *what,
+                        const char *const *names, const int *values, int n, int *out)
+{
+    int rc, e;
+    if (from_field)
+        *out = field;
+    else if ((rc = env_choice(env, names, values, n, &e)) < 0)
+        return rc;
+    else if (rc == 0)
+        *out = e;
+    for (int i = 0; i < n; i++)
+        if (values[i] == *out)
+            return OVL_SUCCESS;
+    return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s %d unknown", what, *out);
+}
+
 int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
 {
     ovl_config_t c = {
@@ -102,6 +121,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .rma_local = OVL_RMA_LOCAL_DIRECT,
     };
     uint64_t m = user ? user->field_mask : 0;
+    static const ovl_config_t none; /* read, never used, when user is NULL */
+    const ovl_config_t *u = user ? user : &none;
     unsigned long long v;
     int rc;
 
@@ -116,38 +137,28 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     static const char *const progress_names[] = { "inline", "thread", "none" };
     static const int progress_values[] = { OVL_PROGRESS_INLINE, OVL_PROGRESS_THREAD,
                                            OVL_PROGRESS_INLINE };
-    int e;
-    if (m & OVL_CONFIG_FIELD_PROGRESS)
-        c.progress = user->progress;
-    else if ((rc = env_choice("OVL_PROGRESS", progress_names, progress_values, 3, &e)) < 0)
+    int e = (int)c.progress;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_PROGRESS) != 0, (int)u->progress, "OVL_PROGRESS",
+                           "progress mode", progress_names, progress_values, 3, &e)))
         return rc;
-    else if (rc == 0)
-        c.progress = (ovl_progress_mode_t)e;
-    if (c.progress != OVL_PROGRESS_INLINE && c.progress != OVL_PROGRESS_THREAD)
-        return ovl__error(OVL_ERR_CONFIG, "ovl_init", "progress mode %d unknown", (int)c.progress);
+    c.progress = (ovl_progress_mode_t)e;
 
     static const char *const monitor_names[] = { "auto", "uffd", "mprotect", "explicit" };
     static const int monitor_values[] = { OVL_MONITOR_AUTO, OVL_MONITOR_UFFD, OVL_MONITOR_MPROTECT,
                                           OVL_MONITOR_EXPLICIT };
-    if (m & OVL_CONFIG_FIELD_MONITOR)
-        c.monitor = user->monitor;
-    else if ((rc = env_choice("OVL_MONITOR", monitor_names, monitor_values, 4, &e)) < 0)
+    e = (int)c.monitor;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_MONITOR) != 0, (int)u->monitor, "OVL_MONITOR",
+                           "monitor", monitor_names, monitor_values, 4, &e)))
         return rc;
-    else if (rc == 0)
-        c.monitor = (ovl_monitor_t)e;
-    if ((unsigned)c.monitor > OVL_MONITOR_EXPLICIT)
-        return ovl__error(OVL_ERR_CONFIG, "ovl_init", "monitor %d unknown", (int)c.monitor);
+    c.monitor = (ovl_monitor_t)e;
 
     static const char *const rma_local_names[] = { "direct", "overlap" };
     static const int rma_local_values[] = { OVL_RMA_LOCAL_DIRECT, OVL_RMA_LOCAL_OVERLAP };
-    if (m & OVL_CONFIG_FIELD_RMA_LOCAL)
-        c.rma_local = user->rma_local;
-    else if ((rc = env_choice("OVL_RMA_LOCAL", rma_local_names, rma_local_values, 2, &e)) < 0)
+    e = (int)c.rma_local;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_RMA_LOCAL) != 0, (int)u->rma_local,
+                           "OVL_RMA_LOCAL", "rma_local", rma_local_names, rma_local_values, 2, &e)))
         return rc;
-    else if (rc == 0)
-        c.rma_local = (ovl_rma_local_t)e;
-    if (c.rma_local != OVL_RMA_LOCAL_DIRECT && c.rma_local != OVL_RMA_LOCAL_OVERLAP)
-        return ovl__error(OVL_ERR_CONFIG, "ovl_init", "rma_local %d unknown", (int)c.rma_local);
+    c.rma_local = (ovl_rma_local_t)e;
 
 #define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                 \
     do {                                                                                       \

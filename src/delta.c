@@ -299,7 +299,8 @@ static void piece_sent(struct ovl__op *op, MPI_Status *st)
 /* Send bytes [off, off+len) as one piece (len <= max_piece); lock held. */
 static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t flags)
 {
-    int copy = len > 0 && ovl__model_copy_piece(len);
+    int copy = len > 0 && ovl__model_copy_piece(sizeof(struct piece_hdr) + len);
+    int whole = copy || len == 0; /* one contiguous block from p->h */
     struct send_piece *p = malloc(sizeof *p + (copy ? len : 0));
     if (!p)
         return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece");
@@ -314,7 +315,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     p->op.peer = d->peer;
     p->op.mreq = MPI_REQUEST_NULL;
     int rc;
-    if (len == 0 || copy) {
+    if (whole) {
         if (copy)
             memcpy(p->data, d->buf + off, len);
         rc = MPI_Isend(&p->h, (int)(sizeof p->h + (copy ? len : 0)), MPI_BYTE, d->peer, (int)d->sid,
@@ -341,7 +342,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     if (ovl__trace_on)
         ovl__trace_instant("delta", "piece-send", "offset", (long long)off, "bytes",
                            (long long)len);
-    if (copy || len == 0) {
+    if (whole) {
         /* A copied piece under the protocol switch has usually left inside
          * MPI_Isend: finish it here rather than wake the progress thread,
          * which on a busy node takes the CPU from the computation. */
@@ -434,7 +435,7 @@ static int flush_ready(struct ovl__delta *d, int k)
     d->nready--;
     if (range_add(&d->sent, &d->nsent, &d->capsent, g.lo, g.hi) < 0)
         return d->err = OVL_ERR_NOMEM;
-    if (d->nsent == 1 && d->sent[0].lo == 0 && d->sent[0].hi == d->cap && !d->fwd_src) {
+    if (d->nsent == 1 && d->sent[0].lo == 0 && d->sent[0].hi == d->cap) {
         /* The whole buffer has now been produced: the message can be no
          * shorter, so this range ends it (no empty last piece at send_end,
          * which would keep the receiver waiting one more message). */
@@ -678,7 +679,8 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
                               "more than %d sends forward the same arriving buffer", NFWD);
         }
         d->mon = OVL_MONITOR_EXPLICIT; /* arrivals drive it, not writes */
-    } else if (d->mon == OVL_MONITOR_EXPLICIT || (d->dsize >= cap && ovl__model_copy_piece(cap))) {
+    } else if (d->mon == OVL_MONITOR_EXPLICIT ||
+               (d->dsize >= cap && ovl__model_copy_piece(sizeof(struct piece_hdr) + cap))) {
         /* Explicit mode; or one piece, copied when it leaves at send_end
          * (or once ovl_delta_produced covers it): no write before then has
          * anything to trigger, and none after it can reach the message, so
