@@ -301,7 +301,10 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
 {
     int copy = len > 0 && ovl__model_copy_piece(sizeof(struct piece_hdr) + len);
     int whole = copy || len == 0; /* one contiguous block from p->h */
-    struct send_piece *p = malloc(sizeof *p + (copy ? len : 0));
+    /* A copy may be read by another process (shared-memory zero-copy:
+     * CMA), which a guarded page makes fail: it gets pages of its own, never
+     * one shared with a heap buffer that is a pending delta receive. */
+    struct send_piece *p = copy ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
     if (!p)
         return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece");
     p->h.off = off;
