@@ -355,9 +355,12 @@ int bench_callback_latency(int argc, char **argv)
                same ? ""
                     : "\n  one-way times are offset by the clock difference; "
                       "'added' columns remain valid");
+        const char *pmin = getenv("OVL_POLL_MIN_US");
         printf("one-way = seen - sent; added = quantile - mpi-spin quantile; cpu cost = 1 - "
-               "main-thread daxpy rate / baseline (%.0f daxpy/s)\n\n",
-               base->rate);
+               "main-thread daxpy rate / baseline (%.0f daxpy/s)\n"
+               "first sleep after activity: %s%s (OVL_POLL_MIN_US)\n\n",
+               base->rate, pmin && atoi(pmin) > 0 ? pmin : "poll",
+               pmin && atoi(pmin) > 0 ? " us" : "");
         printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "mode", "poll",
                "spin", "p50", "p90", "p99", "max", "+p50", "+p90", "+p99", "cpu cost", "helper",
                "wakeups");

@@ -107,7 +107,8 @@ enum {
     OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10,
     OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11,
     OVL_CONFIG_FIELD_PROGRESS_PRIORITY = 1u << 12,
-    OVL_CONFIG_FIELD_RMA_LOCAL = 1u << 13
+    OVL_CONFIG_FIELD_RMA_LOCAL = 1u << 13,
+    OVL_CONFIG_FIELD_POLL_MIN_US = 1u << 14
 };
 
 /**
@@ -165,6 +166,8 @@ typedef struct {
     int progress_priority; /**< OVL_PROGRESS_PRIORITY: 1-99 gives the progress thread SCHED_FIFO at this priority while it sleeps on its poll timer and polls, where the process may (CAP_SYS_NICE or RLIMIT_RTPRIO), so every poll wake-up preempts the computation; ovl_config_get() reports 0 when it was refused; 0 = normal scheduling (default 0) */
     ovl_rma_local_t
         rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put treat a target on this rank's node (default direct) */
+    unsigned
+        poll_min_us; /**< OVL_POLL_MIN_US: first sleep of the progress thread after activity (a completion, a new operation), doubling up to poll_max_us; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 0: every sleep is poll_max_us) */
 } ovl_config_t;
 
 /**

@@ -119,6 +119,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .poll_quiet_us = 1000,
         .progress_priority = 0,
         .rma_local = OVL_RMA_LOCAL_DIRECT,
+        .poll_min_us = 0,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
@@ -188,7 +189,10 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_QUIET_US, poll_quiet_us, "OVL_POLL_QUIET_US", 0, 1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_PRIORITY, progress_priority, "OVL_PROGRESS_PRIORITY", 0,
                   99);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_MIN_US, poll_min_us, "OVL_POLL_MIN_US", 0, 1000000);
 #undef OVL_NUM_FIELD
+    if (c.poll_min_us == 0 || c.poll_min_us > c.poll_max_us)
+        c.poll_min_us = c.poll_max_us;
     *out = c;
     return OVL_SUCCESS;
 }

@@ -13,9 +13,14 @@
  * every core:
  *   - no work in flight: sleep on a condition variable (no CPU at all);
  *   - work in flight: poll; after a poll that completed something keep
- *     polling for OVL_SPIN_US, then sleep between polls with an interval that
- *     doubles from 1 us up to OVL_POLL_MAX_US (timer slack set to 1 us so the
- *     kernel honours short sleeps); when all that is in flight is sized
+ *     polling for OVL_SPIN_US, then sleep between polls, first for
+ *     OVL_POLL_MIN_US, doubling up to OVL_POLL_MAX_US (by default both are
+ *     the same: a steady interval; timer slack set to 1 us so the kernel
+ *     honours short sleeps). A ramp from 1 us made about eight wake-ups in
+ *     the first quarter millisecond after every message, each preempting the
+ *     computation, and the thread that had just used so much CPU then waited
+ *     milliseconds for its next turn (docs/PERFORMANCE.md, "Steady polling");
+ *     when all that is in flight is sized
  *     transfers predicted to take longer (sleep_cap_locked), the interval
  *     may grow up to OVL_POLL_QUIET_US;
  *   - any ovl call that posts work wakes the thread at once;
@@ -602,7 +607,7 @@ static void *progress_thread(void *unused)
         ovl__info("progress thread: no custom time slice (%s)", strerror(errno));
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
-    const unsigned quiet_us = ovl__g.cfg.poll_quiet_us;
+    const unsigned quiet_us = ovl__g.cfg.poll_quiet_us, min_us = ovl__g.cfg.poll_min_us;
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
@@ -663,7 +668,7 @@ static void *progress_thread(void *unused)
         if (ovl__now_us() - last_activity < spin_us)
             continue;
         const unsigned cap = sleep_cap_locked(max_us, quiet_us);
-        backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : 1;
+        backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : (min_us < cap ? min_us : cap);
         struct timespec ts;
         deadline_in(backoff, &ts);
         if (!E.posted) {
