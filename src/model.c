@@ -74,6 +74,8 @@ struct ovl__model ovl__m = MODEL_DEFAULTS;
 
 /* Largest piece a delta send uses; receivers size their buffers with it. */
 #define MAX_DELTA (256u << 10)
+/* delta sizes predicted within this fraction of the best count as a tie */
+#define TIE 0.03
 
 static size_t cvar_size(const char *name)
 {
@@ -846,7 +848,7 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         pb = ovl__model_protect_us(mon, 1);
         pb = pb < 0.5 ? 0.5 : pb > 50 ? 50 : pb;
     }
-    double best_t = 1e300;
+    double best_t = 1e300, totals[MAX_DELTA / 4096];
     size_t best = ps;
     size_t cap = bytes < MAX_DELTA ? bytes : MAX_DELTA;
     /* Stay below the rendezvous switch (the delta paper: a delta at or above
@@ -881,7 +883,20 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
             best_t = total;
             best = d;
         }
+        if (d / ps - 1 < sizeof totals / sizeof *totals)
+            totals[d / ps - 1] = total;
     }
+    /* Among sizes predicted within TIE of the best, the largest: each piece
+     * carries costs the model may undercharge (measured: OS-triggered 16-32
+     * KB messages, where it predicted a 1-2 % tie between 8 and 16 KB
+     * pieces and 16 KB was 6-13 % faster), and the quick estimate moves
+     * from run to run by more than that. */
+    for (size_t d = cap / ps * ps; d > best; d -= ps)
+        if (d / ps - 1 < sizeof totals / sizeof *totals &&
+            totals[d / ps - 1] <= best_t * (1 + TIE)) {
+            best = d;
+            break;
+        }
     return best;
 }
 

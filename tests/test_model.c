@@ -462,6 +462,26 @@ static void test_delta_size(void)
         CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
                "one-step jump after a small rise: %zu", ovl__model_find_switch(sz, t, n, 15));
     }
+    /* Near-ties go to fewer pieces. The figures the quick estimate gave on
+     * the emulated cluster with the progress thread (2026-11-22): a 16 KiB
+     * OS-triggered message at 111 B/us was predicted 1 % faster in 8 KiB
+     * pieces than in one piece, and one piece measured 6-16 % faster. An
+     * explicit one, with a clear 8 KiB optimum, keeps it. */
+    if (ps == 4096) {
+        struct ovl__model keep = ovl__m;
+        ovl__m.lat_us = ovl__m.o_us = 8.8;
+        ovl__m.bw_Bpus = 117.5;
+        ovl__m.fault_us = 6.0;
+        ovl__m.poll_sleep_us = 79;
+        ovl__m.piece_switch = 20480;
+        ovl__m.uffd_wp_base_us = ovl__m.prot_base_us = 2.0;
+        ovl__m.uffd_wp_page_us = ovl__m.prot_page_us = 0.05;
+        size_t tie = ovl__model_delta_size(16384, 111, 1);
+        CHECKF(tie == 16384, "16 KiB, faults, a 1 %% tie: %zu", tie);
+        size_t clear = ovl__model_delta_size(16384, 111, 0);
+        CHECKF(clear == 8192, "16 KiB, explicit, 8 KiB clearly best: %zu", clear);
+        ovl__m = keep;
+    }
     /* OVL_DELTA_SIZE wins, capped at the largest piece */
     ovl__g.cfg.delta_size = 3 * ps;
     CHECK(ovl__model_delta_size(400 << 10, 117, 1) == 3 * ps);
