@@ -889,7 +889,7 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
     /* Among sizes predicted within TIE of the best, the largest: each piece
      * carries costs the model may undercharge (measured: OS-triggered 16-32
      * KB messages, where it predicted a 1-2 % tie between 8 and 16 KB
-     * pieces and 16 KB was 6-13 % faster), and the quick estimate moves
+     * pieces and 16 KB was 6-16 % faster), and the quick estimate moves
      * from run to run by more than that. */
     for (size_t d = cap / ps * ps; d > best; d -= ps)
         if (d / ps - 1 < sizeof totals / sizeof *totals &&
