@@ -167,7 +167,6 @@ static double pingpong(int peer, char *buf, int bytes, int reps)
     return best;
 }
 
-/* Sorts @v (n small) and returns its median (upper one for even @n). */
 /* Ascending, in place (a few dozen values). */
 static void sort_up(double *v, int n)
 {
@@ -179,6 +178,7 @@ static void sort_up(double *v, int n)
         }
 }
 
+/* Sorts @v and returns its median (the upper one for even @n). */
 static double median(double *v, int n)
 {
     sort_up(v, n);
@@ -848,7 +848,7 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         pb = ovl__model_protect_us(mon, 1);
         pb = pb < 0.5 ? 0.5 : pb > 50 ? 50 : pb;
     }
-    double best_t = 1e300, totals[MAX_DELTA / 4096];
+    double best_t = 1e300, totals[MAX_DELTA / 4096]; /* [k]: pieces of (k + 1) pages */
     size_t best = ps;
     size_t cap = bytes < MAX_DELTA ? bytes : MAX_DELTA;
     /* Stay below the rendezvous switch (the delta paper: a delta at or above
@@ -858,7 +858,10 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
     /* ... and below a protocol switch seen under it (measured at init). */
     if (ovl__m.piece_switch > 2 * ps && cap >= ovl__m.piece_switch)
         cap = (ovl__m.piece_switch - 1) / ps * ps;
-    for (size_t d = ps; d <= cap; d += ps) {
+    const size_t kmax = sizeof totals / sizeof *totals;
+    size_t nk = cap / ps < kmax ? cap / ps : kmax;
+    for (size_t k = 0; k < nk; k++) {
+        size_t d = (k + 1) * ps;
         double n = (double)((bytes + d - 1) / d);
         int one = d >= bytes;
         double s = (double)d / P + o + (one ? 0 : f + 2 * pb); /* produce and post */
@@ -879,22 +882,20 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
             double lag = slow - r * (double)(d - ps) / (double)d;
             total += lag > 0 ? lag : 0;
         }
+        totals[k] = total;
         if (total < best_t) {
             best_t = total;
             best = d;
         }
-        if (d / ps - 1 < sizeof totals / sizeof *totals)
-            totals[d / ps - 1] = total;
     }
     /* Among sizes predicted within TIE of the best, the largest: each piece
      * carries costs the model may undercharge (measured: OS-triggered 16-32
      * KB messages, where it predicted a 1-2 % tie between 8 and 16 KB
      * pieces and 16 KB was 6-16 % faster), and the quick estimate moves
      * from run to run by more than that. */
-    for (size_t d = cap / ps * ps; d > best; d -= ps)
-        if (d / ps - 1 < sizeof totals / sizeof *totals &&
-            totals[d / ps - 1] <= best_t * (1 + TIE)) {
-            best = d;
+    for (size_t k = nk; k-- > 0 && (k + 1) * ps > best;)
+        if (totals[k] <= best_t * (1 + TIE)) {
+            best = (k + 1) * ps;
             break;
         }
     return best;

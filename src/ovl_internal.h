@@ -460,6 +460,8 @@ size_t ovl__model_piggyback_threshold(void);
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
 /* Largest delta piece (receivers size their buffers with it). */
 size_t ovl__model_max_delta(void);
+/* A delta piece whose message (header and bytes) is @len bytes is copied
+ * and sent contiguous (under the protocol switch), not as a struct. */
 int ovl__model_copy_piece(size_t len);
 
 /* One-sided transfers (rma.c): strip sizes for a transfer of @bytes from

@@ -668,7 +668,8 @@ static void *progress_thread(void *unused)
         if (ovl__now_us() - last_activity < spin_us)
             continue;
         const unsigned cap = sleep_cap_locked(max_us, quiet_us);
-        backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : (min_us < cap ? min_us : cap);
+        /* min_us <= max_us <= cap (config.c, sleep_cap_locked) */
+        backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : min_us;
         struct timespec ts;
         deadline_in(backoff, &ts);
         if (!E.posted) {
