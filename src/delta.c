@@ -954,6 +954,26 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
     maybe_finish(d);
 }
 
+/* A piece receive may be polled slowly (struct ovl__op, `patient`) while
+ * only the program waits for this message and it waits by touching the
+ * buffer or calling ovl_delta_need, both of which drive progress. Not for
+ * an ovl_irecv of a delta message, a message with a continuation or one
+ * forwarded onward as it arrives (their callbacks and sends must not lag),
+ * nor for pieces above the eager limit: the sender's rendezvous would wait
+ * for this rank's polls. Engine lock held (fwd_dst, cont_registered). */
+static int slot_patient(const struct ovl__op *op)
+{
+    const struct slot *s = op->ctx;
+    const struct ovl__delta *d = s->d;
+    if (d->plain || d->req->cont_registered)
+        return 0;
+    for (int k = 0; k < NFWD; k++)
+        if (d->fwd_dst[k])
+            return 0;
+    return ovl__m.eager == 0 ||
+           atomic_load(&d->max_piece) + sizeof(struct piece_hdr) <= ovl__m.eager;
+}
+
 static int post_slot(struct ovl__delta *d, struct slot *s)
 {
     size_t len = sizeof(struct piece_hdr) + d->max_piece;
@@ -971,7 +991,7 @@ static int post_slot(struct ovl__delta *d, struct slot *s)
         return ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of a piece");
     s->posted = 1;
     d->posted++;
-    if (ovl__engine_add(&s->op) != OVL_SUCCESS) {
+    if (ovl__engine_add_patient(&s->op, slot_patient) != OVL_SUCCESS) {
         MPI_Cancel(&s->op.mreq);
         MPI_Wait(&s->op.mreq, MPI_STATUS_IGNORE);
         s->posted = 0;

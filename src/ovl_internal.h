@@ -80,6 +80,11 @@ struct ovl__op {
     int peer;      /* for receives: the source asked for */
     double due_us; /* set by the engine: predicted completion (ovl__now_us
                     * clock), 0 = unknown, so poll at the usual pace */
+    /* set by the engine (ovl__engine_add_patient, else NULL): non-zero from
+     * it means that nothing but the op's own consumer waits for it now, and
+     * that consumer drives progress itself when it needs the data, so the
+     * progress thread may poll it at a slower pace. Engine lock held. */
+    int (*patient)(const struct ovl__op *op);
 };
 /* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
  * arriving; finalize must let it complete rather than cancel it. */
@@ -151,6 +156,10 @@ int ovl__engine_add(struct ovl__op *op);
  * RECV, posted when its data starts to move): the model predicts when it
  * can complete, and the progress thread polls less often until then. */
 int ovl__engine_add_sized(struct ovl__op *op, size_t bytes);
+/* The same for an op that may be polled slowly while @patient(op) says so
+ * (see struct ovl__op): the progress thread then backs off, doubling its
+ * sleep up to OVL_POLL_QUIET_US while polls find nothing. */
+int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op));
 /* The same for a receive posted before its message (match.c pre-posting):
  * the progress thread lets one poll interval pass first. */
 int ovl__engine_add_receive(struct ovl__op *op, size_t bytes);
@@ -181,6 +190,8 @@ void ovl__relax(void);
 void ovl__engine_lock(void);
 void ovl__engine_unlock(void);
 void ovl__engine_wake(void);
+/* The same with the engine lock held. */
+void ovl__engine_wake_locked(void);
 /* Queue a continuation whose operation already completed (engine lock held). */
 void ovl__engine_defer_callback(struct ovl__req *r);
 /* Coroutines ready to resume are queued here (engine lock held). */

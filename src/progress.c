@@ -21,8 +21,9 @@
  *     computation, and the thread that had just used so much CPU then waited
  *     milliseconds for its next turn (docs/PERFORMANCE.md, "Steady polling");
  *     when all that is in flight is sized
- *     transfers predicted to take longer (sleep_cap_locked), the interval
- *     may grow up to OVL_POLL_QUIET_US;
+ *     transfers predicted to take longer, or patient ops (delta receive
+ *     pieces, whose consumer drives progress itself when it needs them;
+ *     sleep_cap_locked), the interval may grow up to OVL_POLL_QUIET_US;
  *   - any ovl call that posts work wakes the thread at once;
  *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
  *     fault on data not yet there, finalize...), that thread drives, and the
@@ -88,7 +89,7 @@ void ovl__engine_unlock(void)
 }
 
 /* engine lock held */
-static void wake_locked(void)
+void ovl__engine_wake_locked(void)
 {
     E.posted = 1;
     if (E.thread_on)
@@ -98,7 +99,7 @@ static void wake_locked(void)
 void ovl__engine_wake(void)
 {
     pthread_mutex_lock(&E.lock);
-    wake_locked();
+    ovl__engine_wake_locked();
     pthread_mutex_unlock(&E.lock);
 }
 
@@ -124,7 +125,7 @@ int ovl__engine_add(struct ovl__op *op)
 }
 
 /* engine lock held */
-static int add_locked(struct ovl__op *op, size_t bytes)
+static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op))
 {
     if (E.n == E.cap) {
         int ncap = E.cap ? 2 * E.cap : 64;
@@ -138,20 +139,31 @@ static int add_locked(struct ovl__op *op, size_t bytes)
         E.cap = ncap;
     }
     op->due_us = due_locked(op, bytes);
+    op->patient = patient;
     E.mreqs[E.n] = op->mreq;
     E.ops[E.n] = op;
     E.n++;
     return OVL_SUCCESS;
 }
 
-int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
+static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op))
 {
     pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, bytes);
+    int rc = add_locked(op, bytes, patient);
     if (rc == OVL_SUCCESS)
-        wake_locked();
+        ovl__engine_wake_locked();
     pthread_mutex_unlock(&E.lock);
     return rc;
+}
+
+int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
+{
+    return add_and_wake(op, bytes, NULL);
+}
+
+int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op))
+{
+    return add_and_wake(op, 0, patient);
 }
 
 /* A receive handed to MPI before its message is there (match.c). The
@@ -163,7 +175,7 @@ int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
 int ovl__engine_add_receive(struct ovl__op *op, size_t bytes)
 {
     pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, bytes);
+    int rc = add_locked(op, bytes, NULL);
     if (rc == OVL_SUCCESS) {
         E.grace = 1;
         if (E.thread_on)
@@ -207,7 +219,7 @@ void ovl__engine_defer_callback(struct ovl__req *r)
         E.capdef = ncap;
     }
     E.deferred[E.ndef++] = r;
-    wake_locked();
+    ovl__engine_wake_locked();
 }
 
 void ovl__engine_schedule_coro(struct ovl__coro *c)
@@ -218,7 +230,7 @@ void ovl__engine_schedule_coro(struct ovl__coro *c)
     else
         E.ready_head = c;
     E.ready_tail = c;
-    wake_locked();
+    ovl__engine_wake_locked();
 }
 
 static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
@@ -475,7 +487,15 @@ static int has_work_locked(void)
  * the only work is transfers whose predicted completion (due_locked) is
  * further away than that, longer, up to poll_quiet_us: halfway to one poll
  * interval before the earliest of them, so wake-ups thin out in the middle
- * of a long transfer and close in towards its end. Receives not yet matched,
+ * of a long transfer and close in towards its end. Patient ops (delta
+ * receive pieces: the program's access fault or ovl_delta_need drives
+ * progress when it needs the data) set no limit of their own: with nothing
+ * else in flight the sleep doubles up to poll_quiet_us while polls find
+ * nothing, and falls back to the first interval at the next completion.
+ * Without that, a delta message whose last piece comes only at the sender's
+ * send_end kept the thread waking every 50 us through a whole computation,
+ * each wake-up taking the computing thread's CPU (docs/PERFORMANCE.md,
+ * "Patient delta receives"). Receives not yet matched,
  * continuations, coroutines, RMA or an operation of unknown size keep the
  * usual pace, since something may arrive at any moment. Over TCP the kernel
  * moves the bytes of a started transfer without MPI being polled; what a
@@ -490,12 +510,17 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us)
         return max_us;
     double first = 0;
     for (int i = 0; i < E.n; i++) {
-        double d = E.ops[i]->due_us;
+        const struct ovl__op *op = E.ops[i];
+        if (op->patient && op->patient(op))
+            continue;
+        double d = op->due_us;
         if (d <= 0)
             return max_us;
         if (first == 0 || d < first)
             first = d;
     }
+    if (first == 0) /* only patient ops */
+        return quiet_us;
     double half = (first - ovl__now_us() - max_us) / 2;
     if (half <= max_us)
         return max_us;
