@@ -15,7 +15,9 @@
  *   spin-thread   a dedicated thread spins in MPI_Test while the main thread
  *                 computes (the usual hand-written alternative);
  *   ovl-thread    ovl_irecv + ovl_continue, OVL_PROGRESS=thread with
- *                 poll_max_us swept; the main thread computes daxpy.
+ *                 the poll interval while a continuation waits swept
+ *                 (poll_max_us = poll_callback_us); the main thread computes
+ *                 daxpy.
  * The one-way time of each message is (time seen - time sent); the added
  * delay of a mode is its quantile minus mpi-spin's (a clock offset between
  * ranks would cancel there).
@@ -39,14 +41,16 @@ static const char HELP[] =
     "               when the message completed),\n"
     "  spin-thread  by a thread spinning in MPI_Test while the main thread computes,\n"
     "  ovl-thread   in an ovl continuation run by the progress thread while the main\n"
-    "               thread computes daxpy, for each poll interval (poll_max_us).\n"
+    "               thread computes daxpy, for each poll interval (poll_max_us and\n"
+    "               poll_callback_us both set to it).\n"
     "Reports p50/p90/p99 of the one-way time and of the delay added to mpi-spin,\n"
     "and the CPU the mode costs the main thread's daxpy (vs computing alone).\n"
     "\n"
     "Options:\n"
     "  --reps N        measured messages per mode (default 500)\n"
     "  --warmup N      discarded messages before them (default 20)\n"
-    "  --poll LIST     poll_max_us values to sweep (default 10,25,50,100,200)\n"
+    "  --poll LIST     poll intervals to sweep (default 10,25,40,50,100,200;\n"
+    "                  40 is ovl's default interval while a callback waits)\n"
     "  --gap-us N      mean interval between messages in us (default 1000;\n"
     "                  uniform in [N/2, 3N/2])\n"
     "  --no-spin-thread  skip the spin-thread mode\n"
@@ -54,7 +58,7 @@ static const char HELP[] =
     "  --help          this text\n"
     "\n"
     "OVL_SPIN_US and the other OVL_* variables apply (docs/ENV.md); poll_max_us\n"
-    "is set per point.\n";
+    "and poll_callback_us are set per point.\n";
 
 struct cl_opts {
     int reps, warmup;
@@ -67,7 +71,7 @@ struct cl_opts {
 
 static void parse(int argc, char **argv, struct cl_opts *o)
 {
-    const char *poll = "10,25,50,100,200";
+    const char *poll = "10,25,40,50,100,200";
     o->reps = 500;
     o->warmup = 20;
     o->gap_us = 1000;
@@ -237,9 +241,11 @@ static void cpu_times(double *proc, double *self)
 static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o, struct cl_point *pt)
 {
     ovl_config_t cfg = {
-        .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US,
+        .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
+                      OVL_CONFIG_FIELD_POLL_CALLBACK_US,
         .progress = mode == CL_OVL_THREAD ? OVL_PROGRESS_THREAD : OVL_PROGRESS_INLINE,
         .poll_max_us = (unsigned)(poll_us > 0 ? poll_us : 50),
+        .poll_callback_us = (unsigned)(poll_us > 0 ? poll_us : 50),
     };
     bench_ovl_init(&cfg);
     ovl_config_t eff;

@@ -158,10 +158,11 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int 
     printf("ovl-bench latency-hiding: 2 ranks on %d host%s; medians of %d reps (%d warm-up "
            "discarded)\n",
            hosts, hosts == 1 ? "" : "s", reps, warmup);
-    printf("ovl: progress thread, poll_max_us %u, poll_min_us %u, poll_quiet_us %u, spin_us %u, "
-           "fragment %zu B, window %u; one daxpy (n=%d) + clock read = %.0f ns\n",
-           c->poll_max_us, c->poll_min_us, c->poll_quiet_us, c->spin_us, c->fragment_size,
-           c->stream_window, BENCH_DAXPY_N, daxpy_ns);
+    printf("ovl: progress thread, poll_max_us %u, poll_min_us %u, poll_callback_us %u, "
+           "poll_quiet_us %u, spin_us %u, fragment %zu B, window %u; one daxpy (n=%d) + clock "
+           "read = %.0f ns\n",
+           c->poll_max_us, c->poll_min_us, c->poll_callback_us, c->poll_quiet_us, c->spin_us,
+           c->fragment_size, c->stream_window, BENCH_DAXPY_N, daxpy_ns);
     printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); comm = "
            "communication time with daxpy / alone\n\n");
     printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "variant", "payload", "transfer",

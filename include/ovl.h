@@ -108,7 +108,8 @@ enum {
     OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11,
     OVL_CONFIG_FIELD_PROGRESS_PRIORITY = 1u << 12,
     OVL_CONFIG_FIELD_RMA_LOCAL = 1u << 13,
-    OVL_CONFIG_FIELD_POLL_MIN_US = 1u << 14
+    OVL_CONFIG_FIELD_POLL_MIN_US = 1u << 14,
+    OVL_CONFIG_FIELD_POLL_CALLBACK_US = 1u << 15
 };
 
 /**
@@ -168,6 +169,8 @@ typedef struct {
         rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put treat a target on this rank's node (default direct) */
     unsigned
         poll_min_us; /**< OVL_POLL_MIN_US: first sleep of the progress thread after activity (a completion, a new operation), doubling up to poll_max_us; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 0: every sleep is poll_max_us) */
+    unsigned
+        poll_callback_us; /**< OVL_POLL_CALLBACK_US: the progress thread's longest sleep while a continuation (ovl_continue on an operation not yet complete, or ovl_continue_mpi) waits, so that callbacks run soon after completion; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 40) */
 } ovl_config_t;
 
 /**

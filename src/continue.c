@@ -34,8 +34,9 @@ int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg)
     r->cont = fn;
     r->cont_arg = arg;
     r->cont_registered = 1;
-    if (r->kind == OVL__REQ_DRECV && !r->completed)
-        ovl__engine_wake_locked(); /* its piece receives are no longer patient */
+    /* polled at the callback pace from now on; a pending delta receive's
+     * pieces are no longer patient */
+    ovl__engine_continuation_locked(r);
     if (r->completed) {
         /* Already finished: run at the next progress step, and hold back
          * `done` so that ovl_wait still returns only after the callback. */

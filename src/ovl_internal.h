@@ -123,6 +123,7 @@ struct ovl__req {
     ovl_continue_fn cont; /* engine lock */
     void *cont_arg;
     int cont_registered;        /* one continuation per request */
+    int cont_pending;           /* counted as waiting by the engine (engine lock) */
     struct ovl__op op;          /* send/recv */
     struct ovl__stream *stream; /* stream requests */
     /* receives matched by match.c */
@@ -192,6 +193,12 @@ void ovl__engine_unlock(void);
 void ovl__engine_wake(void);
 /* The same with the engine lock held. */
 void ovl__engine_wake_locked(void);
+/* ovl_continue registered a continuation on @r (engine lock held): while
+ * @r's operation is not complete, the progress thread polls at most every
+ * poll_callback_us; wakes the thread. */
+void ovl__engine_continuation_locked(struct ovl__req *r);
+/* How many continuations wait for their operation (tests). */
+int ovl__engine_continuations(void);
 /* Queue a continuation whose operation already completed (engine lock held). */
 void ovl__engine_defer_callback(struct ovl__req *r);
 /* Coroutines ready to resume are queued here (engine lock held). */

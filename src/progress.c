@@ -23,7 +23,11 @@
  *     when all that is in flight is sized
  *     transfers predicted to take longer, or patient ops (delta receive
  *     pieces, whose consumer drives progress itself when it needs them;
- *     sleep_cap_locked), the interval may grow up to OVL_POLL_QUIET_US;
+ * *     sleep_cap_locked), the interval may grow up to OVL_POLL_QUIET_US;
+ *     while a continuation waits for its operation (E.conts), the usual
+ *     interval is OVL_POLL_CALLBACK_US instead of OVL_POLL_MAX_US: the
+ *     interval is what a callback's delay is made of (p90 about 0.9 of it),
+ *     and work without a callback keeps the cheaper pace;
  *   - any ovl call that posts work wakes the thread at once;
  *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
  *     fault on data not yet there, finalize...), that thread drives, and the
@@ -63,6 +67,10 @@ static struct {
     struct ovl__req **deferred;
     int ndef, capdef;
     struct ovl__coro *ready_head, *ready_tail;
+    /* continuations waiting for their operation: ovl_continue on a request
+     * not yet complete (ovl__req.cont_pending) and ovl_continue_mpi ops in
+     * ops[]. While any waits, the thread sleeps at most poll_callback_us. */
+    int conts;
     /* the progress thread */
     pthread_t thread;
     int thread_on;
@@ -94,6 +102,23 @@ void ovl__engine_wake_locked(void)
     E.posted = 1;
     if (E.thread_on)
         pthread_cond_signal(&E.cond);
+}
+
+void ovl__engine_continuation_locked(struct ovl__req *r)
+{
+    if (!r->completed && !r->cont_pending) {
+        r->cont_pending = 1;
+        E.conts++;
+    }
+    ovl__engine_wake_locked(); /* the thread may be in a longer sleep */
+}
+
+int ovl__engine_continuations(void)
+{
+    pthread_mutex_lock(&E.lock);
+    int n = E.conts;
+    pthread_mutex_unlock(&E.lock);
+    return n;
 }
 
 void ovl__engine_wake(void)
@@ -140,6 +165,8 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
     }
     op->due_us = due_locked(op, bytes);
     op->patient = patient;
+    if (op->kind == OVL__OP_USER)
+        E.conts++;
     E.mreqs[E.n] = op->mreq;
     E.ops[E.n] = op;
     E.n++;
@@ -272,6 +299,10 @@ static void run_continuation_and_publish(struct ovl__req *r)
     ovl_continue_fn fn = r->cont;
     void *arg = r->cont_arg;
     r->cont = NULL;
+    if (r->cont_pending) {
+        r->cont_pending = 0;
+        E.conts--;
+    }
     pthread_mutex_unlock(&E.lock);
     if (fn)
         run_callback(r, fn, arg);
@@ -369,6 +400,8 @@ int ovl__engine_drive(void)
                 if (rc != MPI_ERR_IN_STATUS)
                     E.batch_sts[nb].MPI_ERROR = MPI_SUCCESS;
                 E.ops[i]->mreq = MPI_REQUEST_NULL;
+                if (E.ops[i]->kind == OVL__OP_USER)
+                    E.conts--;
                 E.ops[i] = NULL;
                 nb++;
             }
@@ -503,8 +536,10 @@ static int has_work_locked(void)
  * posting, and the completion. (Where the MPI library copies itself, as over
  * shared memory, the model's bandwidth is that copy's and the predicted
  * times are short, so little changes.) */
-static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us)
+static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us)
 {
+    if (E.conts > 0) /* a callback waits: the shorter interval, same quiet middle */
+        max_us = callback_us;
     if (quiet_us <= max_us || E.n == 0 || E.ndef > 0 || E.ready_head != NULL ||
         ovl__match_posted() || ovl__rma_wants_progress())
         return max_us;
@@ -633,6 +668,7 @@ static void *progress_thread(void *unused)
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     const unsigned quiet_us = ovl__g.cfg.poll_quiet_us, min_us = ovl__g.cfg.poll_min_us;
+    const unsigned callback_us = ovl__g.cfg.poll_callback_us;
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
@@ -692,9 +728,12 @@ static void *progress_thread(void *unused)
         }
         if (ovl__now_us() - last_activity < spin_us)
             continue;
-        const unsigned cap = sleep_cap_locked(max_us, quiet_us);
-        /* min_us <= max_us <= cap (config.c, sleep_cap_locked) */
-        backoff = backoff ? (backoff * 2 > cap ? cap : backoff * 2) : min_us;
+        const unsigned cap = sleep_cap_locked(max_us, quiet_us, callback_us);
+        /* min_us and callback_us <= max_us (config.c); the cap is below
+         * max_us only while a continuation waits */
+        backoff = backoff ? backoff * 2 : min_us;
+        if (backoff > cap)
+            backoff = cap;
         struct timespec ts;
         deadline_in(backoff, &ts);
         if (!E.posted) {
@@ -749,6 +788,7 @@ int ovl__engine_start(void)
     E.n = 0;
     E.ndef = 0;
     E.ready_head = E.ready_tail = NULL;
+    E.conts = 0;
     E.stop = 0;
     E.posted = 0;
     E.grace = 0;

@@ -26,6 +26,7 @@
  * Pairs: rank r works with r^1; the ring uses every rank.
  */
 #include "harness.h"
+#include "ovl_internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -118,7 +119,10 @@ static void before_completion(void)
     /* The peer sends tag 1 only after the sync: this receive is certainly
      * still pending when its continuation is registered. */
     CHECK_OK(ovl_irecv(small_in, SMALL, MPI_CHAR, peer, 1, &q[0]));
+    CHECK(ovl__engine_continuations() == 0);
     CHECK_OK(continue_flagged(q[0], counted_cb, &c[0]));
+    /* a waiting continuation sets the progress thread's pace (white-box) */
+    CHECK(ovl__engine_continuations() == 1);
     EXPECT_ERR(ovl_continue(q[0], counted_cb, &c[0]), OVL_ERR_BUSY);
     EXPECT_ERR(ovl_continue(q[0], NULL, NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_isend(big_out, BIG, MPI_CHAR, peer, 2, &q[1]));
@@ -150,6 +154,8 @@ static void before_completion(void)
         th_progress();
     for (int i = 0; i < 4; i++)
         CHECK(atomic_load(&c[i].runs) == 1);
+    CHECKF(ovl__engine_continuations() == 0, "%d continuations still counted",
+           ovl__engine_continuations());
     EXPECT_ERR(ovl_continue(q[0], counted_cb, &c[0]), OVL_ERR_REQUEST);
 }
 
@@ -189,7 +195,8 @@ static void after_completion(void)
     c[1] = (struct counted){ .buf = NULL };
     CHECK_OK(continue_flagged(r, counted_cb, &c[0]));
     CHECK_OK(continue_flagged(s, counted_cb, &c[1]));
-    if (!thread_mode) /* nobody drives progress now: not run yet */
+    CHECK(ovl__engine_continuations() == 0); /* deferred: nothing to wait for */
+    if (!thread_mode)                        /* nobody drives progress now: not run yet */
         CHECK(atomic_load(&c[0].runs) == 0 && atomic_load(&c[1].runs) == 0);
     EXPECT_ERR(ovl_continue(r, counted_cb, &c[0]), OVL_ERR_BUSY);
     CHECK_OK(ovl_wait(&r, &st));
@@ -420,6 +427,7 @@ static void continue_mpi(void)
     for (int i = 0; i < 20; i++)
         th_progress();
     CHECK(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1);
+    CHECK(ovl__engine_continuations() == 0);
     ovl_stats_t s;
     CHECK_OK(ovl_stats_get(&s));
     CHECK(s.callbacks >= 2);
