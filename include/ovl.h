@@ -318,7 +318,9 @@ typedef void (*ovl_continue_fn)(const ovl_status_t *status, void *arg);
  * progress thread when OVL_PROGRESS=thread, else an application thread
  * inside an ovl call. It never runs inside ovl_continue() itself: if the
  * operation has already completed, it runs at the next progress step.
- * Callbacks run one at a time. A callback may post new operations (ovl_isend,
+ * While it waits, the progress thread polls every OVL_POLL_CALLBACK_US
+ * (default 40 us) rather than OVL_POLL_MAX_US, so it runs within about that
+ * long of the completion. Callbacks run one at a time. A callback may post new operations (ovl_isend,
  * ovl_irecv, streams, ovl_continue) and call ovl_test/ovl_progress; blocking
  * calls (ovl_wait, ovl_waitall, ovl_finalize) return OVL_ERR_IN_CALLBACK.
  *
