@@ -23,7 +23,7 @@
  *     when all that is in flight is sized
  *     transfers predicted to take longer, or patient ops (delta receive
  *     pieces, whose consumer drives progress itself when it needs them;
- * *     sleep_cap_locked), the interval may grow up to OVL_POLL_QUIET_US;
+ *     sleep_cap_locked), the interval may grow up to OVL_POLL_QUIET_US;
  *     while a continuation waits for its operation (E.conts), the usual
  *     interval is OVL_POLL_CALLBACK_US instead of OVL_POLL_MAX_US: the
  *     interval is what a callback's delay is made of (p90 about 0.9 of it),
