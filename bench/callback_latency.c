@@ -240,12 +240,13 @@ static void cpu_times(double *proc, double *self)
 /* Run one mode on both ranks; rank 0 returns the receiver's numbers. */
 static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o, struct cl_point *pt)
 {
+    const unsigned interval = (unsigned)(poll_us > 0 ? poll_us : 50);
     ovl_config_t cfg = {
         .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
                       OVL_CONFIG_FIELD_POLL_CALLBACK_US,
         .progress = mode == CL_OVL_THREAD ? OVL_PROGRESS_THREAD : OVL_PROGRESS_INLINE,
-        .poll_max_us = (unsigned)(poll_us > 0 ? poll_us : 50),
-        .poll_callback_us = (unsigned)(poll_us > 0 ? poll_us : 50),
+        .poll_max_us = interval,
+        .poll_callback_us = interval,
     };
     bench_ovl_init(&cfg);
     ovl_config_t eff;
