@@ -28,7 +28,13 @@
  *     interval is OVL_POLL_CALLBACK_US instead of OVL_POLL_MAX_US: the
  *     interval is what a callback's delay is made of (p90 about 0.9 of it),
  *     and work without a callback keeps the cheaper pace;
- *   - any ovl call that posts work wakes the thread at once;
+ *   - an ovl call that posts work wakes the thread at once, except an
+ *     operation that needs a round trip (RMA strips, sends above the eager
+ *     limit) while the thread stands down for a spinning waiter or is in a
+ *     timed sleep ending within the interval the operation asks for
+ *     (wake_for_remote_locked): a poll then finds nothing, and the wake-up
+ *     took the poster's CPU (an 8-byte ovl_get cost 44 instead of 32 us;
+ *     docs/PERFORMANCE.md, "Posting without a wake-up");
  *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
  *     fault on data not yet there, finalize...), that thread drives, and the
  *     progress thread parks until the last such waiter leaves: its timed
@@ -81,6 +87,9 @@ static struct {
     /* threads spinning in ovl__engine_spin, and whether the progress thread
      * stood down for them */
     atomic_int spinners, parked;
+    /* the progress thread's timed poll sleep ends at this time (ovl__now_us
+     * clock); 0 while it is not in one */
+    double sleep_until_us;
     /* pacing: when the outgoing and incoming links are predicted to be free
      * of the sized transfers posted so far (ovl__now_us clock) */
     double out_free_us, in_free_us;
@@ -173,24 +182,53 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
     return OVL_SUCCESS;
 }
 
-static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op))
+/* An op that needs a round trip before it can complete (engine lock held).
+ * The thread is woken unless it will poll within one interval anyway (a
+ * timed sleep ending no later than the interval the op asks for) or stands
+ * down for a spinning waiter that drives every op: a poll now would find
+ * nothing, and on a machine whose cores all compute the wake-up takes the
+ * poster's CPU (a context switch and a contended MPI lock, about 10 us per
+ * post on a pinned host). */
+static void wake_for_remote_locked(void)
+{
+    if (E.thread_on && atomic_load(&E.parked))
+        return; /* the spinner polls it */
+    if (E.thread_on && E.sleep_until_us > 0) {
+        unsigned iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
+        if (E.sleep_until_us <= ovl__now_us() + iv)
+            return;
+    }
+    ovl__engine_wake_locked();
+}
+
+static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op),
+                        int remote)
 {
     pthread_mutex_lock(&E.lock);
     int rc = add_locked(op, bytes, patient);
-    if (rc == OVL_SUCCESS)
-        ovl__engine_wake_locked();
+    if (rc == OVL_SUCCESS) {
+        if (remote)
+            wake_for_remote_locked();
+        else
+            ovl__engine_wake_locked();
+    }
     pthread_mutex_unlock(&E.lock);
     return rc;
 }
 
 int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
 {
-    return add_and_wake(op, bytes, NULL);
+    return add_and_wake(op, bytes, NULL, 0);
+}
+
+int ovl__engine_add_remote(struct ovl__op *op, size_t bytes)
+{
+    return add_and_wake(op, bytes, NULL, 1);
 }
 
 int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op))
 {
-    return add_and_wake(op, 0, patient);
+    return add_and_wake(op, 0, patient, 0);
 }
 
 /* A receive handed to MPI before its message is there (match.c). The
@@ -739,7 +777,9 @@ static void *progress_thread(void *unused)
         if (!E.posted) {
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             rt_enter(&fifo);
+            E.sleep_until_us = ovl__now_us() + backoff;
             pthread_cond_timedwait(&E.cond, &E.lock, &ts);
+            E.sleep_until_us = 0;
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
                                     backoff, NULL, 0, NULL, 0);

@@ -442,7 +442,7 @@ static void engine_add_all(struct xfer *x, int issued, int n)
 {
     for (int k = 0; k < issued; k++) {
         int i = x->down ? n - 1 - k : k;
-        if (ovl__engine_add(&x->st[i].op) != OVL_SUCCESS) {
+        if (ovl__engine_add_remote(&x->st[i].op, 0) != OVL_SUCCESS) {
             MPI_Status st;
             MPI_Wait(&x->st[i].op.mreq, &st);
             st.MPI_ERROR = MPI_SUCCESS;
