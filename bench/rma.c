@@ -20,10 +20,12 @@
  *                  independent computation as long as the transfer between
  *                  the two ("independent overlap": ovl must match the
  *                  hand-written non-blocking version). Variants blocking,
- *                  nb, ovl (the model decides the strips) and ovl-nosplit
- *                  (ovl_hint_decomp(0)); the split threshold the model
- *                  predicts and the one measured (smallest size from which
- *                  ovl beats ovl-nosplit at every larger size) are printed.
+ *                  nb, ovl (the model decides the strips), ovl-nosplit
+ *                  (ovl_hint_decomp(0)) and ovl-split4 (four strips whatever
+ *                  the model says: four unsplit gets issued together); the
+ *                  split threshold the model predicts and the one measured
+ *                  (smallest size from which ovl-split4 beats ovl-nosplit
+ *                  at every larger size) are printed.
  *
  * Variants run interleaved within each rep, so a load change on the machine
  * hits them all alike. Medians are printed side by side, with ratios.
@@ -34,9 +36,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
-enum { V_BLOCK, V_NB, V_OVL, V_NOSPLIT, NV };
-static const char *vname[NV] = { "blocking", "nb", "ovl", "ovl-nosplit" };
+enum { V_BLOCK, V_NB, V_OVL, V_NOSPLIT, V_SPLIT4, NV };
+static const char *vname[NV] = { "blocking", "nb", "ovl", "ovl-nosplit", "ovl-split4" };
 
 struct rma_env {
     MPI_Win win; /* plain MPI window for the MPI variants */
@@ -78,6 +81,21 @@ static void *page_alloc(size_t bytes)
 }
 
 static volatile uint64_t sink;
+
+/* Idle the link for @us microseconds on every rank, then line up. The
+ * emulated cluster shapes each link with a token bucket (64 KB burst): a
+ * variant timed right after another one's transfer starts with a drained
+ * bucket, one timed after a long computation with a full one. The gap gives
+ * every variant the same link state; with it, and with the order rotated
+ * every rep, the variants are compared on equal terms. */
+static void idle_gap(long us)
+{
+    if (us > 0) {
+        struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
 
 /* ---- dds ------------------------------------------------------------------------------- */
 
@@ -222,6 +240,14 @@ static double deco_once(struct rma_env *e, int v, size_t n, char *dst, char *out
         BENCH_MPI(MPI_Win_flush(1, e->win));
     } else if (v == V_NB) {
         BENCH_MPI(MPI_Rget(dst, (int)n, MPI_BYTE, 1, 0, (int)n, MPI_BYTE, e->win, &r));
+    } else if (v == V_SPLIT4) {
+        /* strip-mining whatever the model says: up to 4 equal strips on page
+         * boundaries, each an unsplit guarded get, issued together */
+        size_t k = n / 4096 < 4 ? (n / 4096 ? n / 4096 : 1) : 4;
+        size_t piece = (n / k + 4095) / 4096 * 4096;
+        BENCH_OVL(ovl_hint_decomp(0));
+        for (size_t o = 0; o < n; o += piece)
+            BENCH_OVL(ovl_get(dst + o, 1, o, n - o < piece ? n - o : piece, e->seg));
     } else {
         BENCH_OVL(ovl_hint_decomp(v == V_NOSPLIT ? 0 : 1));
         BENCH_OVL(ovl_get(dst, 1, 0, n, e->seg));
@@ -241,6 +267,7 @@ int bench_decomposition(int argc, char **argv)
 {
     static const char *cmd = "decomposition";
     int reps = 20;
+    long gap_us = 1000;
     const char *csv = NULL;
     size_t *sizes = NULL;
     int nsizes = 0;
@@ -251,16 +278,22 @@ int bench_decomposition(int argc, char **argv)
         else if (!strcmp(argv[i], "--sizes"))
             nsizes =
                 bench_parse_size_list(cmd, "--sizes", bench_optarg(cmd, argc, argv, &i), &sizes);
+        else if (!strcmp(argv[i], "--gap"))
+            gap_us = bench_parse_long(cmd, "--gap", bench_optarg(cmd, argc, argv, &i), 0, 1000000);
         else if (!strcmp(argv[i], "--csv"))
             csv = bench_optarg(cmd, argc, argv, &i);
         else if (!strcmp(argv[i], "--help"))
             bench_help_exit(
-                "ovl-bench decomposition [--reps N] [--sizes 8k,16k,...] [--csv FILE]\n"
+                "ovl-bench decomposition [--reps N] [--sizes 8k,16k,...] [--gap US] [--csv FILE]\n"
                 "HUNT Figures 8-9: get N bytes then memcpy them (self-induced overlap), and\n"
                 "with an independent computation as long as the transfer in between\n"
-                "(independent overlap): blocking, nb, ovl, ovl-nosplit. Prints the split\n"
-                "threshold the model predicts and the one measured. Two ranks on one\n"
-                "node: ovl's get is a direct copy unless OVL_RMA_LOCAL=overlap.\n");
+                "(independent overlap): blocking, nb, ovl, ovl-nosplit, ovl-split4 (four\n"
+                "strips whatever the model says). Prints the split threshold the model\n"
+                "predicts and the one measured (ovl-split4 against ovl-nosplit). Two ranks on one\n"
+                "node: ovl's get is a direct copy unless OVL_RMA_LOCAL=overlap.\n"
+                "Variants are interleaved, their order rotated every rep, and each timed\n"
+                "run follows an idle gap of US microseconds (default 1000; 0 for none)\n"
+                "so that every variant starts on an idle link.\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }
@@ -296,17 +329,17 @@ int bench_decomposition(int argc, char **argv)
     double *t = calloc((size_t)reps * NV, sizeof(double));
     double(*med)[2][NV] = calloc((size_t)nsizes, sizeof *med);
     if (bench_rank == 0) {
-        printf("decomposition: %d reps, monitor %s (medians, us)\n", reps,
+        printf("decomposition: %d reps, gap %ld us, monitor %s (medians, us)\n", reps, gap_us,
                ovl_monitor_name(eff.monitor));
-        printf("%-8s %-11s %10s %10s %10s %11s %9s %9s %9s\n", "size", "overlap", "blocking", "nb",
-               "ovl", "ovl-nosplit", "blk/ovl", "ovl/nb", "work_us");
+        printf("%-8s %-11s %10s %10s %10s %11s %10s %9s %9s %9s\n", "size", "overlap", "blocking",
+               "nb", "ovl", "ovl-nosplit", "ovl-split4", "blk/ovl", "ovl/nb", "work_us");
     }
     for (int si = 0; si < nsizes; si++) {
         size_t n = sizes[si];
         /* the independent computation lasts as long as a blocking get of n */
         double tb[5];
         for (int k = 0; k < 5; k++) {
-            MPI_Barrier(MPI_COMM_WORLD);
+            idle_gap(gap_us);
             if (bench_rank == 0)
                 tb[k] = deco_once(&e, V_BLOCK, n, dst, out, 0);
             MPI_Barrier(MPI_COMM_WORLD);
@@ -315,8 +348,9 @@ int bench_decomposition(int argc, char **argv)
         long work = bench_rank == 0 ? (long)(sb.med / daxpy_s) : 0;
         for (int mode = 0; mode < 2; mode++) {
             for (int r = 0; r < reps; r++)
-                for (int v = 0; v < NV; v++) {
-                    MPI_Barrier(MPI_COMM_WORLD);
+                for (int k = 0; k < NV; k++) {
+                    int v = (r + k) % NV; /* order rotated every rep */
+                    idle_gap(gap_us);
                     if (bench_rank == 0)
                         t[v * reps + r] = deco_once(&e, v, n, dst, out, mode ? work : 0);
                     MPI_Barrier(MPI_COMM_WORLD);
@@ -336,10 +370,10 @@ int bench_decomposition(int argc, char **argv)
                             mode ? "independent" : "self", n, vname[v], st[v].med * 1e6,
                             st[v].min * 1e6, st[v].p90 * 1e6, mode ? work * daxpy_s * 1e6 : 0);
             }
-            printf("%-8s %-11s %10.1f %10.1f %10.1f %11.1f %9.2f %9.3f %9.1f\n",
+            printf("%-8s %-11s %10.1f %10.1f %10.1f %11.1f %10.1f %9.2f %9.3f %9.1f\n",
                    bench_fmt_size(n, sz, sizeof sz), mode ? "independent" : "self",
                    st[V_BLOCK].med * 1e6, st[V_NB].med * 1e6, st[V_OVL].med * 1e6,
-                   st[V_NOSPLIT].med * 1e6, st[V_BLOCK].med / st[V_OVL].med,
+                   st[V_NOSPLIT].med * 1e6, st[V_SPLIT4].med * 1e6, st[V_BLOCK].med / st[V_OVL].med,
                    st[V_OVL].med / st[V_NB].med, mode ? work * daxpy_s * 1e6 : 0.0);
         }
     }
@@ -347,13 +381,13 @@ int bench_decomposition(int argc, char **argv)
         /* measured: smallest size from which splitting wins at every larger size */
         size_t measured = 0;
         for (int si = nsizes - 1; si >= 0; si--) {
-            if (med[si][0][V_OVL] < med[si][0][V_NOSPLIT])
+            if (med[si][0][V_SPLIT4] < med[si][0][V_NOSPLIT])
                 measured = sizes[si];
             else
                 break;
         }
         char a[32], b[32];
-        printf("split threshold: model %s, measured %s (self-induced, ovl vs ovl-nosplit)\n",
+        printf("split threshold: model %s, measured %s (self-induced, ovl-split4 vs ovl-nosplit)\n",
                predicted == (size_t)-1 ? "never" : bench_fmt_size(predicted, a, sizeof a),
                measured ? bench_fmt_size(measured, b, sizeof b) : "none in the sweep");
         if (f)
