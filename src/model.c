@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -302,27 +303,40 @@ static double measure_poll_sleep_us(unsigned us)
     return median(t, 5);
 }
 
-/* Memory-to-cache copy rate, microseconds per byte: a lower bound on the
- * time any computation on received data takes. Small and quick: the buffer
- * may still be in cache, which only makes the bound lower. */
+/* Copy rate from beyond the core's private caches into them, microseconds
+ * per byte: a lower bound on the time any computation on received data
+ * takes. The source is twice the L2 cache (4 to 32 MiB), read in 256 KiB
+ * chunks into one 256 KiB buffer; a copy within L2 (both buffers 256 KiB)
+ * ran three times faster on an AMD EPYC (117 against 38-48 GB/s) and made
+ * the model refuse splits that pay (docs/PERFORMANCE.md, "The split
+ * model"). About 2 ms. */
 static double quick_copy_rate(void)
 {
-    enum { N = 256 << 10 };
-    char *a = malloc(N), *b = malloc(N);
+    enum { CHUNK = 256 << 10 };
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    size_t n = l2 > 0 ? 2 * (size_t)l2 : (size_t)4 << 20;
+    if (n < ((size_t)4 << 20))
+        n = (size_t)4 << 20;
+    if (n > ((size_t)32 << 20))
+        n = (size_t)32 << 20;
+    n = n / CHUNK * CHUNK;
+    char *a = malloc(n), *b = malloc(CHUNK);
     double best = 0;
     if (a && b) {
-        memset(a, 1, N);
-        memset(b, 2, N);
+        memset(a, 1, n);
+        memset(b, 2, CHUNK);
         best = 1e30;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 3; k++) {
             double t0 = ovl__now_us();
-            memcpy(b, a, N);
-            __asm__ __volatile__("" ::"r"(b) : "memory");
+            for (size_t off = 0; off < n; off += CHUNK) {
+                memcpy(b, a + off, CHUNK);
+                __asm__ __volatile__("" ::"r"(b) : "memory");
+            }
             double t = ovl__now_us() - t0;
             if (t < best)
                 best = t;
         }
-        best /= N;
+        best /= (double)n;
     }
     free(a);
     free(b);
@@ -620,21 +634,29 @@ static int count_strips(size_t bytes, size_t first, double growth, size_t ps)
     return n;
 }
 
-/* Predicted time from the call until the program has read every strip. */
+/* Predicted time from the call until the program has read every strip of
+ * a guarded get: the whole destination is guarded (M(S)), then the strips'
+ * requests are issued one after the other (o each), so the first strip is
+ * on the wire while the later ones are issued; the program reads a strip
+ * when it has arrived (a fault, I, if it had to wait), after its pages are
+ * opened (M of the strip) and computes on it (c per byte). With n = 1 this
+ * is the unsplit guarded get, the alternative a split must beat. */
 static double simulate(size_t bytes, size_t first, double growth, int n, ovl_monitor_t mon)
 {
     size_t ps = ovl__watch_page();
     double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
-    double setup = n * ovl__m.o_us + ovl__model_protect_us(mon, pages_of(bytes, ps));
-    double cpu = setup, wire = setup + ovl__m.rtt_us / 2;
+    double guard = ovl__model_protect_us(mon, pages_of(bytes, ps));
+    double per = ovl__m.o_us > ovl__m.gap_us ? ovl__m.o_us : ovl__m.gap_us;
+    double cpu = guard + n * ovl__m.o_us, wire = 0;
     size_t off = 0;
     double want = (double)first;
     for (int k = 0; k < n && off < bytes; k++) {
         size_t s = k == n - 1 ? bytes - off : round_page(want, ps);
         if (s > bytes - off)
             s = bytes - off;
-        double send_at = setup + k * ovl__m.gap_us;
-        wire = (wire > send_at ? wire : send_at) + G * (double)s;
+        double send_at =
+            guard + (k + 1) * per + ovl__m.rtt_us / 2; /* the request reached the target */
+        wire = (wire > send_at ? wire : send_at) + ovl__m.gap_us + G * (double)s;
         double arrive = wire + ovl__m.rtt_us / 2;
         if (arrive > cpu)
             cpu = arrive + I; /* faulted: wait, then the handler returns */
@@ -651,7 +673,8 @@ int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
     double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
     struct ovl__split r = { .should_split = 0, .nstrips = 1, .first = bytes, .growth = 1.0 };
-    r.t_plain_us = ovl__m.o_us + ovl__m.rtt_us + G * (double)bytes + c * (double)bytes;
+    /* the unsplit get is guarded too: its own guard, fault and install */
+    r.t_plain_us = simulate(bytes, bytes, 1.0, 1, mon);
     r.t_split_us = r.t_plain_us;
     if (peer == ovl__g.rank && ovl__g.size > 1) {
         r.reason = OVL__SPLIT_LOCAL;

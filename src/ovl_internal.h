@@ -455,7 +455,7 @@ struct ovl__split {
     int nstrips;       /* 1 when not split */
     size_t first;      /* first strip in bytes (page multiple unless the whole transfer) */
     double growth;     /* strip k+1 = growth * strip k (1.0: equal strips) */
-    double t_plain_us; /* predicted time: one transfer then compute */
+    double t_plain_us; /* predicted time: one guarded transfer, unsplit */
     double t_split_us; /* predicted time with the chosen strips */
     const char *why;   /* one line, static storage */
 };

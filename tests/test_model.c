@@ -337,6 +337,34 @@ static void test_split(void)
     ovl__model_split(64 << 20, peer, &sp);
     CHECK(sp.should_split);
     CHECK(ovl__model_piggyback_threshold() >= ps);
+    /* The figures of the emulated 1 Gbit/s link on an AMD EPYC (quick
+     * estimate, docs/PERFORMANCE.md "The split model"), where splitting was
+     * measured to pay from 128 KB: the model agrees within a factor of 2
+     * with the copy rate from beyond L2 that the quick estimate measures;
+     * with a cache-warm one (117 GB/s) it still splits, a little later
+     * (the unsplit get pays its own guard and install too). */
+    if (ps == 4096) {
+        struct ovl__model keep = ovl__m;
+        ovl__m.bw_Bpus = 119.0;
+        ovl__m.lat_us = ovl__m.o_us = 7.2;
+        ovl__m.rtt_us = 14.4;
+        ovl__m.gap_us = 3.6;
+        ovl__m.fault_us = ovl__m.fault_mprotect_us = 3.5;
+        ovl__m.fault_uffd_us = 3.5;
+        ovl__m.prot_base_us = ovl__m.uffd_wp_base_us = 0.78;
+        ovl__m.prot_page_us = ovl__m.uffd_wp_page_us = 0.066;
+        double rates[] = { 1.0 / 45000.0, 1.0 / 117000.0 };
+        for (int i = 0; i < 2; i++) {
+            ovl__m.compute_us_per_B = rates[i];
+            size_t t = ovl__model_split_threshold(peer);
+            size_t hi = i == 0 ? 256 << 10 : 512 << 10;
+            CHECKF(t >= (64 << 10) && t <= hi, "1 Gbit/s link, copy %.0f MB/s: split from %zu B",
+                   1.0 / rates[i], t);
+            if (th_rank == 0)
+                printf("1 Gbit/s link, copy %.0f MB/s: split from %zu B\n", 1.0 / rates[i], t);
+        }
+        ovl__m = keep;
+    }
     /* the reasons are counted */
     ovl_stats_t st;
     CHECK_OK(ovl_stats_get(&st));
