@@ -164,7 +164,7 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
 /* The same for an op that cannot complete before a round trip to its peer
  * (an RMA get or put, a send above the eager limit): the progress thread is
  * not woken if it polls within one interval anyway (progress.c,
- * wake_for_op_locked), since a poll now would find nothing. */
+ * wake_for_remote_locked), since a poll now would find nothing. */
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
 /* The same for a receive posted before its message (match.c pre-posting):
  * the progress thread lets one poll interval pass first. */

@@ -33,8 +33,9 @@
  *     limit) while the thread stands down for a spinning waiter or is in a
  *     timed sleep ending within the interval the operation asks for
  *     (wake_for_remote_locked): a poll then finds nothing, and the wake-up
- *     took the poster's CPU (an 8-byte ovl_get cost 44 instead of 32 us;
- *     docs/PERFORMANCE.md, "Posting without a wake-up");
+ *     took the poster's CPU (an ovl_get call took 23-26 instead of 11-14
+ *     us on a pinned host; docs/PERFORMANCE.md, "Posting without a
+ *     wake-up");
  *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
  *     fault on data not yet there, finalize...), that thread drives, and the
  *     progress thread parks until the last such waiter leaves: its timed
