@@ -100,8 +100,9 @@ struct ovl__delta {
     int err;
     int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
     double t_begin;
-    double t_trace;             /* OVL_TRACE / stats: creation time */
-    unsigned npieces;           /* pieces sent or received */
+    double t_ovl;     /* sender: ovl's own time while the program produces (pieces, faults) */
+    double t_trace;   /* OVL_TRACE / stats: creation time */
+    unsigned npieces; /* pieces sent or received */
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
 
     /* receive */
@@ -383,7 +384,10 @@ static int send_range_flags(struct ovl__delta *d, size_t lo, size_t hi, uint32_t
 
 static int send_range(struct ovl__delta *d, size_t lo, size_t hi)
 {
-    return send_range_flags(d, lo, hi, 0);
+    double t0 = ovl__now_us();
+    int rc = send_range_flags(d, lo, hi, 0);
+    d->t_ovl += ovl__now_us() - t0;
+    return rc;
 }
 
 /* Insert [lo, hi) into a sorted, merged range list; returns the index of the
@@ -459,6 +463,7 @@ static size_t produced_upto(void *ctx, size_t upto)
         send_range(d, d->sent_prefix, upto);
         d->sent_prefix = upto;
     }
+    d->t_ovl += ovl__m.fault_us; /* the fault itself, outside this call */
     size_t ds = d->dsize;
     ovl__spin_unlock(&d->lock);
     if (!ovl__engine_thread_on())
@@ -542,8 +547,12 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     d->total = total;
     atomic_store(&d->ended, 1);
     /* The production rate of this message sizes the pieces of the next
-     * (ovl_wait's implied end would count the work after production). */
+     * (ovl_wait's implied end would count the work after production). It
+     * is the program's rate: ovl's own time in between (sending pieces,
+     * faults) is left out, since the model charges it separately. */
     double t = ovl__now_us() - d->t_begin;
+    if (d->t_ovl < t / 2)
+        t -= d->t_ovl;
     if (observed && !d->fwd_src && total >= 2 * ovl__watch_page() && t > 0)
         D.rate = (double)total / t;
     if (d->fwd_src)

@@ -255,7 +255,7 @@ size_t ovl__model_switch_sizes(size_t *sz, int max, size_t limit)
     return (size_t)n;
 }
 
-static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double lat)
+static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double lat, double *oneway)
 {
     size_t sz[16];
     double t[16];
@@ -271,6 +271,8 @@ static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double la
             if (x < t[i])
                 t[i] = x;
         }
+    for (int i = 0; i < n; i++)
+        oneway[i] = t[i];
     size_t sw = ovl__model_find_switch(sz, t, n, lat);
     if (ovl__g.rank == 0 && ovl__g.cfg.verbose >= 2) {
         char line[512] = "";
@@ -408,7 +410,7 @@ static void wait_sleeping(MPI_Request *req)
 static int quick_estimate(void)
 {
     int peer = measuring_peer();
-    double lat = 0, bw = 0;
+    double lat = 0, bw = 0, out[3 + 16] = { 0 };
     size_t sw = 0;
     if (peer > 0 && (ovl__g.rank == 0 || ovl__g.rank == peer)) {
         int other = ovl__g.rank == 0 ? peer : 0;
@@ -420,7 +422,7 @@ static int quick_estimate(void)
         double t1 = pingpong(other, buf, 1, 8);
         lat = t1 < 1 ? 1 : t1;
         /* before the large sizes: a link with a burst allowance has it back */
-        sw = measure_piece_switch(other, buf, BIG, lat);
+        sw = measure_piece_switch(other, buf, BIG, lat, out + 3);
         /* A descheduled rank (more ranks than cores) can make the middle
          * size look as slow as the large one: measure again, up to four
          * times, rather than fall back to the built-in figures. Rank 0's
@@ -444,10 +446,13 @@ static int quick_estimate(void)
     if (MPI_Ibarrier(ovl__g.comm_delta, &rq) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Ibarrier failed");
     wait_sleeping(&rq);
-    double out[3] = { lat, bw > 0 ? 1.0 / bw : 0, (double)sw };
-    if (MPI_Bcast(out, 3, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
+    out[0] = lat;
+    out[1] = bw > 0 ? 1.0 / bw : 0;
+    out[2] = (double)sw;
+    if (MPI_Bcast(out, 3 + 16, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Bcast failed");
     ovl__m.piece_switch = (size_t)out[2];
+    memcpy(ovl__m.oneway_us, out + 3, sizeof ovl__m.oneway_us);
     if (out[0] > 0 && out[1] > 0) {
         ovl__m.lat_us = out[0];
         ovl__m.bw_Bpus = 1.0 / out[1];
@@ -840,6 +845,29 @@ int ovl__model_copy_piece(size_t len)
     return len < sw;
 }
 
+/* Wire time of one piece of @d bytes of a message of @bytes: where the
+ * whole message is within the sizes measured at init (below the eager
+ * limit), the measured one-way time less the latency, interpolated between
+ * the two sizes around @d -- a link with a burst allowance passes such a
+ * message far faster than its long-run rate; otherwise @d / B. */
+static double piece_wire_us(size_t d, size_t bytes, double L, double B, int *burst)
+{
+    size_t sz[16];
+    *burst = 0;
+    size_t n = ovl__model_switch_sizes(sz, 16, (size_t)-1);
+    if (n < 2 || ovl__m.oneway_us[0] <= 0 || bytes > sz[n - 1] || d < sz[0])
+        return (double)d / B;
+    for (size_t i = 1; i < n; i++)
+        if (d <= sz[i] && ovl__m.oneway_us[i] > 0) {
+            double f = (double)(d - sz[i - 1]) / (double)(sz[i] - sz[i - 1]);
+            double t =
+                ovl__m.oneway_us[i - 1] + f * (ovl__m.oneway_us[i] - ovl__m.oneway_us[i - 1]);
+            *burst = 1;
+            return t > L ? t - L : 0;
+        }
+    return (double)d / B;
+}
+
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
 {
     size_t ps = ovl__watch_page();
@@ -888,14 +916,19 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         double n = (double)((bytes + d - 1) / d);
         int one = d >= bytes;
         double s = (double)d / P + o + (one ? 0 : f + 2 * pb); /* produce and post */
-        double t = (double)d / B;                              /* on the wire */
-        double r = (double)d / P + f + o + w + pb;             /* take in and consume */
+        int burst;
+        double t = piece_wire_us(d, bytes, L, B, &burst);        /* on the wire */
+        double r = (double)d / P + f + o + pb + (burst ? 0 : w); /* take in and consume */
         if (d >= ovl__m.eager)
             t += 2 * L; /* rendezvous handshake */
         double slow = s > t ? s : t;
         if (r > slow)
             slow = r;
-        double total = s + L + t + r + (n - 1) * slow + (one ? 0 : 4 * pb);
+        /* The receiver's progress thread notices a piece half a sleep
+         * late. When the link paces the pieces, every piece (w in r); when
+         * the message passes in one burst, only the first: the program
+         * finds the later ones there and takes them in itself. */
+        double total = s + L + t + (burst ? w : 0) + r + (n - 1) * slow + (one ? 0 : 4 * pb);
         /* A fault-triggered piece ends 64 bytes short of the page being
          * written (watch.c: a store may straddle the boundary), so the
          * receiver gets each piece's last page with the next piece: the

@@ -387,6 +387,8 @@ struct ovl__model {
     size_t piece_switch;  /* smallest message size whose one-way time jumps
                           * (a protocol change below the eager limit, such as
                           * UCX's TCP copy-to-zero-copy switch); 0 = none seen */
+    double oneway_us[16]; /* one-way time of the sizes of ovl__model_switch_sizes
+                           * (measured at init; 0 = not measured) */
     double poll_sleep_us; /* one poll-interval sleep of the progress thread, as
                            * it really lasts (0: no progress thread) */
     int calibrated;
