@@ -36,8 +36,9 @@
  * splitting only if that beats the plain transfer.
  *
  * Delta size: a message of N bytes cut into n = N/d pieces flows through
- * three stages -- produce and post (d/P + fault + o), the wire (d/B), take
- * in and consume (d/P + fault + o) -- and a pipeline takes about the sum
+ * three stages -- produce and post (d/P + fault + o), the wire (d/B; for a
+ * message within the sizes measured at init, their measured one-way time:
+ * a burst), take in and consume (d/P + fault + o) -- and a pipeline takes about the sum
  * of the three stage times for the first piece, plus the latency once,
  * plus (n - 1) times the slowest stage. The per-piece costs (o, the fault
  * or annotation, the protection calls) are what make small pieces lose;
