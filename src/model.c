@@ -846,27 +846,31 @@ int ovl__model_copy_piece(size_t len)
     return len < sw;
 }
 
-/* Wire time of one piece of @d bytes of a message of @bytes: where the
- * whole message is within the sizes measured at init (below the eager
- * limit), the measured one-way time less the latency, interpolated between
- * the two sizes around @d -- a link with a burst allowance passes such a
- * message far faster than its long-run rate; otherwise @d / B. */
-static double piece_wire_us(size_t d, size_t bytes, double L, double B, int *burst)
+/* Whether a message of @bytes passes in one burst: it is within the sizes
+ * whose one-way times the quick estimate measured (@sz[0..*n), below the
+ * eager limit), every one of them measured. A link with a burst allowance
+ * passes such a message far faster than its long-run rate. */
+static int in_burst(size_t bytes, size_t *sz, size_t *n)
 {
-    size_t sz[16];
-    *burst = 0;
-    size_t n = ovl__model_switch_sizes(sz, 16, (size_t)-1);
-    if (n < 2 || ovl__m.oneway_us[0] <= 0 || bytes > sz[n - 1] || d < sz[0])
-        return (double)d / B;
-    for (size_t i = 1; i < n; i++)
-        if (d <= sz[i] && ovl__m.oneway_us[i] > 0) {
-            double f = (double)(d - sz[i - 1]) / (double)(sz[i] - sz[i - 1]);
-            double t =
-                ovl__m.oneway_us[i - 1] + f * (ovl__m.oneway_us[i] - ovl__m.oneway_us[i - 1]);
-            *burst = 1;
-            return t > L ? t - L : 0;
-        }
-    return (double)d / B;
+    *n = ovl__model_switch_sizes(sz, 16, (size_t)-1);
+    if (*n < 2 || bytes > sz[*n - 1])
+        return 0;
+    for (size_t i = 0; i < *n; i++)
+        if (ovl__m.oneway_us[i] <= 0)
+            return 0;
+    return 1;
+}
+
+/* The measured one-way time of @d bytes (sz[0] <= d <= sz[n - 1]), less the
+ * latency L, interpolated between the two sizes around it. */
+static double burst_wire_us(size_t d, const size_t *sz, size_t n, double L)
+{
+    size_t i = 1;
+    while (i + 1 < n && d > sz[i])
+        i++;
+    double f = (double)(d - sz[i - 1]) / (double)(sz[i] - sz[i - 1]);
+    double t = ovl__m.oneway_us[i - 1] + f * (ovl__m.oneway_us[i] - ovl__m.oneway_us[i - 1]);
+    return t > L ? t - L : 0;
 }
 
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
@@ -888,6 +892,8 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
     double L = ovl__m.lat_us > 1000 ? 1000 : ovl__m.lat_us;
     /* the receiver's progress thread notices a piece half a sleep late */
     double w = ovl__m.poll_sleep_us > 2000 ? 1000 : ovl__m.poll_sleep_us / 2;
+    size_t bsz[16], nb = 0;
+    int burst = in_burst(bytes, bsz, &nb);
     /* A fault-monitored send in several pieces write-protects the buffer
      * at begin (register + protect), opens each next delta and re-protects
      * the one sent (two protection calls per piece), seals the buffer at
@@ -916,10 +922,9 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         size_t d = (k + 1) * ps;
         double n = (double)((bytes + d - 1) / d);
         int one = d >= bytes;
-        double s = (double)d / P + o + (one ? 0 : f + 2 * pb); /* produce and post */
-        int burst;
-        double t = piece_wire_us(d, bytes, L, B, &burst);        /* on the wire */
-        double r = (double)d / P + f + o + pb + (burst ? 0 : w); /* take in and consume */
+        double s = (double)d / P + o + (one ? 0 : f + 2 * pb);           /* produce and post */
+        double t = burst ? burst_wire_us(d, bsz, nb, L) : (double)d / B; /* on the wire */
+        double r = (double)d / P + f + o + pb + (burst ? 0 : w);         /* take in and consume */
         if (d >= ovl__m.eager)
             t += 2 * L; /* rendezvous handshake */
         double slow = s > t ? s : t;
