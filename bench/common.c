@@ -293,7 +293,9 @@ void bench_ovl_init(const ovl_config_t *cfg)
 
 void bench_ovl_start_thread(ovl_config_t *effective)
 {
-    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_THREAD };
+    /* The progress thread, unless OVL_PROGRESS asks otherwise. */
+    ovl_config_t cfg = { .field_mask = getenv("OVL_PROGRESS") ? 0u : OVL_CONFIG_FIELD_PROGRESS,
+                         .progress = OVL_PROGRESS_THREAD };
     bench_ovl_init(&cfg);
     BENCH_OVL(ovl_config_get(effective));
 }

@@ -94,8 +94,8 @@ const char *bench_fmt_size(size_t bytes, char *buf, size_t len);
 
 /* ovl_init or die with ovl's detail. */
 void bench_ovl_init(const ovl_config_t *cfg);
-/* ovl_init with the progress thread on (other options from OVL_*), and the
- * configuration in force. */
+/* ovl_init with the progress thread on unless OVL_PROGRESS is set (other
+ * options from OVL_*), and the configuration in force. */
 void bench_ovl_start_thread(ovl_config_t *effective);
 void bench_ovl_finalize(void);
 #define BENCH_OVL(call)                                                                          \

@@ -185,8 +185,8 @@ static const char HELP[] =
     "  --trace           print every run (kernel, variant, rank) to stderr first\n"
     "  --help            this text\n"
     "\n"
-    "ovl runs with the progress thread; OVL_DELTA_SIZE, OVL_MONITOR and the other\n"
-    "OVL_* variables apply (docs/ENV.md).\n";
+    "ovl runs with the progress thread unless OVL_PROGRESS is set; OVL_DELTA_SIZE,\n"
+    "OVL_MONITOR and the other OVL_* variables apply (docs/ENV.md).\n";
 
 struct delta_opts {
     struct kparams p;
@@ -357,8 +357,9 @@ int bench_delta(int argc, char **argv)
                bench_fmt_size(o.p.bytes, sz, sizeof sz), o.p.work, o.p.strip, o.p.part_size, o.reps,
                o.warmup);
         if (any_ovl(o.vmask))
-            printf("ovl: progress thread, poll_max_us %u; delta size %s%zu; monitor %s\n",
-                   eff.poll_max_us, eff.delta_size ? "" : "automatic (model) ", eff.delta_size,
+            printf("ovl: progress %s, poll_max_us %u; delta size %s%zu; monitor %s\n",
+                   eff.progress == OVL_PROGRESS_THREAD ? "thread" : "inline", eff.poll_max_us,
+                   eff.delta_size ? "" : "automatic (model) ", eff.delta_size,
                    monitor_line(mon, sizeof mon));
         printf("\n");
         if (csv)

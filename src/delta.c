@@ -104,6 +104,7 @@ struct ovl__delta {
     double t_trace;   /* OVL_TRACE / stats: creation time */
     unsigned npieces; /* pieces sent or received */
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
+    int forwarding;             /* fwd_src was set at begin (never changes after) */
 
     /* receive */
     int plain; /* ovl_irecv of a delta message */
@@ -297,6 +298,23 @@ static void piece_sent(struct ovl__op *op, MPI_Status *st)
         finish_send(d);
 }
 
+/* A piece send may be polled slowly (struct ovl__op, `patient`) while the
+ * program is still producing its message: the program's next fault,
+ * ovl_delta_produced or ovl_delta_send_end comes soon and drives progress,
+ * and a poll by the progress thread in between would only take the CPU the
+ * production runs on. Not once the send has ended (send_end wakes the
+ * thread), not for a send with a continuation or one forwarding a receive
+ * (arrivals drive it), nor for pieces above the eager limit, whose
+ * rendezvous waits for polls. Engine lock held (cont_registered). */
+static int piece_patient(const struct ovl__op *op)
+{
+    const struct send_piece *p = op->ctx;
+    const struct ovl__delta *d = p->d;
+    if (atomic_load(&d->ended) || d->req->cont_registered || d->forwarding)
+        return 0;
+    return ovl__m.eager == 0 || sizeof p->h + p->h.len <= ovl__m.eager;
+}
+
 /* Send bytes [off, off+len) as one piece (len <= max_piece); lock held. */
 static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t flags)
 {
@@ -360,7 +378,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
             return OVL_SUCCESS;
         }
     }
-    if (ovl__engine_add(&p->op) != OVL_SUCCESS) {
+    if (ovl__engine_add_patient(&p->op, piece_patient) != OVL_SUCCESS) {
         MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
         free(p);
@@ -566,6 +584,8 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     if (fin)
         finish_send(d);
     ovl__engine_drive();
+    if (!fin)
+        ovl__engine_hurry(); /* its pieces are no longer patient */
     return rc;
 }
 
@@ -662,12 +682,23 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->dsize = ovl__model_delta_size(cap, D.rate, d->mon != OVL_MONITOR_EXPLICIT);
     if (d->dsize > d->max_piece)
         d->dsize = d->max_piece;
+    /* Pieces of a delta size within the eager limit stay within it when
+     * produced ranges merge: a piece above it would need a rendezvous, and
+     * the receiver would have to poll for every piece at the usual pace
+     * (slot_patient) in case one is that large. */
+    size_t page = ovl__watch_page(), hdr = sizeof(struct piece_hdr);
+    size_t room = ovl__m.eager > hdr + page ? (ovl__m.eager - hdr) / page * page : 0;
+    if (room && d->dsize <= room && d->max_piece > room)
+        d->max_piece = room;
     d->total = cap;
     /* the header's share of inflight: set before a forwarding send is
      * published to the driver, which may send pieces at once */
     d->inflight = 1;
 
     d->fwd_src = find_recv(buf, cap);
+    d->forwarding = d->fwd_src != NULL;
+    if (d->fwd_src) /* its arrivals now drive this send: match it at the usual pace */
+        ovl__match_hurry(&d->fwd_src->req->match);
     if (!d->fwd_src && (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS) {
         r->delta = NULL;
         ovl__delta_free(d);
@@ -1169,6 +1200,7 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     r->match.tag = tag;
     r->match.matched = drecv_matched;
     r->match.prepost = NULL;
+    r->match.patient = 1; /* the program's access or wait drives it */
     *req = h;
     ovl__match_post(&r->match);
     return OVL_SUCCESS;

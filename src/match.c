@@ -57,6 +57,7 @@ static struct {
     struct ovl__match *posted, *posted_tail;
     struct unexp *unexp, *unexp_tail;
     atomic_int nposted;
+    atomic_int npatient; /* of those in `posted`, the patient ones */
     /* receives matched at posting time, handed to the driver: every
      * `matched` callback runs on the driving thread, never concurrently */
     struct ready {
@@ -141,6 +142,26 @@ int ovl__match_unexpected_from(int source)
 int ovl__match_posted(void)
 {
     return atomic_load_explicit(&M.nposted, memory_order_relaxed);
+}
+
+void ovl__match_hurry(struct ovl__match *m)
+{
+    pthread_mutex_lock(&M.lock);
+    if (m->patient) {
+        m->patient = 0;
+        for (const struct ovl__match *p = M.posted; p; p = p->next)
+            if (p == m) {
+                atomic_fetch_sub(&M.npatient, 1);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&M.lock);
+}
+
+int ovl__match_urgent(void)
+{
+    return atomic_load_explicit(&M.nposted, memory_order_relaxed) -
+           atomic_load_explicit(&M.npatient, memory_order_relaxed);
 }
 
 /* Decode an MPI tag on comm_msg: the user's tag, and whether it marks a
@@ -233,9 +254,15 @@ void ovl__match_post(struct ovl__match *m)
         return; /* the engine was woken when the receive was added */
     }
     LIST_APPEND(M.posted, M.posted_tail, m);
+    int patient = m->patient;
+    if (patient)
+        atomic_fetch_add(&M.npatient, 1);
     atomic_fetch_add(&M.nposted, 1);
     pthread_mutex_unlock(&M.lock);
-    ovl__engine_wake();
+    if (patient)
+        ovl__engine_start_polls();
+    else
+        ovl__engine_wake();
 }
 
 /* Queue @m again in posting order (lock held). */
@@ -253,6 +280,8 @@ static void insert_posted_locked(struct ovl__match *m)
         M.posted = m;
     if (!p)
         M.posted_tail = m;
+    if (m->patient)
+        atomic_fetch_add(&M.npatient, 1);
     atomic_fetch_add(&M.nposted, 1);
 }
 
@@ -340,6 +369,8 @@ static struct ovl__match *take_posted(const MPI_Status *st)
             M.posted = m->next;
         if (M.posted_tail == m)
             M.posted_tail = prev;
+        if (m->patient)
+            atomic_fetch_sub(&M.npatient, 1);
         atomic_fetch_sub(&M.nposted, 1);
         return m;
     }
@@ -351,9 +382,12 @@ static int cancel_posted(void)
     pthread_mutex_lock(&M.lock);
     struct ovl__match *m = M.posted;
     M.posted = M.posted_tail = NULL;
-    int np = 0;
-    for (struct ovl__match *x = m; x; x = x->next)
+    int np = 0, npat = 0;
+    for (struct ovl__match *x = m; x; x = x->next) {
         np++;
+        npat += x->patient != 0;
+    }
+    atomic_fetch_sub(&M.npatient, npat);
     atomic_fetch_sub(&M.nposted, np);
     atomic_store(&M.cancel, 0);
     pthread_mutex_unlock(&M.lock);

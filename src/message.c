@@ -258,6 +258,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->match.source = peer;
         r->match.tag = tag;
         r->match.matched = irecv_matched;
+        r->match.patient = 0;
         /* Derived datatypes stay with ovl's matching: MPICH 4.0 leaks a
          * cancelled receive of one (demotion cancels). */
         r->match.prepost = r->dt_owned ? NULL : prepost_recv;

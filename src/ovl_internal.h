@@ -107,6 +107,10 @@ struct ovl__match {
     struct ovl__match *next;
     uint64_t seq; /* posting order */
     int demoting; /* its MPI receive is being cancelled (match.c lock) */
+    /* set before posting: the thread may poll slowly for it (a delta
+     * receive: the program's access drives its matching); cleared only by
+     * ovl__match_hurry (match.c lock) */
+    int patient;
 };
 
 struct ovl__req {
@@ -196,6 +200,12 @@ void ovl__relax(void);
 void ovl__engine_lock(void);
 void ovl__engine_unlock(void);
 void ovl__engine_wake(void);
+/* Ops in flight now need the usual poll pace (they were patient): wake the
+ * progress thread if it is in a longer sleep. */
+void ovl__engine_hurry(void);
+/* Patient work was posted: wake the progress thread only if it waits for
+ * work, so that it starts its slow polls. */
+void ovl__engine_start_polls(void);
 /* The same with the engine lock held. */
 void ovl__engine_wake_locked(void);
 /* ovl_continue registered a continuation on @r (engine lock held): while
@@ -247,6 +257,10 @@ struct ovl__plain_hdr {
 /* Probe comm_msg for messages and hand them to posted receives (driver). */
 int ovl__match_poll(void);
 int ovl__match_posted(void);
+/* Posted receives that are not patient (struct ovl__match). */
+int ovl__match_urgent(void);
+/* @m (posted, or matched already) is no longer patient. */
+void ovl__match_hurry(struct ovl__match *m);
 int ovl__match_unexpected_from(int source);
 /* Finalize: cancel every posted receive; receive and drop probed messages
  * nobody took. */

@@ -84,6 +84,7 @@ static struct {
     int stop;
     int posted;
     int grace; /* a pre-posted receive arrived: let its poster go on first */
+    int idle;  /* the progress thread waits for work (no timed sleep) */
     pthread_cond_t cond;
     /* threads spinning in ovl__engine_spin, and whether the progress thread
      * stood down for them */
@@ -202,16 +203,37 @@ static void wake_for_remote_locked(void)
     ovl__engine_wake_locked();
 }
 
+void ovl__engine_hurry(void)
+{
+    pthread_mutex_lock(&E.lock);
+    wake_for_remote_locked();
+    pthread_mutex_unlock(&E.lock);
+}
+
+void ovl__engine_start_polls(void)
+{
+    pthread_mutex_lock(&E.lock);
+    if (E.thread_on && E.idle)
+        ovl__engine_wake_locked();
+    pthread_mutex_unlock(&E.lock);
+}
+
 static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op),
                         int remote)
 {
     pthread_mutex_lock(&E.lock);
     int rc = add_locked(op, bytes, patient);
     if (rc == OVL_SUCCESS) {
-        if (remote)
+        if (patient) {
+            /* A patient op asks for no poll soon: the thread is woken only
+             * if it waits for work, so that it starts its slow polls. */
+            if (E.thread_on && E.idle)
+                ovl__engine_wake_locked();
+        } else if (remote) {
             wake_for_remote_locked();
-        else
+        } else {
             ovl__engine_wake_locked();
+        }
     }
     pthread_mutex_unlock(&E.lock);
     return rc;
@@ -404,6 +426,8 @@ static int testsome_errors_return(int *outcount)
 /* Set while this thread drives: the fault handler reads it (initial-exec
  * TLS is async-signal-safe). */
 static __thread int driving __attribute__((tls_model("initial-exec")));
+/* Of the last drive's completions on this thread, those of patient ops. */
+static __thread int patient_got;
 
 int ovl__engine_driving(void)
 {
@@ -424,7 +448,7 @@ int ovl__engine_drive(void)
      * the receives they start are tested in the same pass. */
     int matched = ovl__match_poll();
     ovl__rma_poll(); /* passive-target RMA: keep MPI progressing */
-    int nb = 0;
+    int nb = 0, npat = 0;
 
     pthread_mutex_lock(&E.lock);
     if (E.n > 0 && grow_batch(E.n) == 0) {
@@ -439,6 +463,8 @@ int ovl__engine_drive(void)
                 if (rc != MPI_ERR_IN_STATUS)
                     E.batch_sts[nb].MPI_ERROR = MPI_SUCCESS;
                 E.ops[i]->mreq = MPI_REQUEST_NULL;
+                if (E.ops[i]->patient && E.ops[i]->patient(E.ops[i]))
+                    npat++;
                 if (E.ops[i]->kind == OVL__OP_USER)
                     E.conts--;
                 E.ops[i] = NULL;
@@ -493,9 +519,23 @@ int ovl__engine_drive(void)
         nb++;
     }
 
+    patient_got = npat;
     driving = 0;
     pthread_mutex_unlock(&E.drive);
     return nb;
+}
+
+/* Work that must be polled at the usual pace (engine lock held): anything
+ * but patient ops. */
+static int urgent_work_locked(void)
+{
+    if (E.ndef > 0 || E.ready_head != NULL || E.conts > 0 || ovl__match_urgent() ||
+        ovl__rma_wants_progress())
+        return 1;
+    for (int i = 0; i < E.n; i++)
+        if (!E.ops[i]->patient || !E.ops[i]->patient(E.ops[i]))
+            return 1;
+    return 0;
 }
 
 void ovl__engine_spin(int (*done)(const void *), const void *arg)
@@ -506,9 +546,17 @@ void ovl__engine_spin(int (*done)(const void *), const void *arg)
     while (!done(arg))
         if (ovl__engine_drive() < 0)
             ovl__relax(); /* another thread is driving */
-    /* The last spinner out wakes a progress thread that stood down for it. */
-    if (atomic_fetch_sub(&E.spinners, 1) == 1 && atomic_load(&E.parked))
-        ovl__engine_wake();
+    /* The last spinner out wakes a progress thread that stood down for it,
+     * unless all that is left in flight is patient (delta pieces the
+     * program's next access drives): the parked thread then comes back by
+     * itself at the patient pace, and a wake-up after every wait would take
+     * the CPU of the computation that follows it. */
+    if (atomic_fetch_sub(&E.spinners, 1) == 1 && atomic_load(&E.parked)) {
+        pthread_mutex_lock(&E.lock);
+        if (urgent_work_locked())
+            ovl__engine_wake_locked();
+        pthread_mutex_unlock(&E.lock);
+    }
 }
 
 struct mpi_wait {
@@ -559,15 +607,19 @@ static int has_work_locked(void)
  * the only work is transfers whose predicted completion (due_locked) is
  * further away than that, longer, up to poll_quiet_us: halfway to one poll
  * interval before the earliest of them, so wake-ups thin out in the middle
- * of a long transfer and close in towards its end. Patient ops (delta
- * receive pieces: the program's access fault or ovl_delta_need drives
- * progress when it needs the data) set no limit of their own: with nothing
- * else in flight the sleep doubles up to poll_quiet_us while polls find
- * nothing, and falls back to the first interval at the next completion.
- * Without that, a delta message whose last piece comes only at the sender's
- * send_end kept the thread waking every 50 us through a whole computation,
- * each wake-up taking the computing thread's CPU (docs/PERFORMANCE.md,
- * "Patient delta receives"). Receives not yet matched,
+ * of a long transfer and close in towards its end. Patient work (delta
+ * receive pieces and delta receives waiting for their message, whose
+ * program's access fault or ovl_delta_need drives progress when it needs
+ * the data; delta send pieces while the program still produces) sets no
+ * limit of its own: with nothing else in flight the sleep doubles up to
+ * poll_quiet_us, and a poll that completes only patient ops does not bring
+ * it back to the first interval (the thread loop). Without that, a delta
+ * message whose last piece comes only at the sender's send_end kept the
+ * thread waking every 50 us through a whole computation, and pieces that
+ * arrived one per poll kept it at the first interval, each wake-up taking
+ * the computing thread's CPU (docs/PERFORMANCE.md, "Patient delta receives"
+ * and "A progress thread that leaves delta messages to the program").
+ * Other receives not yet matched,
  * continuations, coroutines, RMA or an operation of unknown size keep the
  * usual pace, since something may arrive at any moment. Over TCP the kernel
  * moves the bytes of a started transfer without MPI being polled; what a
@@ -579,9 +631,11 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned ca
 {
     if (E.conts > 0) /* a callback waits: the shorter interval, same quiet middle */
         max_us = callback_us;
-    if (quiet_us <= max_us || E.n == 0 || E.ndef > 0 || E.ready_head != NULL ||
-        ovl__match_posted() || ovl__rma_wants_progress())
+    if (quiet_us <= max_us || E.ndef > 0 || E.ready_head != NULL ||
+        (E.conts > 0 ? ovl__match_posted() : ovl__match_urgent()) || ovl__rma_wants_progress())
         return max_us;
+    if (E.n == 0) /* patient receives waiting for their first message */
+        return ovl__match_posted() ? quiet_us : max_us;
     double first = 0;
     for (int i = 0; i < E.n; i++) {
         const struct ovl__op *op = E.ops[i];
@@ -729,7 +783,10 @@ static void *progress_thread(void *unused)
         pthread_mutex_lock(&E.lock);
         if (E.stop)
             break;
-        if (got > 0 || E.posted) {
+        /* Only patient ops completed: the program drives those when it
+         * needs them, so the thread keeps slowing down (a reset here kept
+         * it polling every interval while pieces arrived one per poll). */
+        if ((got > patient_got) || E.posted) {
             last_activity = ovl__now_us();
             backoff = 0;
             continue;
@@ -738,8 +795,10 @@ static void *progress_thread(void *unused)
             backoff = 0;
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             ovl__rt_leave();
+            E.idle = 1;
             while (!E.stop && !E.posted && !has_work_locked())
                 pthread_cond_wait(&E.cond, &E.lock);
+            E.idle = 0;
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
                                     NULL, 0);
@@ -754,8 +813,19 @@ static void *progress_thread(void *unused)
             atomic_store(&E.parked, 1);
             ovl__rt_leave();
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
-            while (!E.stop && atomic_load(&E.spinners) > 0)
-                pthread_cond_wait(&E.cond, &E.lock);
+            /* Timed: the last spinner out does not wake it for patient
+             * work alone (ovl__engine_spin). */
+            const unsigned park_us = quiet_us > max_us ? quiet_us : max_us;
+            for (;;) {
+                struct timespec ts;
+                deadline_in(park_us, &ts);
+                int rc = pthread_cond_timedwait(&E.cond, &E.lock, &ts);
+                if (E.stop || atomic_load(&E.spinners) == 0) {
+                    if (rc != ETIMEDOUT && !urgent_work_locked() && !E.stop)
+                        continue; /* a wake-up for nothing urgent */
+                    break;
+                }
+            }
             atomic_store(&E.parked, 0);
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "parked", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,

@@ -22,7 +22,9 @@
  *    no ovl call at all, also right after an ovl_wait (the progress thread
  *    stands down during waits and must resume); ovl_continue racing the progress thread's
  *    completion of the same request (thousands of times, at random
- *    moments) still runs the callback before ovl_wait returns.
+ *    moments) still runs the callback before ovl_wait returns;
+ *  - a pending delta receive is patient (not urgent) until hurried, and its
+ *    continuation still runs without ovl calls (white-box counters).
  * Pairs: rank r works with r^1; the ring uses every rank.
  */
 #include "harness.h"
@@ -602,6 +604,70 @@ static void continue_races_completion(void)
     }
 }
 
+/* A delta receive waiting for its message is patient (the program's access
+ * drives its matching): counted as posted but not urgent, until a
+ * continuation or a forwarding send needs it at the usual pace
+ * (ovl__match_hurry). The counts return to zero once it has matched, and
+ * the data and the continuation arrive (with the progress thread: while
+ * this rank makes no ovl call). White-box: match.c's counters. */
+static void flagged_cb(const ovl_status_t *st, void *arg)
+{
+    cb_enter();
+    CHECK(st->error == OVL_SUCCESS);
+    atomic_store((atomic_int *)arg, 1);
+    cb_leave();
+}
+
+static void patient_delta_recv(void)
+{
+    enum { N = 3 * 4096 + 100 };
+    static char in[N], out[N], in2[N];
+    for (int i = 0; i < N; i++)
+        out[i] = (char)(i * 7 + th_rank);
+    memset(in, 0, sizeof in);
+    memset(in2, 0, sizeof in2);
+    sync_peer();
+    CHECK(ovl__match_posted() == 0 && ovl__match_urgent() == 0);
+    ovl_request_t r, r2, s, s2;
+    CHECK_OK(ovl_delta_recv(in2, N, MPI_BYTE, peer, 78, &r2)); /* stays patient */
+    CHECK_OK(ovl_delta_recv(in, N, MPI_BYTE, peer, 77, &r));
+    /* the peer sends only after sync_peer below */
+    CHECKF(ovl__match_posted() == 2 && ovl__match_urgent() == 0, "posted %d, urgent %d",
+           ovl__match_posted(), ovl__match_urgent());
+    struct ovl__req *rq = NULL;
+    CHECK_OK(ovl__req_lookup(r, &rq));
+    ovl__match_hurry(&rq->match);
+    CHECKF(ovl__match_posted() == 2 && ovl__match_urgent() == 1,
+           "after hurry: posted %d, urgent %d", ovl__match_posted(), ovl__match_urgent());
+    ovl__match_hurry(&rq->match); /* twice: counted once */
+    CHECK(ovl__match_urgent() == 1);
+    atomic_int got = 0;
+    CHECK_OK(ovl_continue(r, flagged_cb, &got));
+    sync_peer();
+    CHECK_OK(ovl_delta_send_begin(out, N, MPI_BYTE, peer, 77, &s));
+    CHECK_OK(ovl_delta_send_end(s));
+    if (thread_mode) { /* no ovl call: the progress thread must deliver it */
+        double t0 = MPI_Wtime();
+        while (!atomic_load(&got) && MPI_Wtime() - t0 < 10)
+            ;
+        CHECK(atomic_load(&got));
+    }
+    CHECK_OK(ovl_delta_send_begin(out, N, MPI_BYTE, peer, 78, &s2));
+    CHECK_OK(ovl_delta_send_end(s2));
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&s2, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&r2, OVL_STATUS_IGNORE));
+    CHECK(atomic_load(&got));
+    for (int i = 0; i < N; i++)
+        if (in[i] != (char)(i * 7 + peer) || in2[i] != in[i]) {
+            CHECKF(0, "byte %d: %d / %d, expected %d", i, in[i], in2[i], (char)(i * 7 + peer));
+            break;
+        }
+    CHECKF(ovl__match_posted() == 0 && ovl__match_urgent() == 0, "at the end: posted %d, urgent %d",
+           ovl__match_posted(), ovl__match_urgent());
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_continue", NULL);
@@ -618,6 +684,7 @@ int main(int argc, char **argv)
     ring();
     fire_and_forget();
     continue_mpi();
+    patient_delta_recv();
     if (thread_mode) {
         without_ovl_calls();
         resumes_after_wait();
