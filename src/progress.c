@@ -193,8 +193,8 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
  * post on a pinned host). */
 static void wake_for_remote_locked(void)
 {
-    if (E.thread_on && atomic_load(&E.parked))
-        return; /* the spinner polls it */
+    if (E.thread_on && atomic_load(&E.parked) && atomic_load(&E.spinners) > 0)
+        return; /* the spinner polls it (a parked thread without one is woken) */
     if (E.thread_on && E.sleep_until_us > 0) {
         unsigned iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
         if (E.sleep_until_us <= ovl__now_us() + iv)
