@@ -210,11 +210,19 @@ void ovl__engine_hurry(void)
     pthread_mutex_unlock(&E.lock);
 }
 
+/* Patient work was posted (engine lock held): it asks for no poll soon,
+ * so the thread is woken only if it waits for work, to start its slow
+ * polls. */
+static void start_polls_locked(void)
+{
+    if (E.thread_on && E.idle)
+        ovl__engine_wake_locked();
+}
+
 void ovl__engine_start_polls(void)
 {
     pthread_mutex_lock(&E.lock);
-    if (E.thread_on && E.idle)
-        ovl__engine_wake_locked();
+    start_polls_locked();
     pthread_mutex_unlock(&E.lock);
 }
 
@@ -225,10 +233,7 @@ static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const s
     int rc = add_locked(op, bytes, patient);
     if (rc == OVL_SUCCESS) {
         if (patient) {
-            /* A patient op asks for no poll soon: the thread is woken only
-             * if it waits for work, so that it starts its slow polls. */
-            if (E.thread_on && E.idle)
-                ovl__engine_wake_locked();
+            start_polls_locked();
         } else if (remote) {
             wake_for_remote_locked();
         } else {
