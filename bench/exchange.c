@@ -464,7 +464,7 @@ double xchg_transfer_time(const struct xchg_variant *v, int reps, int warmup)
 
 /* One overlapped rep: daxpy until the trigger's completion is seen. */
 static void one_overlapped(const struct xchg_variant *v, int trigger, double *count, double *comm,
-                           double *loop, double *wakeups, double *oncpu)
+                           double *loop, double *wakeups, double *oncpu, double *post)
 {
     struct xchg x;
     ovl_stats_t s0, s1;
@@ -506,6 +506,7 @@ static void one_overlapped(const struct xchg_variant *v, int trigger, double *co
     *count = mean_over_ranks((double)n);
     *comm = max_over_ranks(done - x.t0);
     *loop = mean_over_ranks(l1 - l0);
+    *post = mean_over_ranks(l0 - x.t0);
     *wakeups = (double)(s1.thread_wakeups - s0.thread_wakeups);
 }
 
@@ -513,8 +514,8 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
 {
     size_t nb = (size_t)reps * sizeof(double);
     double *t = malloc(nb), *d = malloc(nb), *c = malloc(nb), *m = malloc(nb), *l = malloc(nb);
-    double *u = malloc(nb);
-    if (!t || !d || !c || !m || !l || !u)
+    double *u = malloc(nb), *p = malloc(2 * nb);
+    if (!t || !d || !c || !m || !l || !u || !p)
         bench_fail("out of memory");
     memset(out, 0, sizeof *out);
     out->payload = X.payload;
@@ -547,9 +548,10 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     for (int trig = 0; trig < 2; trig++) {
         double wk = 0;
         for (int r = -warmup; r < reps; r++) {
-            double cnt, comm, loop, w, on;
-            one_overlapped(v, trig, &cnt, &comm, &loop, &w, &on);
+            double cnt, comm, loop, w, on, post;
+            one_overlapped(v, trig, &cnt, &comm, &loop, &w, &on, &post);
             if (r >= 0) {
+                p[trig * reps + r] = post * 1e6;
                 u[r] = on;
                 c[r] = cnt;
                 m[r] = comm * 1e3;
@@ -571,12 +573,14 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
             out->ovl_daxpy[trig].med / (out->loop_ms[trig].med > 0 ? out->loop_ms[trig].med : 1);
         out->cpu_share[trig] = ded_rate > 0 ? ovl_rate / ded_rate : 0;
     }
+    out->post_us = bench_stat_of(p, 2 * reps);
     free(t);
     free(d);
     free(c);
     free(m);
     free(l);
     free(u);
+    free(p);
 }
 
 double xchg_fixed_work(const struct xchg_variant *v, long work, int blocking)

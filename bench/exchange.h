@@ -42,6 +42,8 @@ struct lh_result {
     double transfer_wakeups;        /* the same per rep of the exchange alone */
     double oncpu[2];                /* median share of the loop's wall time the main thread
                                      * was on a CPU (CLOCK_THREAD_CPUTIME_ID) */
+    struct bench_stat post_us;      /* posting both messages (and their continuations):
+                                     * mean over ranks, over the overlapped reps */
 };
 
 /* Payload buffers for one size; both ranks call it. */

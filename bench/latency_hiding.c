@@ -28,6 +28,7 @@ static const char HELP[] =
     "              / receive's completion (an ovl continuation, or MPI_Test)\n"
     "  util        send/recv count divided by dedicated: useful CPU utilisation\n"
     "  comm        communication time while daxpy runs, relative to alone\n"
+    "  post        us to post both messages (and, for ovl, their continuations)\n"
     "\n"
     "Variants:\n"
     "  ovl             ovl_isend/ovl_irecv + ovl_continue, progress thread on\n"
@@ -165,10 +166,10 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int 
            c->fragment_size, c->stream_window, BENCH_DAXPY_N, daxpy_ns);
     printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); comm = "
            "communication time with daxpy / alone\n\n");
-    printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "variant", "payload", "transfer",
-           "dedicated", "daxpy", "daxpy", "util", "util", "comm", "comm");
-    printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s\n", "", "", "ms", "daxpy", "(send)",
-           "(recv)", "send", "recv", "send", "recv");
+    printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s %6s\n", "variant", "payload", "transfer",
+           "dedicated", "daxpy", "daxpy", "util", "util", "comm", "comm", "post");
+    printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s %6s\n", "", "", "ms", "daxpy", "(send)",
+           "(recv)", "send", "recv", "send", "recv", "us");
 }
 
 int bench_latency_hiding(int argc, char **argv)
@@ -197,7 +198,8 @@ int bench_latency_hiding(int argc, char **argv)
                          "comm_recv_ms_med,comm_recv_ms_min,comm_recv_ms_max,"
                          "loop_send_ms_med,loop_recv_ms_med,"
                          "cpu_share_send,cpu_share_recv,wakeups_send,wakeups_recv,"
-                         "oncpu_send,oncpu_recv,wakeups_alone,poll_quiet_us\n");
+                         "oncpu_send,oncpu_recv,wakeups_alone,poll_quiet_us,"
+                         "post_us_med,post_us_min,post_us_max\n");
     }
     for (int s = 0; s < o.nsizes; s++) {
         xchg_setup(o.sizes[s]);
@@ -209,10 +211,11 @@ int bench_latency_hiding(int argc, char **argv)
                 continue;
             char sz[32];
             double tm = r.transfer_ms.med;
-            printf("%-20s %8s %10.3f %9.0f %9.0f %9.0f %6.1f%% %6.1f%% %6.2f %6.2f\n", v->name,
-                   bench_fmt_size(r.payload, sz, sizeof sz), tm, r.dedicated.med,
+            printf("%-20s %8s %10.3f %9.0f %9.0f %9.0f %6.1f%% %6.1f%% %6.2f %6.2f %6.1f\n",
+                   v->name, bench_fmt_size(r.payload, sz, sizeof sz), tm, r.dedicated.med,
                    r.ovl_daxpy[0].med, r.ovl_daxpy[1].med, 100 * r.util[0], 100 * r.util[1],
-                   tm > 0 ? r.comm_ms[0].med / tm : 0, tm > 0 ? r.comm_ms[1].med / tm : 0);
+                   tm > 0 ? r.comm_ms[0].med / tm : 0, tm > 0 ? r.comm_ms[1].med / tm : 0,
+                   r.post_us.med);
             fflush(stdout);
             if (!csv)
                 continue;
@@ -226,9 +229,11 @@ int bench_latency_hiding(int argc, char **argv)
             fprintf(csv, ",%.4f,%.4f", r.util[0], r.util[1]);
             csv_stat(csv, r.comm_ms[0]);
             csv_stat(csv, r.comm_ms[1]);
-            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f,%u\n", r.loop_ms[0].med,
+            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f,%u", r.loop_ms[0].med,
                     r.loop_ms[1].med, r.cpu_share[0], r.cpu_share[1], r.wakeups[0], r.wakeups[1],
                     r.oncpu[0], r.oncpu[1], r.transfer_wakeups, eff.poll_quiet_us);
+            csv_stat(csv, r.post_us);
+            fputc('\n', csv);
         }
         xchg_teardown();
     }

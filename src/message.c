@@ -273,8 +273,9 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     }
     if (kind == OVL__REQ_SEND)
         atomic_fetch_add(&ovl__g.sent_to[peer], 1);
-    /* a send above the eager limit completes only after the receiver's answer */
-    if ((rc = kind == OVL__REQ_SEND && ovl__m.eager > 0 && r->status.bytes >= ovl__m.eager
+    /* a send needs no poll at once: an eager one has left (or the kernel
+     * writes it out), one above the eager limit waits for the receiver */
+    if ((rc = kind == OVL__REQ_SEND
                   ? ovl__engine_add_remote(&r->op, r->status.bytes)
                   : ovl__engine_add_sized(&r->op, r->status.bytes)) != OVL_SUCCESS) {
         /* The MPI request exists: finish it here rather than leak it. */

@@ -92,6 +92,13 @@ static struct {
     /* the progress thread's timed poll sleep ends at this time (ovl__now_us
      * clock); 0 while it is not in one */
     double sleep_until_us;
+    /* a wake-up asked for under the lock, signalled once it is released:
+     * signalled under it, the woken thread (which may preempt the caller
+     * on its core at once) would only block on the lock again */
+    int sig;
+    /* the progress thread runs: it decides its next sleep (under the lock)
+     * after what it does now, so work posted meanwhile is seen */
+    int awake;
     /* pacing: when the outgoing and incoming links are predicted to be free
      * of the sized transfers posted so far (ovl__now_us clock) */
     double out_free_us, in_free_us;
@@ -102,9 +109,20 @@ void ovl__engine_lock(void)
     pthread_mutex_lock(&E.lock);
 }
 
+static void unlock_E(void)
+{
+    int sig = E.sig;
+    E.sig = 0;
+    if (sig)
+        E.awake = 1; /* about to run: no second wake-up needed */
+    pthread_mutex_unlock(&E.lock);
+    if (sig)
+        pthread_cond_signal(&E.cond);
+}
+
 void ovl__engine_unlock(void)
 {
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
 }
 
 /* engine lock held */
@@ -112,8 +130,10 @@ void ovl__engine_wake_locked(void)
 {
     E.posted = 1;
     if (E.thread_on)
-        pthread_cond_signal(&E.cond);
+        E.sig = 1;
 }
+
+static void wake_for_remote_locked(void);
 
 void ovl__engine_continuation_locked(struct ovl__req *r)
 {
@@ -121,14 +141,15 @@ void ovl__engine_continuation_locked(struct ovl__req *r)
         r->cont_pending = 1;
         E.conts++;
     }
-    ovl__engine_wake_locked(); /* the thread may be in a longer sleep */
+    /* the thread may be in a longer sleep than the next interval */
+    wake_for_remote_locked();
 }
 
 int ovl__engine_continuations(void)
 {
     pthread_mutex_lock(&E.lock);
     int n = E.conts;
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     return n;
 }
 
@@ -136,7 +157,7 @@ void ovl__engine_wake(void)
 {
     pthread_mutex_lock(&E.lock);
     ovl__engine_wake_locked();
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
 }
 
 /* Predicted completion of a sized transfer posted now: the link in its
@@ -184,30 +205,43 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
     return OVL_SUCCESS;
 }
 
-/* An op that needs a round trip before it can complete (engine lock held).
- * The thread is woken unless it will poll within one interval anyway (a
- * timed sleep ending no later than the interval the op asks for) or stands
- * down for a spinning waiter that drives every op: a poll now would find
- * nothing, and on a machine whose cores all compute the wake-up takes the
- * poster's CPU (a context switch and a contended MPI lock, about 10 us per
- * post on a pinned host). */
+/* Whether the progress thread polls within @iv us without a wake-up (engine
+ * lock held): it runs (awake: it decides its next sleep under this lock,
+ * after what it does now, so it sees the new work), it has been signalled
+ * and not yet run, it is in a timed sleep ending within @iv, or it stands
+ * down for a spinning waiter, who drives every op. */
+static int polls_soon_locked(unsigned iv)
+{
+    if (!E.thread_on)
+        return 1; /* progress is the caller's own */
+    if (atomic_load(&E.parked))
+        return atomic_load(&E.spinners) > 0; /* a parked thread without one is woken */
+    if (E.awake)
+        return 1;
+    return E.sleep_until_us > 0 && E.sleep_until_us <= ovl__now_us() + iv;
+}
+
+/* Posted work that needs no poll at once (engine lock held): a send (an
+ * eager one has left with MPI_Isend, or is written out by the kernel; a
+ * rendezvous one needs the receiver's answer first), an RMA strip (a
+ * round trip), a continuation on a request in flight. The thread is woken
+ * only if it would not poll within one interval anyway: a wake-up takes the
+ * poster's CPU on a machine whose cores all compute (a context switch, a
+ * contended MPI lock, and a poll that finds nothing: about 10 us per post
+ * on a pinned host, and an exchange's four posting calls took 77 us instead
+ * of 19; docs/PERFORMANCE.md, "Posting without a wake-up" and "Cheaper
+ * posting"). */
 static void wake_for_remote_locked(void)
 {
-    if (E.thread_on && atomic_load(&E.parked) && atomic_load(&E.spinners) > 0)
-        return; /* the spinner polls it (a parked thread without one is woken) */
-    if (E.thread_on && E.sleep_until_us > 0) {
-        unsigned iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
-        if (E.sleep_until_us <= ovl__now_us() + iv)
-            return;
-    }
-    ovl__engine_wake_locked();
+    if (!polls_soon_locked(E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us))
+        ovl__engine_wake_locked();
 }
 
 void ovl__engine_hurry(void)
 {
     pthread_mutex_lock(&E.lock);
     wake_for_remote_locked();
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
 }
 
 /* Patient work was posted (engine lock held): it asks for no poll soon,
@@ -223,7 +257,7 @@ void ovl__engine_start_polls(void)
 {
     pthread_mutex_lock(&E.lock);
     start_polls_locked();
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
 }
 
 static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op),
@@ -240,7 +274,7 @@ static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const s
             ovl__engine_wake_locked();
         }
     }
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     return rc;
 }
 
@@ -260,8 +294,9 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
 }
 
 /* A receive handed to MPI before its message is there (match.c). The
- * progress thread is woken, but waits up to one poll interval before it
- * polls, unless something else is posted first: if it polled at once, MPI
+ * progress thread is woken, but waits up to one callback interval
+ * (OVL_POLL_CALLBACK_US) before it polls, unless work that needs a poll at
+ * once is posted first: if it polled at once, MPI
  * could answer the peer's rendezvous request before this rank's own send,
  * posted right after the receive in an exchange, has gone out, and the
  * peer's data would then queue behind this rank's (match.c). */
@@ -272,9 +307,9 @@ int ovl__engine_add_receive(struct ovl__op *op, size_t bytes)
     if (rc == OVL_SUCCESS) {
         E.grace = 1;
         if (E.thread_on)
-            pthread_cond_signal(&E.cond);
+            E.sig = 1;
     }
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     return rc;
 }
 
@@ -287,7 +322,7 @@ int ovl__engine_count(int kind)
             c++;
     if (kind < 0) /* finalize must also run what is queued for the driver */
         c += E.ndef + (E.ready_head != NULL);
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     return c;
 }
 
@@ -298,7 +333,7 @@ void ovl__engine_cancel_receives(void)
         if ((E.ops[i]->kind == OVL__OP_RECV || E.ops[i]->kind == OVL__OP_USER) &&
             E.mreqs[i] != MPI_REQUEST_NULL)
             MPI_Cancel(&E.mreqs[i]);
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
 }
 
 void ovl__engine_defer_callback(struct ovl__req *r)
@@ -348,12 +383,12 @@ static void publish(struct ovl__req *r)
          * continuation: it is deferred now, and its run publishes. Setting
          * `done` here would let ovl_wait return, and release the request,
          * before the callback has run. */
-        pthread_mutex_unlock(&E.lock);
+        unlock_E();
         return;
     }
     int detached = r->detached;
     atomic_store_explicit(&r->done, 1, memory_order_release);
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     if (detached)
         ovl__req_release(r);
 }
@@ -369,7 +404,7 @@ static void run_continuation_and_publish(struct ovl__req *r)
         r->cont_pending = 0;
         E.conts--;
     }
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     if (fn)
         run_callback(r, fn, arg);
     publish(r);
@@ -487,7 +522,7 @@ int ovl__engine_drive(void)
             E.n = w;
         }
     }
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
 
     for (int k = 0; k < nb; k++)
         E.batch[k]->done(E.batch[k], &E.batch_sts[k]);
@@ -500,7 +535,7 @@ int ovl__engine_drive(void)
     for (;;) {
         pthread_mutex_lock(&E.lock);
         if (E.ndef == 0) {
-            pthread_mutex_unlock(&E.lock);
+            unlock_E();
             break;
         }
         run_continuation_and_publish(E.deferred[--E.ndef]);
@@ -516,7 +551,7 @@ int ovl__engine_drive(void)
             if (!E.ready_head)
                 E.ready_tail = NULL;
         }
-        pthread_mutex_unlock(&E.lock);
+        unlock_E();
         if (!c)
             break;
         ovl__rt_leave(); /* marshalling outranks no computation */
@@ -560,7 +595,7 @@ void ovl__engine_spin(int (*done)(const void *), const void *arg)
         pthread_mutex_lock(&E.lock);
         if (urgent_work_locked())
             ovl__engine_wake_locked();
-        pthread_mutex_unlock(&E.lock);
+        unlock_E();
     }
 }
 
@@ -771,19 +806,28 @@ static void *progress_thread(void *unused)
     double last_activity = ovl__now_us();
 
     pthread_mutex_lock(&E.lock);
+    E.awake = 1;
     while (!E.stop) {
         if (E.grace) {
             E.grace = 0;
-            if (!E.posted && max_us > 0) {
+            /* the shorter pace: a continuation is usually registered on
+             * the receive next, and need not wake the thread again
+             * (wake_for_remote_locked) */
+            const unsigned grace_us = callback_us < max_us ? callback_us : max_us;
+            if (!E.posted && grace_us > 0) {
                 struct timespec ts;
-                deadline_in(max_us, &ts);
+                deadline_in(grace_us, &ts);
+                E.sleep_until_us = ovl__now_us() + grace_us;
+                E.awake = 0;
                 while (!E.stop && !E.posted &&
                        pthread_cond_timedwait(&E.cond, &E.lock, &ts) != ETIMEDOUT)
                     ;
+                E.awake = 1;
+                E.sleep_until_us = 0;
             }
         }
         E.posted = 0;
-        pthread_mutex_unlock(&E.lock);
+        unlock_E();
         int got = ovl__engine_drive();
         pthread_mutex_lock(&E.lock);
         if (E.stop)
@@ -801,8 +845,10 @@ static void *progress_thread(void *unused)
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             ovl__rt_leave();
             E.idle = 1;
+            E.awake = 0;
             while (!E.stop && !E.posted && !has_work_locked())
                 pthread_cond_wait(&E.cond, &E.lock);
+            E.awake = 1;
             E.idle = 0;
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
@@ -824,7 +870,9 @@ static void *progress_thread(void *unused)
             for (;;) {
                 struct timespec ts;
                 deadline_in(park_us, &ts);
+                E.awake = 0;
                 int rc = pthread_cond_timedwait(&E.cond, &E.lock, &ts);
+                E.awake = 1;
                 if (E.stop || atomic_load(&E.spinners) == 0) {
                     if (rc != ETIMEDOUT && !urgent_work_locked() && !E.stop)
                         continue; /* a wake-up for nothing urgent */
@@ -854,7 +902,9 @@ static void *progress_thread(void *unused)
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             rt_enter(&fifo);
             E.sleep_until_us = ovl__now_us() + backoff;
+            E.awake = 0;
             pthread_cond_timedwait(&E.cond, &E.lock, &ts);
+            E.awake = 1;
             E.sleep_until_us = 0;
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
@@ -862,7 +912,7 @@ static void *progress_thread(void *unused)
         }
         atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&E.lock);
+    unlock_E();
     return NULL;
 }
 
@@ -908,6 +958,7 @@ int ovl__engine_start(void)
     E.stop = 0;
     E.posted = 0;
     E.grace = 0;
+    E.awake = 0;
     E.thread_on = 0;
     if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD)
         return OVL_SUCCESS;
