@@ -310,13 +310,14 @@ void kernel_report(FILE *csv, const char *bench, struct kernel *k, const struct 
         if (csv)
             fprintf(csv,
                     "%s,%s,%s,%d,%d,%d,%zu,%zu,%ld,%zu,%zu,%d,%d,%.6g,%.6g,%.6g,%.4f,%.6g,%.6g,"
-                    "%zu,%d,%.1f,%.1f,%.6g,%.6g,%.4f,%ld\n",
+                    "%zu,%d,%.1f,%.1f,%.6g,%.6g,%.4f,%ld,%.1f,%.4f\n",
                     bench, kkind_name(kernel_kind(k)), kvar_name((enum kvar)v), bench_size, hosts,
                     cores, p->bytes, msg, p->work, p->strip, p->part_size, m->reps, warmup,
                     s->med * 1e3, s->min * 1e3, s->max * 1e3, sp, m->C * 1e3, m->T * 1e3,
                     is_ovl_var(v) ? m->delta_bytes[v] : 0, v == KV_PART ? m->parts : 0,
                     is_ovl_var(v) ? m->deltas[v] : 0, is_ovl_var(v) ? m->faults[v] : 0, b * 1e3,
-                    binf * 1e3, b > 0 && s->med > 0 ? b / s->med : 0, p->sleep_us);
+                    binf * 1e3, b > 0 && s->med > 0 ? b / s->med : 0, p->sleep_us, m->begin_us[v],
+                    m->begin_slow[v]);
     }
     printf("\n");
     fflush(stdout);

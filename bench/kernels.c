@@ -133,6 +133,9 @@ struct chan {
 enum op { OP_SEED, OP_MAP, OP_REDUCE, OP_ROWSUM, OP_WAVE };
 
 struct kernel {
+    /* begin calls of the current run (ch_begin): count, seconds, over 200 us */
+    long begin_n, begin_slow;
+    double begin_s;
     enum kkind kind;
     struct kparams p;
     unsigned var_mask;
@@ -302,8 +305,23 @@ static void mwait(const struct kernel *k, MPI_Request *r)
     }
 }
 
-/* Before the computation: post / start the transfer. */
+static void ch_begin_call(struct kernel *k, struct chan *c);
+
+/* Before the computation: post / start the transfer, timed. */
 static void ch_begin(struct kernel *k, struct chan *c)
+{
+    if (!c)
+        return;
+    double t = bench_now();
+    ch_begin_call(k, c);
+    t = bench_now() - t;
+    k->begin_n++;
+    k->begin_s += t;
+    if (t > 200e-6)
+        k->begin_slow++;
+}
+
+static void ch_begin_call(struct kernel *k, struct chan *c)
 {
     if (!c)
         return;
@@ -1237,6 +1255,8 @@ void kernel_run(struct kernel *k, enum kvar v, struct krun *out)
     memset(&s1, 0, sizeof s1);
     if (is_ovl)
         BENCH_OVL(ovl_stats_get(&s0));
+    k->begin_n = k->begin_slow = 0;
+    k->begin_s = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = bench_now();
     if (k->rank < k->ranks_used) {
@@ -1261,6 +1281,9 @@ void kernel_run(struct kernel *k, enum kvar v, struct krun *out)
     out->time = max_all(t);
     out->deltas = sum_all((double)(s1.deltas_sent - s0.deltas_sent));
     out->faults = sum_all((double)(s1.faults - s0.faults));
+    out->begin_us = max_all(k->begin_n ? k->begin_s / (double)k->begin_n * 1e6 : 0);
+    double nb = sum_all((double)k->begin_n);
+    out->begin_slow = nb > 0 ? sum_all((double)k->begin_slow) / nb : 0;
     out->delta_bytes = (size_t)max_all((double)k->delta_seen);
     int parts = 0;
     for (int i = 0; i < k->nch; i++)
@@ -1476,6 +1499,8 @@ void kernel_measure(struct kernel *k, unsigned var_mask, int reps, int warmup, s
                 t[v][r] = kr.time;
                 out->deltas[v] += kr.deltas / reps;
                 out->faults[v] += kr.faults / reps;
+                out->begin_us[v] += kr.begin_us / reps;
+                out->begin_slow[v] += kr.begin_slow / reps;
                 if (kr.delta_bytes > out->delta_bytes[v])
                     out->delta_bytes[v] = kr.delta_bytes;
                 if (v == KV_PART)

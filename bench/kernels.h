@@ -79,6 +79,9 @@ struct krun {
     double faults;      /* ovl access faults handled, all ranks */
     size_t delta_bytes; /* largest delta size ovl reported on a send (0: none) */
     int parts;          /* partitions per message (part) */
+    double begin_us;    /* mean wall time of one begin call (post, start, delta begin);
+                         * the largest of the ranks' means */
+    double begin_slow;  /* share of begin calls over 200 us, all ranks */
 };
 /* Run the kernel once in variant v, verify, return the measurements (same on
  * every rank). Collective. ovl must be initialised for the ovl variants. */
@@ -111,6 +114,8 @@ struct kmeasure {
     double faults[KV_COUNT];       /* ovl faults per rep (all ranks) */
     size_t delta_bytes[KV_COUNT];  /* delta size ovl reported (largest) */
     int parts;                     /* partitions per message (part) */
+    double begin_us[KV_COUNT];     /* mean of krun.begin_us over the reps */
+    double begin_slow[KV_COUNT];   /* mean of krun.begin_slow over the reps */
 };
 void kernel_measure(struct kernel *k, unsigned var_mask, int reps, int warmup,
                     struct kmeasure *out);
@@ -121,7 +126,8 @@ void kernel_measure(struct kernel *k, unsigned var_mask, int reps, int warmup,
 #define KERNEL_CSV_HEADER                                                                      \
     "bench,kernel,variant,ranks,hosts,cores,bytes,msg_bytes,work,strip,part_size,reps,warmup," \
     "time_ms_med,time_ms_min,time_ms_max,speedup,compute_ms,transfer_ms,delta_bytes,parts,"    \
-    "deltas_per_rep,faults_per_rep,bound_ms,bound_inf_ms,bound_frac,mpi_wait_sleep_us\n"
+    "deltas_per_rep,faults_per_rep,bound_ms,bound_inf_ms,bound_frac,mpi_wait_sleep_us,"        \
+    "begin_us,begin_slow\n"
 void kernel_report(FILE *csv, const char *bench, struct kernel *k, const struct kmeasure *m,
                    unsigned vmask, int hosts, int cores, const struct kparams *p, int warmup);
 enum kkind kernel_kind(const struct kernel *k);

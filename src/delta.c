@@ -751,7 +751,7 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
                    ovl__g.comm_msg, &d->hdr_op.mreq);
     if (rc == MPI_SUCCESS)
         atomic_fetch_add(&ovl__g.sent_to[dest], 1);
-    if (rc != MPI_SUCCESS || ovl__engine_add(&d->hdr_op) != OVL_SUCCESS) {
+    if (rc != MPI_SUCCESS || ovl__engine_add_gentle(&d->hdr_op) != OVL_SUCCESS) {
         if (rc == MPI_SUCCESS)
             MPI_Wait(&d->hdr_op.mreq, MPI_STATUS_IGNORE);
         active_remove(d);

@@ -165,11 +165,16 @@ int ovl__engine_add_sized(struct ovl__op *op, size_t bytes);
  * (see struct ovl__op): the progress thread then backs off, doubling its
  * sleep up to OVL_POLL_QUIET_US while polls find nothing. */
 int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op));
-/* The same for an op that cannot complete before a round trip to its peer
- * (an RMA get or put, a send above the eager limit): the progress thread is
- * not woken if it polls within one interval anyway (progress.c,
- * wake_for_remote_locked), since a poll now would find nothing. */
+/* The same for an op that needs no poll at once (a send: an eager one has
+ * left, one above the eager limit waits for the receiver; an RMA get or
+ * put): the progress thread is not woken if it polls within one interval
+ * anyway (progress.c, wake_for_remote_locked), since a poll now would find
+ * nothing. */
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
+/* The same for an op whose completion nobody waits for soon (a delta
+ * message's header: its wait drives it): the progress thread is woken only
+ * if it waits for work, and gently (progress.c, start_polls_locked). */
+int ovl__engine_add_gentle(struct ovl__op *op);
 /* The same for a receive posted before its message (match.c pre-posting):
  * the progress thread lets one poll interval pass first. */
 int ovl__engine_add_receive(struct ovl__op *op, size_t bytes);

@@ -99,6 +99,10 @@ static struct {
     /* the progress thread runs: it decides its next sleep (under the lock)
      * after what it does now, so work posted meanwhile is seen */
     int awake;
+    /* the progress thread's kernel id, and whether a gentle wake-up
+     * (start_polls_locked) made it SCHED_BATCH */
+    pid_t tid;
+    int gentle;
     /* pacing: when the outgoing and incoming links are predicted to be free
      * of the sized transfers posted so far (ovl__now_us clock) */
     double out_free_us, in_free_us;
@@ -134,6 +138,7 @@ void ovl__engine_wake_locked(void)
 }
 
 static void wake_for_remote_locked(void);
+static int ask_short_slice(unsigned us);
 
 void ovl__engine_continuation_locked(struct ovl__req *r)
 {
@@ -246,11 +251,49 @@ void ovl__engine_hurry(void)
 
 /* Patient work was posted (engine lock held): it asks for no poll soon,
  * so the thread is woken only if it waits for work, to start its slow
- * polls. */
+ * polls, and gently: it is first made SCHED_BATCH, which the kernel never
+ * lets preempt the running thread on a wake-up, so it starts at the next
+ * scheduling point of its CPU (at once if the CPU is free; on a busy one
+ * within a tick) and returns to normal scheduling when it runs. Woken
+ * normally, it preempted the poster, and on a CPU shared by two ranks the
+ * poster then waited for the other rank's time slice: a delta begin
+ * (its header send, its patient receive) took about 1 ms in one call of
+ * eight in the 4-rank stencil on 2 cores (docs/PERFORMANCE.md, "Gentle
+ * wake-ups"). */
 static void start_polls_locked(void)
 {
-    if (E.thread_on && E.idle)
-        ovl__engine_wake_locked();
+    if (!E.thread_on || !E.idle || E.awake)
+        return;
+    if (!E.gentle && E.tid > 0) {
+        struct sched_param sp = { .sched_priority = 0 };
+        if (sched_setscheduler(E.tid, SCHED_BATCH, &sp) == 0)
+            E.gentle = 1;
+    }
+    E.sig = 1;
+}
+
+/* The thread, woken from its idle wait (engine lock held): back to normal
+ * scheduling if a gentle wake-up made it SCHED_BATCH. */
+static void after_idle_locked(void)
+{
+    if (!E.gentle)
+        return;
+    E.gentle = 0;
+    struct sched_param sp = { .sched_priority = 0 };
+    if (sched_setscheduler(0, SCHED_OTHER, &sp) == 0)
+        ask_short_slice(ovl__g.cfg.progress_slice_us);
+    else
+        E.tid = 0; /* no more gentle wake-ups */
+}
+
+int ovl__engine_add_gentle(struct ovl__op *op)
+{
+    pthread_mutex_lock(&E.lock);
+    int rc = add_locked(op, 0, NULL);
+    if (rc == OVL_SUCCESS)
+        start_polls_locked();
+    unlock_E();
+    return rc;
 }
 
 void ovl__engine_start_polls(void)
@@ -805,7 +848,16 @@ static void *progress_thread(void *unused)
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
+    /* Gentle wake-ups (start_polls_locked) need the way back from
+     * SCHED_BATCH; where the thread cannot take it, it is always woken
+     * normally. */
+    struct sched_param sp0 = { .sched_priority = 0 };
+    int can_batch = !fifo && sched_setscheduler(0, SCHED_BATCH, &sp0) == 0 &&
+                    sched_setscheduler(0, SCHED_OTHER, &sp0) == 0;
+    if (can_batch)
+        to_normal();
     pthread_mutex_lock(&E.lock);
+    E.tid = can_batch ? (pid_t)syscall(SYS_gettid) : 0;
     E.awake = 1;
     while (!E.stop) {
         if (E.grace) {
@@ -850,6 +902,7 @@ static void *progress_thread(void *unused)
                 pthread_cond_wait(&E.cond, &E.lock);
             E.awake = 1;
             E.idle = 0;
+            after_idle_locked();
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
                                     NULL, 0);
@@ -959,6 +1012,8 @@ int ovl__engine_start(void)
     E.posted = 0;
     E.grace = 0;
     E.awake = 0;
+    E.tid = 0;
+    E.gentle = 0;
     E.thread_on = 0;
     if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD)
         return OVL_SUCCESS;
