@@ -151,7 +151,7 @@ typedef struct {
     unsigned
         spin_us; /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 0) */
     size_t
-        fragment_size; /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header (default 65536; same on every rank) */
+        fragment_size; /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header, 64 B - 64 MiB, same on every rank; 0 = chosen at ovl_init from the performance model: the smallest power of two from 4 KiB to 64 KiB (within the eager switch) whose per-message overhead is at most 5 % of its wire time, which ovl_config_get() then reports (default 0) */
     unsigned stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream (default 8) */
     size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
     int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
@@ -352,7 +352,18 @@ OVL_NODISCARD int ovl_continue_mpi(MPI_Request *mpireq, ovl_mpi_continue_fn fn, 
 /* Marshal streams                                                           */
 /* ------------------------------------------------------------------------ */
 
-/** A stream of values being marshalled into, or unmarshalled from, a message. */
+/**
+ * A stream of values being marshalled into, or unmarshalled from, a message.
+ * Its fields are ovl's, not the program's: the typed helpers below use them
+ * to write or read a value inside the current fragment without a call (a
+ * bounds check and a copy). Both windows are empty whenever the stream's
+ * function is not running, so every misuse reaches ovl_stream_write() /
+ * ovl_stream_read() and their error checks.
+ */
+struct ovl_stream_s {
+    unsigned char *ovl_wpos_, *ovl_wend_;       /**< write window (send streams) */
+    const unsigned char *ovl_rpos_, *ovl_rend_; /**< read window (receive streams) */
+};
 typedef struct ovl_stream_s *ovl_stream_t;
 
 /**
@@ -411,14 +422,29 @@ OVL_NODISCARD int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
 /** Bytes written to / read from the stream so far. Never fails; 0 for NULL. */
 size_t ovl_stream_tell(ovl_stream_t stream);
 
-/* Typed helpers (native representation; ovl does not convert byte order). */
+/* Typed helpers (native representation; ovl does not convert byte order).
+ * Same results and errors as ovl_stream_write/read of sizeof(type) bytes, but
+ * inline: a value that fits in the current fragment costs a bounds check and
+ * a copy (about 1 ns), the call is made only at a fragment's end or on error.
+ * A send error that happens while a fragment fills is returned by the write
+ * that completes that fragment, and by the request. */
 #define OVL_STREAM_TYPED(name, type)                                                \
     OVL_NODISCARD static inline int ovl_stream_write_##name(ovl_stream_t s, type v) \
     {                                                                               \
+        if (s && (size_t)(s->ovl_wend_ - s->ovl_wpos_) >= sizeof v) {               \
+            memcpy(s->ovl_wpos_, &v, sizeof v);                                     \
+            s->ovl_wpos_ += sizeof v;                                               \
+            return OVL_SUCCESS;                                                     \
+        }                                                                           \
         return ovl_stream_write(s, &v, sizeof v);                                   \
     }                                                                               \
     OVL_NODISCARD static inline int ovl_stream_read_##name(ovl_stream_t s, type *v) \
     {                                                                               \
+        if (s && v && (size_t)(s->ovl_rend_ - s->ovl_rpos_) >= sizeof *v) {         \
+            memcpy(v, s->ovl_rpos_, sizeof *v);                                     \
+            s->ovl_rpos_ += sizeof *v;                                              \
+            return OVL_SUCCESS;                                                     \
+        }                                                                           \
         return ovl_stream_read(s, v, sizeof *v);                                    \
     }
 OVL_STREAM_TYPED(int8, int8_t)

@@ -108,7 +108,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .progress = OVL_PROGRESS_INLINE,
         .poll_max_us = 50,
         .spin_us = 0,
-        .fragment_size = 65536,
+        .fragment_size = 0, /* from the model at ovl_init */
         .stream_window = 8,
         .stack_size = 256u << 10,
         .verbose = 1,
@@ -179,8 +179,13 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
 
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_MAX_US, poll_max_us, "OVL_POLL_MAX_US", 1, 1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_SPIN_US, spin_us, "OVL_SPIN_US", 0, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_FRAGMENT_SIZE, fragment_size, "OVL_FRAGMENT_SIZE",
-                  OVL_MIN_FRAGMENT, OVL_MAX_FRAGMENT);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_FRAGMENT_SIZE, fragment_size, "OVL_FRAGMENT_SIZE", 0,
+                  OVL_MAX_FRAGMENT);
+    if (c.fragment_size != 0 && c.fragment_size < OVL_MIN_FRAGMENT)
+        return ovl__error(OVL_ERR_CONFIG, "ovl_init",
+                          "OVL_FRAGMENT_SIZE=%zu out of range: 0 (chosen from the model) or "
+                          "%u to %u",
+                          c.fragment_size, OVL_MIN_FRAGMENT, OVL_MAX_FRAGMENT);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_STREAM_WINDOW, stream_window, "OVL_STREAM_WINDOW", 1, 1024);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stack_size, "OVL_STACK_SIZE", 16384, 1ull << 30);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_DELTA_SIZE, delta_size, "OVL_DELTA_SIZE", 0, 1ull << 30);

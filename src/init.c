@@ -153,7 +153,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     if (fsr[0] != ~fsr[1]) {
         rc = ovl__error(OVL_ERR_CONFIG, fn,
                         "OVL_FRAGMENT_SIZE differs between ranks (this rank %zu, max %llu): set "
-                        "the same value everywhere",
+                        "the same value everywhere, or leave it unset (0) on every rank",
                         c.fragment_size, fsr[0]);
         goto fail_comms;
     }
@@ -192,6 +192,17 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         goto fail_counts;
     if ((rc = ovl__model_calibrate()) != OVL_SUCCESS)
         goto fail_watch;
+    if (ovl__g.cfg.fragment_size == 0) {
+        /* From the model; every rank must use the same (receivers post
+         * fragment-sized buffers) and a perfdb is read per node. */
+        unsigned long long mine = ovl__model_fragment_size(), all = mine;
+        if ((rc = MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN,
+                                ovl__g.comm_msg)) != MPI_SUCCESS) {
+            rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");
+            goto fail_watch;
+        }
+        ovl__g.cfg.fragment_size = (size_t)all;
+    }
     if ((rc = ovl__req_table_init()) != OVL_SUCCESS)
         goto fail_watch;
     atomic_store(&ovl__g.initialized, 1);
@@ -201,7 +212,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         goto fail_table;
     }
     ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u", ovl__g.size,
-              c.progress == OVL_PROGRESS_THREAD ? "thread" : "inline", c.fragment_size,
+              c.progress == OVL_PROGRESS_THREAD ? "thread" : "inline", ovl__g.cfg.fragment_size,
               c.stream_window);
     return OVL_SUCCESS;
 

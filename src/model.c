@@ -826,6 +826,25 @@ size_t ovl__model_piggyback_threshold(void)
     return s > 1e15 ? SIZE_MAX : round_page(s, ps);
 }
 
+size_t ovl__model_fragment_size(void)
+{
+    /* Smaller fragments start the transfer and the receiver's unmarshalling
+     * sooner, and keep short what a fragment's completion (MPI_Issend's
+     * acknowledgement) waits behind in the other direction of an exchange:
+     * on the 1 Gbit/s cluster, fragments of 32 KiB and more made a 1 MiB
+     * exchange of streams 1.4-1.75x slower than the wire, 8-16 KiB ran at
+     * wire speed (docs/PERFORMANCE.md, "Marshal streams at wire speed").
+     * Larger ones cost fewer per-message overheads: take the smallest
+     * whose overhead is at most 5 % of its wire time. */
+    double want = 20.0 * ovl__m.o_us * ovl__m.bw_Bpus;
+    size_t cap = 65536, f = 4096;
+    while (cap > f && ovl__m.eager >= f && cap > ovl__m.eager)
+        cap /= 2;
+    while (f < cap && (double)f < want)
+        f *= 2;
+    return f;
+}
+
 size_t ovl__model_max_delta(void)
 {
     return MAX_DELTA;

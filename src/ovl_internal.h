@@ -504,6 +504,10 @@ size_t ovl__model_piggyback_threshold(void);
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
 /* Largest delta piece (receivers size their buffers with it). */
 size_t ovl__model_max_delta(void);
+/* Default stream fragment size (OVL_FRAGMENT_SIZE=0): the smallest power of
+ * two from 4 KiB to 64 KiB, and within the eager switch, whose per-message
+ * overhead o is at most 5 % of its wire time (F >= 20 o B). */
+size_t ovl__model_fragment_size(void);
 /* A delta piece whose message (header and bytes) is @len bytes is copied
  * and sent contiguous (under the protocol switch), not as a struct. */
 int ovl__model_copy_piece(size_t len);

@@ -19,6 +19,16 @@
  * The receiver pre-posts up to `window` receives and cancels those left over
  * once the last fragment is in.
  *
+ * The typed helpers of ovl.h write and read inside the current fragment
+ * without a call, through the windows at the head of the stream
+ * (`struct ovl_stream_s`, s->win): [wpos, wend) is the free part of the
+ * fragment being filled, [rpos, rend) the unread part of the head fragment.
+ * The windows are open only while the stream's coroutine runs between two
+ * calls of ovl_stream_write/read: every call first folds what the helpers
+ * did into the fragment (wsync/rsync) and closes them, and reopens them on
+ * success; the coroutine parks or returns only with them closed, so a
+ * handle used from outside its function always reaches the checks.
+ *
  * Scheduling (engine lock): a completion handler that finds the coroutine
  * WAITING makes it READY and queues it for the driver; if it is RUNNING it
  * leaves a `kick`, which the thread that resumed it turns into a READY once
@@ -48,6 +58,7 @@ struct frag {
 };
 
 struct ovl__stream {
+    struct ovl_stream_s win; /* first: the handle's inline windows (ovl.h) */
     struct ovl__req *req;
     int is_send;
     int peer, tag;
@@ -76,6 +87,85 @@ struct ovl__stream {
     size_t received; /* payload bytes arrived */
     int head_ready;  /* frags[head] seen FR_READY (coroutine only) */
 };
+
+static struct ovl__stream *of(ovl_stream_t h)
+{
+    return (struct ovl__stream *)h; /* win is the first member */
+}
+
+/* ---- the inline windows --------------------------------------------------- */
+
+/* A closed window is empty and points here (both ends of one object, so the
+ * helpers' `end - pos` is defined). */
+static unsigned char closed[1];
+
+static void wclose(struct ovl__stream *s)
+{
+    s->win.ovl_wpos_ = s->win.ovl_wend_ = closed;
+}
+
+static void rclose(struct ovl__stream *s)
+{
+    s->win.ovl_rpos_ = s->win.ovl_rend_ = closed;
+}
+
+static unsigned char *payload(const struct frag *f)
+{
+    return (unsigned char *)f->buf + OVL__HDR_BYTES;
+}
+
+/* Fold the helpers' writes into the fragment being filled and close. */
+static void wsync(struct ovl__stream *s)
+{
+    if (s->win.ovl_wpos_ != closed) {
+        struct frag *f = &s->frags[s->cur];
+        size_t len = (size_t)(s->win.ovl_wpos_ - payload(f));
+        s->tell += len - f->len;
+        f->len = len;
+    }
+    wclose(s);
+}
+
+/* Open the write window on the fragment being filled, if any. */
+static void wopen(struct ovl__stream *s)
+{
+    if (s->cur < 0)
+        return;
+    struct frag *f = &s->frags[s->cur];
+    s->win.ovl_wpos_ = payload(f) + f->len;
+    s->win.ovl_wend_ = payload(f) + s->payload_max;
+}
+
+/* Fold the helpers' reads into the head fragment's position and close. */
+static void rsync(struct ovl__stream *s)
+{
+    if (s->win.ovl_rpos_ != closed) {
+        size_t pos = (size_t)(s->win.ovl_rpos_ - payload(&s->frags[s->head]));
+        s->tell += pos - s->rpos;
+        s->rpos = pos;
+    }
+    rclose(s);
+}
+
+/* Open the read window on the head fragment if it is known to be there. */
+static void ropen(struct ovl__stream *s)
+{
+    if (!s->head_ready)
+        return;
+    const struct frag *f = &s->frags[s->head];
+    s->win.ovl_rpos_ = payload(f) + s->rpos;
+    s->win.ovl_rend_ = payload(f) + f->len;
+}
+
+/* Bytes the helpers moved that the stream has not counted yet. */
+static size_t unsynced(const struct ovl__stream *s)
+{
+    if (s->win.ovl_wpos_ != closed && s->cur >= 0)
+        return (size_t)(s->win.ovl_wpos_ - payload(&s->frags[s->cur])) - s->frags[s->cur].len;
+    if (s->win.ovl_rpos_ != closed)
+        return (size_t)(s->win.ovl_rpos_ - payload(&s->frags[s->head])) - s->rpos;
+    return 0;
+}
 
 static atomic_uint next_sid;
 static atomic_int active_send, active_recv;
@@ -270,7 +360,8 @@ static int acquire(struct ovl__stream *s, struct frag **out)
 static void send_body(void *arg)
 {
     struct ovl__stream *s = arg;
-    s->fn_rc = s->fn((ovl_stream_t)s, s->arg);
+    s->fn_rc = s->fn(&s->win, s->arg);
+    wsync(s);
     if (s->fn_rc > 0)
         s->fn_rc = OVL_SUCCESS;
     struct frag *f;
@@ -288,10 +379,11 @@ static void send_body(void *arg)
 int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
 {
     static const char *fn = "ovl_stream_write";
-    struct ovl__stream *s = (struct ovl__stream *)stream;
+    struct ovl__stream *s = of(stream);
     struct ovl__coro *c = ovl__tls()->coro;
     if (!s || !c || ovl__coro_owner(c) != s || !s->is_send)
         return ovl__error(OVL_ERR_ARG, fn, "not inside this send stream's marshal function");
+    wsync(s);
     if (!data && bytes)
         return ovl__error(OVL_ERR_ARG, fn, "data is NULL");
     if (s->err)
@@ -321,6 +413,7 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
                 return s->err;
         }
     }
+    wopen(s);
     return OVL_SUCCESS;
 }
 
@@ -490,7 +583,8 @@ static int read_bytes(struct ovl__stream *s, char *data, size_t bytes)
 static void recv_body(void *arg)
 {
     struct ovl__stream *s = arg;
-    s->fn_rc = s->fn((ovl_stream_t)s, s->arg);
+    s->fn_rc = s->fn(&s->win, s->arg);
+    rsync(s);
     if (s->fn_rc > 0)
         s->fn_rc = OVL_SUCCESS;
     /* Receive and discard whatever the unmarshal function left. */
@@ -503,13 +597,16 @@ static void recv_body(void *arg)
 int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
 {
     static const char *fn = "ovl_stream_read";
-    struct ovl__stream *s = (struct ovl__stream *)stream;
+    struct ovl__stream *s = of(stream);
     struct ovl__coro *c = ovl__tls()->coro;
     if (!s || !c || ovl__coro_owner(c) != s || s->is_send)
         return ovl__error(OVL_ERR_ARG, fn, "not inside this receive stream's unmarshal function");
+    rsync(s);
     if (!data && bytes)
         return ovl__error(OVL_ERR_ARG, fn, "data is NULL");
     int rc = read_bytes(s, data, bytes);
+    if (rc == OVL_SUCCESS)
+        ropen(s);
     if (rc == OVL_ERR_EOF) {
         if (s->aborted)
             return ovl__error(OVL_ERR_CANCELLED, fn,
@@ -522,7 +619,7 @@ int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
 
 size_t ovl_stream_tell(ovl_stream_t stream)
 {
-    return stream ? ((struct ovl__stream *)stream)->tell : 0;
+    return stream ? of(stream)->tell + unsynced(of(stream)) : 0;
 }
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -558,6 +655,8 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     s->fn = mf;
     s->arg = arg;
     s->cur = -1;
+    wclose(s);
+    rclose(s);
     if (ovl__coro_create(ovl__g.cfg.stack_size, is_send ? send_body : recv_body, s, &s->co))
         goto nomem;
     ovl__coro_set_owner(s->co, s);

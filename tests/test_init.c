@@ -445,6 +445,8 @@ static void check_config(void)
     expect_cfg_rejected(&c, "progress=7");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 12 };
     expect_cfg_rejected(&c, "fragment_size=12");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 1 };
+    expect_cfg_rejected(&c, "fragment_size=1");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 63 };
     expect_cfg_rejected(&c, "fragment_size=63");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE,
@@ -496,7 +498,18 @@ static void check_config(void)
     ovl_config_t got;
     CHECK_OK(ovl_config_get(&got));
     const char *fs_env = getenv("OVL_FRAGMENT_SIZE");
-    CHECK(got.fragment_size == (fs_env ? strtoull(fs_env, NULL, 10) : 65536u));
+    if (fs_env && strtoull(fs_env, NULL, 10) != 0) {
+        CHECK(got.fragment_size == strtoull(fs_env, NULL, 10));
+    } else {
+        /* chosen from the model: a power of two, 4-64 KiB, the same everywhere */
+        CHECKF(got.fragment_size >= 4096 && got.fragment_size <= 65536 &&
+                   (got.fragment_size & (got.fragment_size - 1)) == 0,
+               "model fragment size %zu", got.fragment_size);
+        unsigned long long f[2] = { got.fragment_size, ~(unsigned long long)got.fragment_size };
+        CHECK_MPI(
+            MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+        CHECKF(f[0] == ~f[1], "fragment size differs between ranks (%zu here)", got.fragment_size);
+    }
     CHECK(got.progress == variant_progress());
     CHECK(got.stream_window >= 1);
     CHECK(got.progress_slice_us == 100 || getenv("OVL_PROGRESS_SLICE_US"));

@@ -392,6 +392,24 @@ static void test_delta_size(void)
     CHECKF(ovl__m.lat_us >= 1 && ovl__m.o_us == ovl__m.lat_us, "L %.2f o %.2f", ovl__m.lat_us,
            ovl__m.o_us);
     struct ovl__model saved = ovl__m;
+    /* The default stream fragment (F >= 20 o B, 4-64 KiB, within eager):
+     * the 1 Gbit/s cluster's quick estimate, shared memory, 1995 Ethernet
+     * (Strumpen's 4 KB), and a small eager switch. */
+    ovl__m.o_us = 4.11;
+    ovl__m.bw_Bpus = 119.8;
+    ovl__m.eager = 65536;
+    CHECKF(ovl__model_fragment_size() == 16384, "cluster fragment %zu", ovl__model_fragment_size());
+    ovl__m.o_us = 1.0;
+    ovl__m.bw_Bpus = 10642;
+    CHECKF(ovl__model_fragment_size() == 65536, "shm fragment %zu", ovl__model_fragment_size());
+    ovl__m.eager = 40000;
+    CHECKF(ovl__model_fragment_size() == 32768, "eager 40000: fragment %zu",
+           ovl__model_fragment_size());
+    ovl__m.eager = 65536;
+    ovl__m.o_us = 100;
+    ovl__m.bw_Bpus = 1.25;
+    CHECKF(ovl__model_fragment_size() == 4096, "1995 fragment %zu", ovl__model_fragment_size());
+    ovl__m = saved;
     size_t ps = ovl__watch_page();
     ovl__m.lat_us = ovl__m.o_us = 12;
     ovl__m.bw_Bpus = 117;

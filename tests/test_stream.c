@@ -517,6 +517,9 @@ static int small_marshal(ovl_stream_t s, void *arg)
     /* wrong kind / bad arguments / blocking calls from in here */
     uint8_t b;
     EXPECT_ERR(ovl_stream_read(s, &b, 1), OVL_ERR_ARG);
+    /* the inline helpers too, with the write window open */
+    EXPECT_ERR(ovl_stream_read_uint8(s, &b), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_stream_read_double(s, NULL), OVL_ERR_ARG);
     EXPECT_ERR(ovl_stream_write(s, NULL, 5), OVL_ERR_ARG);
     CHECK_OK(ovl_stream_write(s, NULL, 0));
     EXPECT_ERR(ovl_finalize(), OVL_ERR_IN_CALLBACK);
@@ -537,6 +540,12 @@ static int small_unmarshal(ovl_stream_t s, void *arg)
     m->stage = 1;
     size_t first = m->nbytes / 2;
     m->rc1 = ovl_stream_read(s, m->buf, first);
+    /* With the read window open on arrived data: the inline helpers must
+     * neither write into it nor read into NULL (tell1 and the data are
+     * checked by the caller). */
+    EXPECT_ERR(ovl_stream_write_uint8(s, 0x5a), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_stream_write_double(s, 1.5), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_stream_read_uint32(s, NULL), OVL_ERR_ARG);
     m->tell1 = ovl_stream_tell(s);
     m->rc2 = ovl_stream_read(s, m->buf + first, m->want);
     m->tell2 = ovl_stream_tell(s);
@@ -634,6 +643,11 @@ static void misuse(void)
         TH_WAIT_UNTIL(atomic_load(&parked), 30, th_progress());
         EXPECT_ERR(ovl_stream_read(parked_stream, b, 1), OVL_ERR_ARG);
         EXPECT_ERR(ovl_stream_write(parked_stream, b, 1), OVL_ERR_ARG);
+        double d = 0;
+        EXPECT_ERR(ovl_stream_read_double(parked_stream, &d), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_stream_write_double(parked_stream, d), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_stream_read_double(NULL, &d), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_stream_write_uint16(NULL, 1), OVL_ERR_ARG);
         if (!thread_mode) /* (the progress thread may be inside it) */
             CHECK(ovl_stream_tell(parked_stream) == 0);
         CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 46, MPI_COMM_WORLD));
