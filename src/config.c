@@ -120,7 +120,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .progress_priority = 0,
         .rma_local = OVL_RMA_LOCAL_DIRECT,
         .poll_min_us = 0,
-        .poll_callback_us = 40,
+        .poll_callback_us = 35,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */

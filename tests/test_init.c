@@ -519,7 +519,7 @@ static void check_config(void)
           (getenv("OVL_POLL_MIN_US") && got.poll_min_us < got.poll_max_us));
     CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
     /* while a callback waits: 40 us by default, never above poll_max_us */
-    CHECKF(got.poll_callback_us == (got.poll_max_us < 40 ? got.poll_max_us : 40) ||
+    CHECKF(got.poll_callback_us == (got.poll_max_us < 35 ? got.poll_max_us : 35) ||
                getenv("OVL_POLL_CALLBACK_US"),
            "poll_callback_us %u with poll_max_us %u", got.poll_callback_us, got.poll_max_us);
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
