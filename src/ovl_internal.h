@@ -87,8 +87,13 @@ struct ovl__op {
     int (*patient)(const struct ovl__op *op);
 };
 /* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
- * arriving; finalize must let it complete rather than cancel it. */
-enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER, OVL__OP_FRAG };
+ * arriving; finalize must let it complete rather than cancel it.
+ * OVL__OP_USER: an MPI request of the program's (ovl_continue_mpi), whose
+ * continuation waits: the progress thread polls at OVL_POLL_CALLBACK_US.
+ * OVL__OP_RMA: a strip of ovl_get/ovl_put; nobody waits on a callback, so
+ * the usual pace (polling it at the callback pace cost a computation that
+ * runs while a get arrives 5-10 % on the Xeon, docs/PERFORMANCE.md). */
+enum { OVL__OP_SEND, OVL__OP_RECV, OVL__OP_USER, OVL__OP_FRAG, OVL__OP_RMA };
 
 /* A receive waiting in match.c for a message on comm_msg. `matched` runs
  * once: with the matched message (delta = 1 for a delta header), or with

@@ -409,7 +409,7 @@ static int issue_locked(struct xfer *x, const char *fn)
         p->x = x;
         p->op.ctx = p;
         p->op.done = strip_done;
-        p->op.kind = OVL__OP_USER;
+        p->op.kind = OVL__OP_RMA;
         p->op.peer = x->rank;
         p->op.mreq = MPI_REQUEST_NULL;
         if (ovl__trace_on)

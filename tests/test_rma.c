@@ -23,6 +23,9 @@
  *             retired by ovl_barrier alone is visible to its target;
  *  - hints:   (4 MiB gets) ovl_hint_decomp(0) never splits, a large factor splits into
  *             many strips (when the model splits at all), counters move;
+ *             white-box: a get's strips in flight are engine ops of their
+ *             own kind, not waiting continuations (which would make the
+ *             progress thread poll at the callback pace);
  *  - reuse:   gets of 2, 3 and 4 pages again and again, the geometry
  *             changing under each page count (whole pages, both edge
  *             pages shared with sentinels, only the first, only the last),
@@ -40,6 +43,7 @@
  *             segment left for ovl_finalize to free.
  */
 #include "delta_common.h"
+#include "ovl_internal.h" /* white-box: the engine's counts (phase hints) */
 
 #include <sys/mman.h>
 
@@ -414,7 +418,16 @@ static void phase_hints(void)
     unsigned char *b = dt_alloc(n);
     ovl_stats_t s0 = dt_stats();
     CHECK_OK(ovl_hint_decomp(0));
+    CHECK(ovl__engine_continuations() == 0);
     CHECK_OK(ovl_get(b, peer, 0, n, seg));
+    /* Continuations are counted first: the count only falls as strips
+     * complete, so a strip counted as one cannot hide behind a late look. */
+    int conts = ovl__engine_continuations(), strips = ovl__engine_count(OVL__OP_RMA);
+    CHECKF(conts == 0, "a get's strips count as %d waiting continuations", conts);
+    ovl_config_t cfg;
+    CHECK_OK(ovl_config_get(&cfg));
+    if (cfg.progress == OVL_PROGRESS_INLINE) /* nothing else drives: still in flight */
+        CHECKF(strips == 1, "%d strips of the unsplit get in flight", strips);
     use_up(b, n, SEGKEY(peer), 0);
     CHECK_OK(ovl_fence(seg));
     ovl_stats_t s1 = dt_stats();
