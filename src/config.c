@@ -121,6 +121,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         .rma_local = OVL_RMA_LOCAL_DIRECT,
         .poll_min_us = 0,
         .poll_callback_us = 35,
+        .poll_rma_us = 100,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
@@ -198,11 +199,14 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_MIN_US, poll_min_us, "OVL_POLL_MIN_US", 0, 1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_CALLBACK_US, poll_callback_us, "OVL_POLL_CALLBACK_US", 0,
                   1000000);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_RMA_US, poll_rma_us, "OVL_POLL_RMA_US", 0, 1000000);
 #undef OVL_NUM_FIELD
     if (c.poll_min_us == 0 || c.poll_min_us > c.poll_max_us)
         c.poll_min_us = c.poll_max_us;
     if (c.poll_callback_us == 0 || c.poll_callback_us > c.poll_max_us)
         c.poll_callback_us = c.poll_max_us;
+    if (c.poll_rma_us == 0)
+        c.poll_rma_us = c.poll_max_us;
     *out = c;
     return OVL_SUCCESS;
 }

@@ -78,6 +78,8 @@ static struct {
      * not yet complete (ovl__req.cont_pending) and ovl_continue_mpi ops in
      * ops[]. While any waits, the thread sleeps at most poll_callback_us. */
     int conts;
+    /* get/put strips in ops[] (OVL__OP_RMA) */
+    int nrma;
     /* the progress thread */
     pthread_t thread;
     int thread_on;
@@ -204,6 +206,8 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
     op->patient = patient;
     if (op->kind == OVL__OP_USER)
         E.conts++;
+    if (op->kind == OVL__OP_RMA)
+        E.nrma++;
     E.mreqs[E.n] = op->mreq;
     E.ops[E.n] = op;
     E.n++;
@@ -550,6 +554,8 @@ int ovl__engine_drive(void)
                     npat++;
                 if (E.ops[i]->kind == OVL__OP_USER)
                     E.conts--;
+                if (E.ops[i]->kind == OVL__OP_RMA)
+                    E.nrma--;
                 E.ops[i] = NULL;
                 nb++;
             }
@@ -710,8 +716,16 @@ static int has_work_locked(void)
  * posting, and the completion. (Where the MPI library copies itself, as over
  * shared memory, the model's bandwidth is that copy's and the predicted
  * times are short, so little changes.) */
-static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us)
+static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
+                                 unsigned rma_us)
 {
+    /* Only get/put strips in flight: the program's access (a fault),
+     * ovl_get_need or a fence drives a strip when it needs it, and a
+     * computation running meanwhile loses less to a slower pace
+     * (docs/PERFORMANCE.md, "The origin's pace during a get"). */
+    if (E.n > 0 && E.n == E.nrma && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL &&
+        !ovl__match_urgent())
+        return rma_us;
     if (E.conts > 0) /* a callback waits: the shorter interval, same quiet middle */
         max_us = callback_us;
     if (quiet_us <= max_us || E.ndef > 0 || E.ready_head != NULL ||
@@ -943,7 +957,8 @@ static void *progress_thread(void *unused)
         }
         if (ovl__now_us() - last_activity < spin_us)
             continue;
-        const unsigned cap = sleep_cap_locked(max_us, quiet_us, callback_us);
+        const unsigned cap =
+            sleep_cap_locked(max_us, quiet_us, callback_us, ovl__g.cfg.poll_rma_us);
         /* min_us and callback_us <= max_us (config.c); the cap is below
          * max_us only while a continuation waits */
         backoff = backoff ? backoff * 2 : min_us;
@@ -1008,6 +1023,7 @@ int ovl__engine_start(void)
     E.ndef = 0;
     E.ready_head = E.ready_tail = NULL;
     E.conts = 0;
+    E.nrma = 0;
     E.stop = 0;
     E.posted = 0;
     E.grace = 0;

@@ -174,10 +174,10 @@ static void check_detail_per_thread(void)
 
 /* Environment variables this test changes, and their values at start. */
 static const char *const env_names[] = {
-    "OVL_PROGRESS",        "OVL_POLL_MAX_US",       "OVL_SPIN_US",   "OVL_FRAGMENT_SIZE",
-    "OVL_STREAM_WINDOW",   "OVL_STACK_SIZE",        "OVL_VERBOSE",   "OVL_PROGRESS_SLICE_US",
-    "OVL_POLL_QUIET_US",   "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL", "OVL_POLL_MIN_US",
-    "OVL_POLL_CALLBACK_US"
+    "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",   "OVL_FRAGMENT_SIZE",
+    "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",   "OVL_PROGRESS_SLICE_US",
+    "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL", "OVL_POLL_MIN_US",
+    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US"
 };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
@@ -465,6 +465,8 @@ static void check_config(void)
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_CALLBACK_US,
                         .poll_callback_us = 1000001 };
     expect_cfg_rejected(&c, "poll_callback_us=1000001");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_RMA_US, .poll_rma_us = 1000001 };
+    expect_cfg_rejected(&c, "poll_rma_us=1000001");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
                         .progress_slice_us = 100001 };
     expect_cfg_rejected(&c, "progress_slice_us=100001");
@@ -490,6 +492,8 @@ static void check_config(void)
     expect_env_rejected("OVL_POLL_MIN_US", "soon");
     expect_env_rejected("OVL_POLL_CALLBACK_US", "2000000");
     expect_env_rejected("OVL_POLL_CALLBACK_US", "-1");
+    expect_env_rejected("OVL_POLL_RMA_US", "2000000");
+    expect_env_rejected("OVL_POLL_RMA_US", "slow");
     expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
 
     /* Fields whose bit is not in field_mask are ignored. */
@@ -518,10 +522,12 @@ static void check_config(void)
     CHECK(got.poll_min_us == got.poll_max_us ||
           (getenv("OVL_POLL_MIN_US") && got.poll_min_us < got.poll_max_us));
     CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
-    /* while a callback waits: 40 us by default, never above poll_max_us */
+    /* while a callback waits: 35 us by default, never above poll_max_us */
     CHECKF(got.poll_callback_us == (got.poll_max_us < 35 ? got.poll_max_us : 35) ||
                getenv("OVL_POLL_CALLBACK_US"),
            "poll_callback_us %u with poll_max_us %u", got.poll_callback_us, got.poll_max_us);
+    /* with only get/put strips in flight: 100 us, above poll_max_us allowed */
+    CHECKF(got.poll_rma_us == 100 || getenv("OVL_POLL_RMA_US"), "poll_rma_us %u", got.poll_rma_us);
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -536,6 +542,7 @@ static void check_config(void)
     setenv("OVL_POLL_QUIET_US", "0", 1);
     setenv("OVL_POLL_MIN_US", "7", 1);
     setenv("OVL_POLL_CALLBACK_US", "9", 1);
+    setenv("OVL_POLL_RMA_US", "250", 1);
     setenv("OVL_RMA_LOCAL", "Overlap", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
@@ -549,6 +556,7 @@ static void check_config(void)
     CHECK(got.poll_quiet_us == 0);
     CHECK(got.poll_min_us == 7);
     CHECK(got.poll_callback_us == 9);
+    CHECK(got.poll_rma_us == 250); /* may exceed poll_max_us (100 here) */
     CHECK(got.rma_local == OVL_RMA_LOCAL_OVERLAP);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
@@ -588,7 +596,7 @@ static void check_config(void)
                             OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
                             OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_PROGRESS_SLICE_US |
                             OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_POLL_MIN_US |
-                            OVL_CONFIG_FIELD_POLL_CALLBACK_US,
+                            OVL_CONFIG_FIELD_POLL_CALLBACK_US | OVL_CONFIG_FIELD_POLL_RMA_US,
                         .progress = variant_progress(),
                         .poll_max_us = 77,
                         .spin_us = 3,
@@ -599,7 +607,8 @@ static void check_config(void)
                         .progress_slice_us = 250,
                         .progress_priority = 0,
                         .poll_min_us = 500,
-                        .poll_callback_us = 300 };
+                        .poll_callback_us = 300,
+                        .poll_rma_us = 0 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
@@ -608,6 +617,8 @@ static void check_config(void)
            got.poll_min_us); /* capped at poll_max_us */
     CHECKF(got.poll_callback_us == 77, "poll_callback_us 300 above poll_max_us 77 reported as %u",
            got.poll_callback_us);
+    CHECKF(got.poll_rma_us == 77, "poll_rma_us 0 reported as %u, not poll_max_us 77",
+           got.poll_rma_us);
     if (c.progress == OVL_PROGRESS_THREAD) {
         int n = threads_with_slice_ns(250000); /* the thread sets it when it starts */
         for (int k = 0; k < 500 && n == 0; k++) {
