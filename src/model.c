@@ -838,7 +838,7 @@ size_t ovl__model_fragment_size(void)
      * whose overhead is at most 5 % of its wire time. */
     double want = 20.0 * ovl__m.o_us * ovl__m.bw_Bpus;
     size_t cap = 65536, f = 4096;
-    while (cap > f && ovl__m.eager >= f && cap > ovl__m.eager)
+    while (cap > f && cap > ovl__m.eager && ovl__m.eager >= f) /* within the eager switch */
         cap /= 2;
     while (f < cap && (double)f < want)
         f *= 2;

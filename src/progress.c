@@ -188,6 +188,17 @@ int ovl__engine_add(struct ovl__op *op)
     return ovl__engine_add_sized(op, 0);
 }
 
+/* The kinds whose ops in flight set the progress thread's pace: ovl_continue_mpi
+ * requests (E.conts) and get/put strips (E.nrma). @d: +1 added, -1 done.
+ * Engine lock held. */
+static void count_kind_locked(const struct ovl__op *op, int d)
+{
+    if (op->kind == OVL__OP_USER)
+        E.conts += d;
+    else if (op->kind == OVL__OP_RMA)
+        E.nrma += d;
+}
+
 /* engine lock held */
 static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op))
 {
@@ -204,10 +215,7 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
     }
     op->due_us = due_locked(op, bytes);
     op->patient = patient;
-    if (op->kind == OVL__OP_USER)
-        E.conts++;
-    if (op->kind == OVL__OP_RMA)
-        E.nrma++;
+    count_kind_locked(op, 1);
     E.mreqs[E.n] = op->mreq;
     E.ops[E.n] = op;
     E.n++;
@@ -552,10 +560,7 @@ int ovl__engine_drive(void)
                 E.ops[i]->mreq = MPI_REQUEST_NULL;
                 if (E.ops[i]->patient && E.ops[i]->patient(E.ops[i]))
                     npat++;
-                if (E.ops[i]->kind == OVL__OP_USER)
-                    E.conts--;
-                if (E.ops[i]->kind == OVL__OP_RMA)
-                    E.nrma--;
+                count_kind_locked(E.ops[i], -1);
                 E.ops[i] = NULL;
                 nb++;
             }
@@ -858,7 +863,7 @@ static void *progress_thread(void *unused)
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     const unsigned quiet_us = ovl__g.cfg.poll_quiet_us, min_us = ovl__g.cfg.poll_min_us;
-    const unsigned callback_us = ovl__g.cfg.poll_callback_us;
+    const unsigned callback_us = ovl__g.cfg.poll_callback_us, rma_us = ovl__g.cfg.poll_rma_us;
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
@@ -957,10 +962,10 @@ static void *progress_thread(void *unused)
         }
         if (ovl__now_us() - last_activity < spin_us)
             continue;
-        const unsigned cap =
-            sleep_cap_locked(max_us, quiet_us, callback_us, ovl__g.cfg.poll_rma_us);
+        const unsigned cap = sleep_cap_locked(max_us, quiet_us, callback_us, rma_us);
         /* min_us and callback_us <= max_us (config.c); the cap is below
-         * max_us only while a continuation waits */
+         * max_us only while a continuation waits, or while only strips are
+         * in flight and OVL_POLL_RMA_US is set below it */
         backoff = backoff ? backoff * 2 : min_us;
         if (backoff > cap)
             backoff = cap;

@@ -114,15 +114,29 @@ static unsigned char *payload(const struct frag *f)
     return (unsigned char *)f->buf + OVL__HDR_BYTES;
 }
 
+/* Bytes the helpers wrote / read that the stream has not counted yet. */
+static size_t wmoved(const struct ovl__stream *s)
+{
+    if (s->win.ovl_wpos_ == closed)
+        return 0;
+    const struct frag *f = &s->frags[s->cur];
+    return (size_t)(s->win.ovl_wpos_ - payload(f)) - f->len;
+}
+
+static size_t rmoved(const struct ovl__stream *s)
+{
+    if (s->win.ovl_rpos_ == closed)
+        return 0;
+    return (size_t)(s->win.ovl_rpos_ - payload(&s->frags[s->head])) - s->rpos;
+}
+
 /* Fold the helpers' writes into the fragment being filled and close. */
 static void wsync(struct ovl__stream *s)
 {
-    if (s->win.ovl_wpos_ != closed) {
-        struct frag *f = &s->frags[s->cur];
-        size_t len = (size_t)(s->win.ovl_wpos_ - payload(f));
-        s->tell += len - f->len;
-        f->len = len;
-    }
+    size_t n = wmoved(s);
+    if (n)
+        s->frags[s->cur].len += n;
+    s->tell += n;
     wclose(s);
 }
 
@@ -139,11 +153,9 @@ static void wopen(struct ovl__stream *s)
 /* Fold the helpers' reads into the head fragment's position and close. */
 static void rsync(struct ovl__stream *s)
 {
-    if (s->win.ovl_rpos_ != closed) {
-        size_t pos = (size_t)(s->win.ovl_rpos_ - payload(&s->frags[s->head]));
-        s->tell += pos - s->rpos;
-        s->rpos = pos;
-    }
+    size_t n = rmoved(s);
+    s->rpos += n;
+    s->tell += n;
     rclose(s);
 }
 
@@ -155,16 +167,6 @@ static void ropen(struct ovl__stream *s)
     const struct frag *f = &s->frags[s->head];
     s->win.ovl_rpos_ = payload(f) + s->rpos;
     s->win.ovl_rend_ = payload(f) + f->len;
-}
-
-/* Bytes the helpers moved that the stream has not counted yet. */
-static size_t unsynced(const struct ovl__stream *s)
-{
-    if (s->win.ovl_wpos_ != closed && s->cur >= 0)
-        return (size_t)(s->win.ovl_wpos_ - payload(&s->frags[s->cur])) - s->frags[s->cur].len;
-    if (s->win.ovl_rpos_ != closed)
-        return (size_t)(s->win.ovl_rpos_ - payload(&s->frags[s->head])) - s->rpos;
-    return 0;
 }
 
 static atomic_uint next_sid;
@@ -619,7 +621,7 @@ int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
 
 size_t ovl_stream_tell(ovl_stream_t stream)
 {
-    return stream ? of(stream)->tell + unsynced(of(stream)) : 0;
+    return stream ? of(stream)->tell + wmoved(of(stream)) + rmoved(of(stream)) : 0;
 }
 
 /* ---- creation ------------------------------------------------------------------ */
