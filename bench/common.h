@@ -34,6 +34,7 @@ int bench_alloc(int argc, char **argv);
 int bench_dds(int argc, char **argv);
 int bench_decomposition(int argc, char **argv);
 int bench_wire_cost(int argc, char **argv);
+int bench_wakeup_cost(int argc, char **argv);
 
 extern int bench_rank, bench_size;
 

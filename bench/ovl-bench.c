@@ -26,6 +26,8 @@ static const struct bench_cmd cmds[] = {
       bench_decomposition },
     { "wire-cost", "plain MPI: CPU time the link itself takes (emulated cluster: the kernel's)",
       bench_wire_cost },
+    { "wakeup-cost", "what one wake-up on the computing core costs it (thread, signal, ovl)",
+      bench_wakeup_cost },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 
