@@ -176,6 +176,12 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
  * anyway (progress.c, wake_for_remote_locked), since a poll now would find
  * nothing. */
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
+/* The same for a stream fragment of @bytes (op->kind SEND, or FRAG for a
+ * receive): sized as ovl__engine_add_sized, and its predicted completion
+ * moved @later_us later, since the stream needs a poll only once part of
+ * its window has drained (stream.c, frag_later_us); not woken if the
+ * thread polls within one interval anyway (as ovl__engine_add_remote). */
+int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, double later_us);
 /* The same for an op whose completion nobody waits for soon (a delta
  * message's header: its wait drives it): the progress thread is woken only
  * if it waits for work, and gently (progress.c, start_polls_locked). */

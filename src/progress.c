@@ -172,8 +172,8 @@ void ovl__engine_wake(void)
  * 0 (unknown) for the rank itself, whose copies the model does not cover. */
 static double due_locked(const struct ovl__op *op, size_t bytes)
 {
-    if (!bytes || ovl__m.bw_Bpus <= 0 || op->peer == ovl__g.rank ||
-        (op->kind != OVL__OP_SEND && op->kind != OVL__OP_RECV))
+    if (!bytes || ovl__m.bw_Bpus <= 0 || op->peer == ovl__g.rank || op->peer < 0 ||
+        (op->kind != OVL__OP_SEND && op->kind != OVL__OP_RECV && op->kind != OVL__OP_FRAG))
         return 0;
     double now = ovl__now_us();
     double *link = op->kind == OVL__OP_SEND ? &E.out_free_us : &E.in_free_us;
@@ -355,6 +355,19 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
  * could answer the peer's rendezvous request before this rank's own send,
  * posted right after the receive in an exchange, has gone out, and the
  * peer's data would then queue behind this rank's (match.c). */
+int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, double later_us)
+{
+    pthread_mutex_lock(&E.lock);
+    int rc = add_locked(op, bytes, NULL);
+    if (rc == OVL_SUCCESS) {
+        if (op->due_us > 0 && later_us > 0)
+            op->due_us += later_us;
+        wake_for_remote_locked();
+    }
+    unlock_E();
+    return rc;
+}
+
 int ovl__engine_add_receive(struct ovl__op *op, size_t bytes)
 {
     pthread_mutex_lock(&E.lock);
@@ -722,8 +735,9 @@ static int has_work_locked(void)
  * shared memory, the model's bandwidth is that copy's and the predicted
  * times are short, so little changes.) */
 static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
-                                 unsigned rma_us)
+                                 unsigned rma_us, int *predicted)
 {
+    *predicted = 0;
     /* Only get/put strips in flight: the program's access (a fault),
      * ovl_get_need or a fence drives a strip when it needs it, and a
      * computation running meanwhile loses less to a slower pace
@@ -754,6 +768,7 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned ca
     double half = (first - ovl__now_us() - max_us) / 2;
     if (half <= max_us)
         return max_us;
+    *predicted = 1;
     return half >= quiet_us ? quiet_us : (unsigned)half;
 }
 
@@ -962,11 +977,17 @@ static void *progress_thread(void *unused)
         }
         if (ovl__now_us() - last_activity < spin_us)
             continue;
-        const unsigned cap = sleep_cap_locked(max_us, quiet_us, callback_us, rma_us);
+        int predicted;
+        const unsigned cap = sleep_cap_locked(max_us, quiet_us, callback_us, rma_us, &predicted);
         /* min_us and callback_us <= max_us (config.c); the cap is below
          * max_us only while a continuation waits, or while only strips are
-         * in flight and OVL_POLL_RMA_US is set below it */
-        backoff = backoff ? backoff * 2 : min_us;
+         * in flight and OVL_POLL_RMA_US is set below it. A cap from the
+         * predicted completions is taken at once: it already closes in on
+         * them, and a ramp from min_us after every poll that completed
+         * something (each poll of a stream settles fragments) kept a stream
+         * at two wake-ups per fragment (docs/PERFORMANCE.md, "Streams at
+         * the pace of their window"). */
+        backoff = predicted ? cap : backoff ? backoff * 2 : min_us;
         if (backoff > cap)
             backoff = cap;
         struct timespec ts;

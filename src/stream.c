@@ -85,6 +85,7 @@ struct ovl__stream {
     int last_seen;
     int aborted;
     size_t received; /* payload bytes arrived */
+    double t_first;  /* ovl__now_us when fragment 0 arrived (receive side) */
     int head_ready;  /* frags[head] seen FR_READY (coroutine only) */
 };
 
@@ -300,6 +301,32 @@ static void send_done(struct ovl__op *op, MPI_Status *st)
     frag_settled(s);
 }
 
+/* How much later than its own predicted completion a fragment needs a poll
+ * (ovl__engine_add_stream). A stream keeps `window` fragments in flight;
+ * polling at each fragment's completion (every 131 us at 16 KiB on 1
+ * Gbit/s) costs the computation a wake-up each, about 25 us on the Xeon test
+ * VM (docs/PERFORMANCE.md, "What a wake-up costs"). The window needs a poll
+ * only once half of it has drained: the earliest fragment's completion plus
+ * half a window of wire time less one fragment, so every poll settles
+ * several fragments and the link never runs dry. A send's last fragment
+ * completes the stream: polled at its own time. A receive cannot know
+ * which fragment is the last one, and a late poll delays the stream's
+ * completion: there the delay is at most 1/20 of how long the stream has
+ * been arriving, so short streams keep the usual pace and the end of a
+ * long one is seen at most 5 % late. */
+static double frag_later_us(const struct ovl__stream *s, int last)
+{
+    if (last || ovl__m.bw_Bpus <= 0 || s->window < 4)
+        return 0;
+    double later =
+        (double)(s->window / 2 - 1) * (double)(OVL__HDR_BYTES + s->payload_max) / ovl__m.bw_Bpus;
+    if (!s->is_send) {
+        double cap = s->t_first > 0 ? (ovl__now_us() - s->t_first) / 20 : 0;
+        later = later < cap ? later : cap;
+    }
+    return later > 0 ? later : 0;
+}
+
 /* Post fragment f. Runs in the coroutine. */
 static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
 {
@@ -325,7 +352,8 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
     s->nposted++;
     ovl__engine_unlock();
     atomic_fetch_add_explicit(&ovl__g.st_frag_sent, 1, memory_order_relaxed);
-    if (ovl__engine_add(&f->op) != OVL_SUCCESS) {
+    if (ovl__engine_add_stream(&f->op, (size_t)count,
+                               frag_later_us(s, (flags & OVL__F_LAST) != 0)) != OVL_SUCCESS) {
         /* cannot track it: complete it here */
         MPI_Status st;
         MPI_Wait(&f->op.mreq, &st);
@@ -444,7 +472,9 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     f->state = FR_POSTED;
     s->nposted++;
     ovl__engine_unlock();
-    if (ovl__engine_add(&f->op) != OVL_SUCCESS) {
+    if ((seq == 0
+             ? ovl__engine_add(&f->op)
+             : ovl__engine_add_stream(&f->op, (size_t)count, frag_later_us(s, 0))) != OVL_SUCCESS) {
         MPI_Cancel(&f->op.mreq);
         MPI_Wait(&f->op.mreq, MPI_STATUS_IGNORE);
         ovl__engine_lock();
@@ -506,6 +536,7 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
         f->flags = h.flags;
         s->received += f->len;
         if (first) {
+            s->t_first = ovl__now_us();
             s->peer = st->MPI_SOURCE;
             s->tag = st->MPI_TAG;
             s->sid = h.sid;
