@@ -80,6 +80,14 @@ struct ovl__op {
     int peer;      /* for receives: the source asked for */
     double due_us; /* set by the engine: predicted completion (ovl__now_us
                     * clock), 0 = unknown, so poll at the usual pace */
+    /* set by the engine (ovl__engine_add_stream, else 0): the op sets no
+     * pace of its own (a stream fragment between two checkpoints: a later
+     * fragment of its stream asks for the poll that settles it too) */
+    int quiet;
+    /* set by the engine (ovl__engine_add_stream, else 0): once due_us has
+     * passed without completion (its sender is behind), the next poll may
+     * come this much later instead of at the usual pace */
+    double slack_us;
     /* set by the engine (ovl__engine_add_patient, else NULL): non-zero from
      * it means that nothing but the op's own consumer waits for it now, and
      * that consumer drives progress itself when it needs the data, so the
@@ -177,11 +185,19 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
  * nothing. */
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
 /* The same for a stream fragment of @bytes (op->kind SEND, or FRAG for a
- * receive): sized as ovl__engine_add_sized, and its predicted completion
- * moved @later_us later, since the stream needs a poll only once part of
- * its window has drained (stream.c, frag_later_us); not woken if the
- * thread polls within one interval anyway (as ovl__engine_add_remote). */
-int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, double later_us);
+ * receive): sized as ovl__engine_add_sized; @quiet and @slack_us as in
+ * struct ovl__op; not woken if the thread polls before the fragment is due
+ * anyway (as ovl__engine_add_remote). */
+int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us);
+/* stream.c: every how many fragments a stream asks for a poll (its
+ * checkpoints; the fragments between them are quiet), with @window
+ * fragments in flight of @frag_bytes at @bw_Bpus: half the window for a
+ * send; for a receive, which cannot know which fragment is the last one,
+ * 1 + @age_us (how long it has been arriving) / 20 fragment times, at most
+ * half the window, so its end is seen at most 5 % of its age late. 1
+ * (every fragment) without a model or with a window below 4. */
+unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, int is_send,
+                            double age_us);
 /* The same for an op whose completion nobody waits for soon (a delta
  * message's header: its wait drives it): the progress thread is woken only
  * if it waits for work, and gently (progress.c, start_polls_locked). */

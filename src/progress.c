@@ -214,6 +214,8 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
         E.cap = ncap;
     }
     op->due_us = due_locked(op, bytes);
+    op->slack_us = 0;
+    op->quiet = 0;
     op->patient = patient;
     count_kind_locked(op, 1);
     E.mreqs[E.n] = op->mreq;
@@ -355,14 +357,23 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
  * could answer the peer's rendezvous request before this rank's own send,
  * posted right after the receive in an exchange, has gone out, and the
  * peer's data would then queue behind this rank's (match.c). */
-int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, double later_us)
+int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us)
 {
     pthread_mutex_lock(&E.lock);
     int rc = add_locked(op, bytes, NULL);
     if (rc == OVL_SUCCESS) {
-        if (op->due_us > 0 && later_us > 0)
-            op->due_us += later_us;
-        wake_for_remote_locked();
+        op->quiet = quiet;
+        op->slack_us = slack_us > 0 ? slack_us : 0;
+        /* a thread whose sleep ends before the fragment is due is left
+         * asleep: a stream posting its window would otherwise wake it once
+         * a fragment (docs/PERFORMANCE.md, "Streams at the pace of their
+         * window") */
+        unsigned iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
+        double until = op->due_us - ovl__now_us();
+        if (op->due_us > 0 && until > (double)iv)
+            iv = until > 1e9 ? 1000000000u : (unsigned)until;
+        if (!polls_soon_locked(iv))
+            ovl__engine_wake_locked();
     }
     unlock_E();
     return rc;
@@ -752,24 +763,47 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned ca
         return max_us;
     if (E.n == 0) /* patient receives waiting for their first message */
         return ovl__match_posted() ? quiet_us : max_us;
-    double first = 0;
+    double first = 0, firm = 0, now = ovl__now_us();
+    int quiet = 0;
     for (int i = 0; i < E.n; i++) {
         const struct ovl__op *op = E.ops[i];
         if (op->patient && op->patient(op))
             continue;
+        if (op->quiet) {
+            quiet = 1;
+            continue;
+        }
         double d = op->due_us;
         if (d <= 0)
             return max_us;
+        if (op->slack_us > 0) {
+            /* a stream's checkpoint: its window has room for a late poll,
+             * so the thread sleeps until it is due, not halfway there; if
+             * overdue (its sender is behind), for up to its slack */
+            if (d < now)
+                d = now + op->slack_us;
+            if (firm == 0 || d < firm)
+                firm = d;
+            continue;
+        }
         if (first == 0 || d < first)
             first = d;
     }
-    if (first == 0) /* only patient ops */
-        return quiet_us;
-    double half = (first - ovl__now_us() - max_us) / 2;
-    if (half <= max_us)
+    if (first == 0 && firm == 0) /* only patient ops, or quiet ones whose checkpoint is done */
+        return quiet ? max_us : quiet_us;
+    double cap = quiet_us;
+    if (first > 0) {
+        double half = (first - now - max_us) / 2;
+        if (half <= max_us)
+            return max_us;
+        cap = half < cap ? half : cap;
+    }
+    if (firm > 0 && firm - now < cap)
+        cap = firm - now;
+    if (cap <= max_us)
         return max_us;
     *predicted = 1;
-    return half >= quiet_us ? quiet_us : (unsigned)half;
+    return (unsigned)cap;
 }
 
 /* Ask the scheduler for a short time slice (EEVDF custom slice, Linux >=

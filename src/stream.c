@@ -85,7 +85,7 @@ struct ovl__stream {
     int last_seen;
     int aborted;
     size_t received; /* payload bytes arrived */
-    double t_first;  /* ovl__now_us when fragment 0 arrived (receive side) */
+    double t_first;  /* ovl__now_us when fragment 0 left or arrived */
     int head_ready;  /* frags[head] seen FR_READY (coroutine only) */
 };
 
@@ -301,30 +301,47 @@ static void send_done(struct ovl__op *op, MPI_Status *st)
     frag_settled(s);
 }
 
-/* How much later than its own predicted completion a fragment needs a poll
- * (ovl__engine_add_stream). A stream keeps `window` fragments in flight;
- * polling at each fragment's completion (every 131 us at 16 KiB on 1
- * Gbit/s) costs the computation a wake-up each, about 25 us on the Xeon test
- * VM (docs/PERFORMANCE.md, "What a wake-up costs"). The window needs a poll
- * only once half of it has drained: the earliest fragment's completion plus
- * half a window of wire time less one fragment, so every poll settles
- * several fragments and the link never runs dry. A send's last fragment
- * completes the stream: polled at its own time. A receive cannot know
- * which fragment is the last one, and a late poll delays the stream's
- * completion: there the delay is at most 1/20 of how long the stream has
- * been arriving, so short streams keep the usual pace and the end of a
- * long one is seen at most 5 % late. */
-static double frag_later_us(const struct ovl__stream *s, int last)
+/* Every how many fragments a stream asks the progress thread for a poll.
+ * A stream keeps `window` fragments in flight; a poll at each fragment's
+ * predicted completion (every 137 us at 16 KiB on 1 Gbit/s) costs the
+ * computation a wake-up each, about 25 us on the Xeon test VM
+ * (docs/PERFORMANCE.md, "What a wake-up costs"). The window needs a poll
+ * only once half of it has drained: so only every (window/2)-th fragment
+ * (a checkpoint) sets the pace, and the poll at its completion settles the
+ * quiet ones before it, the link never running dry. A send's last fragment
+ * completes the stream: always a checkpoint; its first window, posted at
+ * once, is polled fragment by fragment (frag_add), since MPI may need polls
+ * to push so much out (quiet from the start, a 64 KB exchange took 1.3x
+ * its wire time). A receive cannot know which fragment is the last one,
+ * and the end is seen only at the next checkpoint's time, up to k - 1
+ * fragment times late: k grows with the stream's age, one fragment per
+ * 20 fragment times, so short streams poll at every fragment and the end
+ * of a long one is seen at most 5 % of its age late. */
+unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, int is_send,
+                            double age_us)
 {
-    if (last || ovl__m.bw_Bpus <= 0 || s->window < 4)
-        return 0;
-    double later =
-        (double)(s->window / 2 - 1) * (double)(OVL__HDR_BYTES + s->payload_max) / ovl__m.bw_Bpus;
-    if (!s->is_send) {
-        double cap = s->t_first > 0 ? (ovl__now_us() - s->t_first) / 20 : 0;
-        later = later < cap ? later : cap;
-    }
-    return later > 0 ? later : 0;
+    if (bw_Bpus <= 0 || window < 4 || frag_bytes == 0)
+        return 1;
+    unsigned k = window / 2;
+    if (is_send)
+        return k;
+    double fit = 1 + age_us / 20 / ((double)frag_bytes / bw_Bpus);
+    if (fit < (double)k)
+        k = (unsigned)fit;
+    return k;
+}
+
+/* Add fragment f (its MPI request started; @last: a send's last) to the
+ * engine, quiet unless it is a checkpoint. */
+static int frag_add(struct ovl__stream *s, struct frag *f, size_t bytes, int last)
+{
+    double tau = ovl__m.bw_Bpus > 0 ? (double)bytes / ovl__m.bw_Bpus : 0;
+    double age = s->t_first > 0 ? ovl__now_us() - s->t_first : 0;
+    unsigned k = ovl__stream_stride(s->window, bytes, ovl__m.bw_Bpus, s->is_send, age);
+    if (s->is_send && f->seq < s->window)
+        k = 1; /* the first window, posted at once: MPI may need polls to push it out */
+    int quiet = !last && k > 1 && (f->seq + 1) % k != 0;
+    return ovl__engine_add_stream(&f->op, bytes, quiet, (double)(k - 1) * tau);
 }
 
 /* Post fragment f. Runs in the coroutine. */
@@ -333,6 +350,8 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
     struct frag_hdr h = { OVL__HDR_MAGIC, s->sid, flags, s->next_seq };
     memcpy(f->buf, &h, sizeof h);
     f->seq = s->next_seq++;
+    if (f->seq == 0)
+        s->t_first = ovl__now_us();
     f->op.done = send_done;
     f->op.ctx = f;
     f->op.kind = OVL__OP_SEND;
@@ -352,8 +371,7 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
     s->nposted++;
     ovl__engine_unlock();
     atomic_fetch_add_explicit(&ovl__g.st_frag_sent, 1, memory_order_relaxed);
-    if (ovl__engine_add_stream(&f->op, (size_t)count,
-                               frag_later_us(s, (flags & OVL__F_LAST) != 0)) != OVL_SUCCESS) {
+    if (frag_add(s, f, (size_t)count, (flags & OVL__F_LAST) != 0) != OVL_SUCCESS) {
         /* cannot track it: complete it here */
         MPI_Status st;
         MPI_Wait(&f->op.mreq, &st);
@@ -472,9 +490,7 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     f->state = FR_POSTED;
     s->nposted++;
     ovl__engine_unlock();
-    if ((seq == 0
-             ? ovl__engine_add(&f->op)
-             : ovl__engine_add_stream(&f->op, (size_t)count, frag_later_us(s, 0))) != OVL_SUCCESS) {
+    if ((seq == 0 ? ovl__engine_add(&f->op) : frag_add(s, f, (size_t)count, 0)) != OVL_SUCCESS) {
         MPI_Cancel(&f->op.mreq);
         MPI_Wait(&f->op.mreq, MPI_STATUS_IGNORE);
         ovl__engine_lock();

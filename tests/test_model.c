@@ -410,6 +410,21 @@ static void test_delta_size(void)
     ovl__m.bw_Bpus = 1.25;
     CHECKF(ovl__model_fragment_size() == 4096, "1995 fragment %zu", ovl__model_fragment_size());
     ovl__m = saved;
+    /* Every how many fragments a stream asks for a poll
+     * (ovl__stream_stride): half the window for a send; for a receive
+     * 1 + its age / 20 in fragment times (the end seen at most 5 % of the
+     * age late), at most half the window; every fragment without a model
+     * or with a window below 4. 16400 B at 119.8 B/us: 136.9 us each. */
+    CHECK(ovl__stream_stride(8, 16400, 119.8, 1, 0) == 4);
+    CHECK(ovl__stream_stride(16, 16400, 119.8, 1, 0) == 8);
+    CHECK(ovl__stream_stride(3, 16400, 119.8, 1, 0) == 1);
+    CHECK(ovl__stream_stride(8, 16400, 0, 1, 0) == 1);
+    CHECK(ovl__stream_stride(8, 0, 119.8, 1, 0) == 1);
+    CHECK(ovl__stream_stride(8, 16400, 119.8, 0, 0) == 1);    /* receive, just begun */
+    CHECK(ovl__stream_stride(8, 16400, 119.8, 0, 2000) == 1); /* 100 us of 137 */
+    CHECK(ovl__stream_stride(8, 16400, 119.8, 0, 5000) == 2); /* 250 us: 1 more */
+    CHECK(ovl__stream_stride(8, 16400, 119.8, 0, 8000) == 3); /* 400 us: 2 more */
+    CHECK(ovl__stream_stride(8, 16400, 119.8, 0, 1e6) == 4);  /* no more than half */
     size_t ps = ovl__watch_page();
     ovl__m.lat_us = ovl__m.o_us = 12;
     ovl__m.bw_Bpus = 117;
