@@ -15,7 +15,11 @@
  *   ovl-thread     ovl's own progress thread while one receive is in flight
  *                  (posted to the rank itself, completed at the end): its
  *                  timed sleeps and polls at the configured pace
- *                  (OVL_POLL_MAX_US; the interval column shows it).
+ *                  (OVL_POLL_MAX_US; the interval column shows it);
+ *   ovl-segment    ovl's progress thread while a segment (ovl_segment_create,
+ *                  collective) is live and nothing is in flight: it keeps
+ *                  polling MPI so that other ranks' gets and puts on this
+ *                  rank's memory progress (OVL_POLL_MAX_US).
  *
  * The cost per wake-up is the computation's lost time divided by the number
  * of wake-ups. Any mechanism that progresses MPI without calls in the
@@ -39,8 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { W_THREAD, W_SIGNAL, W_OVL, NW };
-static const char *wname[NW] = { "thread-sleep", "timer-signal", "ovl-thread" };
+enum { W_THREAD, W_SIGNAL, W_OVL, W_SERVE, NW };
+static const char *wname[NW] = { "thread-sleep", "timer-signal", "ovl-thread", "ovl-segment" };
 
 static atomic_int stop_waker;
 static atomic_long wakes;
@@ -127,6 +131,16 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
         timer_delete(tm);
         signal(SIGRTMIN, SIG_IGN);
         *nwakes = w;
+    } else if (v == W_SERVE) {
+        void *base = NULL;
+        ovl_segment_t seg;
+        ovl_stats_t a, b;
+        BENCH_OVL(ovl_segment_create(4096, &base, &seg));
+        BENCH_OVL(ovl_stats_get(&a));
+        n = loop_for(seconds);
+        BENCH_OVL(ovl_stats_get(&b));
+        BENCH_OVL(ovl_segment_free(&seg));
+        *nwakes = (long)(b.thread_wakeups - a.thread_wakeups);
     } else {
         /* one receive in flight, from this rank to itself, for the whole sample */
         static char rbuf[8], sbuf[8];
@@ -172,7 +186,9 @@ int bench_wakeup_cost(int argc, char **argv)
                 "  thread-sleep  a thread on the same CPU wakes from nanosleep and sleeps again\n"
                 "  timer-signal  a POSIX timer signals the computing thread (empty handler)\n"
                 "and ovl-thread: ovl's progress thread with one receive in flight, at its\n"
-                "configured pace (OVL_POLL_MAX_US). Prints, per rank, the wake-ups' real\n"
+                "configured pace (OVL_POLL_MAX_US); ovl-segment: the same thread while a\n"
+                "segment is live and nothing is in flight (it serves other ranks' gets and\n"
+                "puts). Prints, per rank, the wake-ups' real\n"
                 "spacing, the share of the computation lost and the us lost per wake-up\n"
                 "(medians of --reps samples of --time-ms each, default 5 x 200 ms,\n"
                 "alternated with samples of the loop alone). Run it where the benchmarks\n"
@@ -198,7 +214,7 @@ int bench_wakeup_cost(int argc, char **argv)
     }
     ovl_config_t eff;
     bench_ovl_start_thread(&eff); /* its thread inherits the pinning */
-    int rows = niv * 2 + 1;
+    int rows = niv * 2 + 2;
     /* per row: interval asked, spacing us, lost share, us per wake-up */
     double *res = calloc((size_t)rows * 4, sizeof(double));
     double *lost = calloc((size_t)reps, sizeof(double)),
@@ -207,8 +223,10 @@ int bench_wakeup_cost(int argc, char **argv)
         bench_fail("out of memory");
     loop_for(0.05); /* warm up */
     for (int row = 0; row < rows; row++) {
-        int v = row < niv ? W_THREAD : row < 2 * niv ? W_SIGNAL : W_OVL;
-        long us = v == W_OVL ? (long)eff.poll_max_us : iv[row % niv];
+        int v = row < niv ? W_THREAD : row < 2 * niv ? W_SIGNAL : row == 2 * niv ? W_OVL : W_SERVE;
+        long us = v == W_OVL     ? (long)eff.poll_max_us
+                  : v == W_SERVE ? (long)eff.poll_serve_us
+                                 : iv[row % niv];
         for (int k = 0; k < reps; k++) {
             long base = loop_for(seconds);
             long w = 0, n = loaded(v, us, seconds, cpu, &w);
@@ -241,7 +259,10 @@ int bench_wakeup_cost(int argc, char **argv)
         for (int r = 0; r < bench_size; r++)
             for (int row = 0; row < rows; row++) {
                 const double *x = &all[((size_t)r * (size_t)rows + (size_t)row) * 4];
-                int v = row < niv ? W_THREAD : row < 2 * niv ? W_SIGNAL : W_OVL;
+                int v = row < niv        ? W_THREAD
+                        : row < 2 * niv  ? W_SIGNAL
+                        : row == 2 * niv ? W_OVL
+                                         : W_SERVE;
                 int c = bench_size <= 256 ? cpus_all[r] : -1;
                 printf("%-5d %-4d %-13s %6.0f us %8.1f us %7.1f%% %12.1f\n", r, c, wname[v], x[0],
                        x[1], 100 * x[2], x[3]);

@@ -110,7 +110,8 @@ enum {
     OVL_CONFIG_FIELD_RMA_LOCAL = 1u << 13,
     OVL_CONFIG_FIELD_POLL_MIN_US = 1u << 14,
     OVL_CONFIG_FIELD_POLL_CALLBACK_US = 1u << 15,
-    OVL_CONFIG_FIELD_POLL_RMA_US = 1u << 16
+    OVL_CONFIG_FIELD_POLL_RMA_US = 1u << 16,
+    OVL_CONFIG_FIELD_POLL_SERVE_US = 1u << 17
 };
 
 /**
@@ -174,6 +175,8 @@ typedef struct {
         poll_callback_us; /**< OVL_POLL_CALLBACK_US: the progress thread's longest sleep while a continuation (ovl_continue on an operation not yet complete, or ovl_continue_mpi) waits, so that callbacks run soon after completion; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 35) */
     unsigned
         poll_rma_us; /**< OVL_POLL_RMA_US: the progress thread's sleep between polls while the only operations in flight are strips of ovl_get/ovl_put (the program's access, ovl_get_need or a fence drives a strip when it needs it); may exceed poll_max_us; 0 = poll_max_us, which ovl_config_get() then reports (default 100) */
+    unsigned
+        poll_serve_us; /**< OVL_POLL_SERVE_US: the progress thread's longest sleep between polls while this rank has a live segment (ovl_segment_create): other ranks' gets and puts on its memory progress only when MPI is polled here; may exceed poll_max_us; each wake-up costs a computation on this core (about 25 us on the Xeon test VM, docs/PERFORMANCE.md); 0 = poll_max_us, which ovl_config_get() then reports (default 0) */
 } ovl_config_t;
 
 /**

@@ -200,6 +200,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_CALLBACK_US, poll_callback_us, "OVL_POLL_CALLBACK_US", 0,
                   1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_RMA_US, poll_rma_us, "OVL_POLL_RMA_US", 0, 1000000);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_SERVE_US, poll_serve_us, "OVL_POLL_SERVE_US", 0, 1000000);
 #undef OVL_NUM_FIELD
     if (c.poll_min_us == 0 || c.poll_min_us > c.poll_max_us)
         c.poll_min_us = c.poll_max_us;
@@ -207,6 +208,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         c.poll_callback_us = c.poll_max_us;
     if (c.poll_rma_us == 0)
         c.poll_rma_us = c.poll_max_us;
+    if (c.poll_serve_us == 0)
+        c.poll_serve_us = c.poll_max_us;
     *out = c;
     return OVL_SUCCESS;
 }

@@ -745,8 +745,8 @@ static int has_work_locked(void)
  * posting, and the completion. (Where the MPI library copies itself, as over
  * shared memory, the model's bandwidth is that copy's and the predicted
  * times are short, so little changes.) */
-static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
-                                 unsigned rma_us, int *predicted)
+static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
+                                     unsigned rma_us, int *predicted)
 {
     *predicted = 0;
     /* Only get/put strips in flight: the program's access (a fault),
@@ -759,7 +759,7 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned ca
     if (E.conts > 0) /* a callback waits: the shorter interval, same quiet middle */
         max_us = callback_us;
     if (quiet_us <= max_us || E.ndef > 0 || E.ready_head != NULL ||
-        (E.conts > 0 ? ovl__match_posted() : ovl__match_urgent()) || ovl__rma_wants_progress())
+        (E.conts > 0 ? ovl__match_posted() : ovl__match_urgent()))
         return max_us;
     if (E.n == 0) /* patient receives waiting for their first message */
         return ovl__match_posted() ? quiet_us : max_us;
@@ -804,6 +804,32 @@ static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned ca
         return max_us;
     *predicted = 1;
     return (unsigned)cap;
+}
+
+/* The sleep cap, also for serving: while this rank has a live segment,
+ * other ranks' gets and puts on its memory progress only when MPI is
+ * polled here (MPI over TCP moves one-sided data through the target's
+ * progress), so the thread polls at least every OVL_POLL_SERVE_US
+ * (default OVL_POLL_MAX_US), also with nothing of its own in flight; a
+ * wake-up costs the computation on this core about 25 us on the Xeon test
+ * VM (docs/PERFORMANCE.md, "What a live segment costs"). Get/put strips in
+ * flight keep their own pace (OVL_POLL_RMA_US). */
+static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
+                                 unsigned rma_us, unsigned serve_us, int *predicted)
+{
+    if (!ovl__rma_wants_progress())
+        return sleep_cap_ops_locked(max_us, quiet_us, callback_us, rma_us, predicted);
+    *predicted = 0;
+    if (E.n == 0 && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL && !ovl__match_posted())
+        return serve_us; /* serving only */
+    unsigned c = sleep_cap_ops_locked(max_us, quiet_us, callback_us, rma_us, predicted);
+    if (E.n > 0 && E.n == E.nrma && c == rma_us)
+        return c;
+    if (c > serve_us) {
+        c = serve_us;
+        *predicted = c > max_us;
+    }
+    return c;
 }
 
 /* Ask the scheduler for a short time slice (EEVDF custom slice, Linux >=
@@ -913,6 +939,7 @@ static void *progress_thread(void *unused)
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     const unsigned quiet_us = ovl__g.cfg.poll_quiet_us, min_us = ovl__g.cfg.poll_min_us;
     const unsigned callback_us = ovl__g.cfg.poll_callback_us, rma_us = ovl__g.cfg.poll_rma_us;
+    const unsigned serve_us = ovl__g.cfg.poll_serve_us;
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
@@ -1012,7 +1039,8 @@ static void *progress_thread(void *unused)
         if (ovl__now_us() - last_activity < spin_us)
             continue;
         int predicted;
-        const unsigned cap = sleep_cap_locked(max_us, quiet_us, callback_us, rma_us, &predicted);
+        const unsigned cap =
+            sleep_cap_locked(max_us, quiet_us, callback_us, rma_us, serve_us, &predicted);
         /* min_us and callback_us <= max_us (config.c); the cap is below
          * max_us only while a continuation waits, or while only strips are
          * in flight and OVL_POLL_RMA_US is set below it. A cap from the

@@ -174,10 +174,10 @@ static void check_detail_per_thread(void)
 
 /* Environment variables this test changes, and their values at start. */
 static const char *const env_names[] = {
-    "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",   "OVL_FRAGMENT_SIZE",
-    "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",   "OVL_PROGRESS_SLICE_US",
-    "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL", "OVL_POLL_MIN_US",
-    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US"
+    "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",      "OVL_FRAGMENT_SIZE",
+    "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",      "OVL_PROGRESS_SLICE_US",
+    "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL",    "OVL_POLL_MIN_US",
+    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",       "OVL_POLL_SERVE_US"
 };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
@@ -467,6 +467,8 @@ static void check_config(void)
     expect_cfg_rejected(&c, "poll_callback_us=1000001");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_RMA_US, .poll_rma_us = 1000001 };
     expect_cfg_rejected(&c, "poll_rma_us=1000001");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_SERVE_US, .poll_serve_us = 1000001 };
+    expect_cfg_rejected(&c, "poll_serve_us=1000001");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
                         .progress_slice_us = 100001 };
     expect_cfg_rejected(&c, "progress_slice_us=100001");
@@ -494,6 +496,8 @@ static void check_config(void)
     expect_env_rejected("OVL_POLL_CALLBACK_US", "-1");
     expect_env_rejected("OVL_POLL_RMA_US", "2000000");
     expect_env_rejected("OVL_POLL_RMA_US", "slow");
+    expect_env_rejected("OVL_POLL_SERVE_US", "2000000");
+    expect_env_rejected("OVL_POLL_SERVE_US", "idle");
     expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
 
     /* Fields whose bit is not in field_mask are ignored. */
@@ -528,6 +532,9 @@ static void check_config(void)
            "poll_callback_us %u with poll_max_us %u", got.poll_callback_us, got.poll_max_us);
     /* with only get/put strips in flight: 100 us, above poll_max_us allowed */
     CHECKF(got.poll_rma_us == 100 || getenv("OVL_POLL_RMA_US"), "poll_rma_us %u", got.poll_rma_us);
+    /* serving a live segment: poll_max_us by default */
+    CHECKF(got.poll_serve_us == got.poll_max_us || getenv("OVL_POLL_SERVE_US"),
+           "poll_serve_us %u with poll_max_us %u", got.poll_serve_us, got.poll_max_us);
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -543,6 +550,7 @@ static void check_config(void)
     setenv("OVL_POLL_MIN_US", "7", 1);
     setenv("OVL_POLL_CALLBACK_US", "9", 1);
     setenv("OVL_POLL_RMA_US", "250", 1);
+    setenv("OVL_POLL_SERVE_US", "2000", 1);
     setenv("OVL_RMA_LOCAL", "Overlap", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
@@ -556,11 +564,33 @@ static void check_config(void)
     CHECK(got.poll_quiet_us == 0);
     CHECK(got.poll_min_us == 7);
     CHECK(got.poll_callback_us == 9);
-    CHECK(got.poll_rma_us == 250); /* may exceed poll_max_us (100 here) */
+    CHECK(got.poll_rma_us == 250);    /* may exceed poll_max_us (100 here) */
+    CHECK(got.poll_serve_us == 2000); /* so may this */
     CHECK(got.rma_local == OVL_RMA_LOCAL_OVERLAP);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
+
+    /* A live segment with nothing in flight: the progress thread polls (to
+     * serve other ranks' gets and puts) every poll_serve_us, here 200 ms,
+     * not every poll_max_us (50 us: thousands of wake-ups in 0.5 s). */
+    if (variant_progress() == OVL_PROGRESS_THREAD) {
+        setenv("OVL_POLL_SERVE_US", "200000", 1);
+        CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+        void *base = NULL;
+        ovl_segment_t sg;
+        CHECK_OK(ovl_segment_create(4096, &base, &sg));
+        usleep(50000); /* the ramp from poll_max_us up */
+        ovl_stats_t a, b;
+        CHECK_OK(ovl_stats_get(&a));
+        usleep(500000);
+        CHECK_OK(ovl_stats_get(&b));
+        unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
+        CHECKF(w <= 12, "%llu wake-ups in 0.5 s serving a segment at a 200 ms pace", w);
+        CHECK_OK(ovl_segment_free(&sg));
+        CHECK_OK(ovl_finalize());
+        env_restore();
+    }
 
     /* Config fields win over (even invalid) environment values. */
     setenv("OVL_FRAGMENT_SIZE", "12", 1);
@@ -596,7 +626,8 @@ static void check_config(void)
                             OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
                             OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_PROGRESS_SLICE_US |
                             OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_POLL_MIN_US |
-                            OVL_CONFIG_FIELD_POLL_CALLBACK_US | OVL_CONFIG_FIELD_POLL_RMA_US,
+                            OVL_CONFIG_FIELD_POLL_CALLBACK_US | OVL_CONFIG_FIELD_POLL_RMA_US |
+                            OVL_CONFIG_FIELD_POLL_SERVE_US,
                         .progress = variant_progress(),
                         .poll_max_us = 77,
                         .spin_us = 3,
@@ -608,7 +639,8 @@ static void check_config(void)
                         .progress_priority = 0,
                         .poll_min_us = 500,
                         .poll_callback_us = 300,
-                        .poll_rma_us = 0 };
+                        .poll_rma_us = 0,
+                        .poll_serve_us = 0 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
@@ -619,6 +651,8 @@ static void check_config(void)
            got.poll_callback_us);
     CHECKF(got.poll_rma_us == 77, "poll_rma_us 0 reported as %u, not poll_max_us 77",
            got.poll_rma_us);
+    CHECKF(got.poll_serve_us == 77, "poll_serve_us 0 reported as %u, not poll_max_us 77",
+           got.poll_serve_us);
     if (c.progress == OVL_PROGRESS_THREAD) {
         int n = threads_with_slice_ns(250000); /* the thread sets it when it starts */
         for (int k = 0; k < 500 && n == 0; k++) {
