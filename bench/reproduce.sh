@@ -86,6 +86,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = cluster ]; then
     OVL_PROGRESS_PRIORITY=1 run cluster callback-priority callback-latency --reps "$CLREPS" \
         --poll 10,25,50 --no-spin-thread
     run cluster overview overview
+    run cluster wakeup-cost wakeup-cost
 fi
 if [ "$ONLY" = all ] || [ "$ONLY" = shm ]; then
     run shm latency-hiding latency-hiding --reps "$REPS" --marshal
