@@ -79,10 +79,11 @@ static void on_signal(int sig)
     sig_count = sig_count + 1;
 }
 
-/* daxpy calls done in @seconds */
-static long loop_for(double seconds)
+/* The variant of result row @row: @niv rows of each timer waker, then
+ * ovl's thread with a receive, then with a segment. */
+static int row_variant(int row, int niv)
 {
-    return bench_daxpy_for(seconds);
+    return row < niv ? W_THREAD : row < 2 * niv ? W_SIGNAL : row == 2 * niv ? W_OVL : W_SERVE;
 }
 
 /* One loaded sample: daxpys in @seconds while variant @v wakes every
@@ -97,7 +98,7 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
         atomic_store(&wakes, 0);
         if (pthread_create(&t, NULL, waker, &a) != 0)
             bench_fail("wakeup-cost: pthread_create failed");
-        n = loop_for(seconds);
+        n = bench_daxpy_for(seconds);
         long w = atomic_load(&wakes);
         atomic_store(&stop_waker, 1);
         pthread_join(t, NULL);
@@ -126,7 +127,7 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
                                  { interval_us / 1000000, (interval_us % 1000000) * 1000 } };
         sig_count = 0;
         timer_settime(tm, 0, &it, NULL);
-        n = loop_for(seconds);
+        n = bench_daxpy_for(seconds);
         long w = (long)sig_count;
         timer_delete(tm);
         signal(SIGRTMIN, SIG_IGN);
@@ -137,7 +138,7 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
         ovl_stats_t a, b;
         BENCH_OVL(ovl_segment_create(4096, &base, &seg));
         BENCH_OVL(ovl_stats_get(&a));
-        n = loop_for(seconds);
+        n = bench_daxpy_for(seconds);
         BENCH_OVL(ovl_stats_get(&b));
         BENCH_OVL(ovl_segment_free(&seg));
         *nwakes = (long)(b.thread_wakeups - a.thread_wakeups);
@@ -148,7 +149,7 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
         ovl_stats_t a, b;
         BENCH_OVL(ovl_irecv(rbuf, sizeof rbuf, MPI_BYTE, bench_rank, 4242, &r));
         BENCH_OVL(ovl_stats_get(&a));
-        n = loop_for(seconds);
+        n = bench_daxpy_for(seconds);
         BENCH_OVL(ovl_stats_get(&b));
         ovl_request_t sr;
         BENCH_OVL(ovl_isend(sbuf, sizeof sbuf, MPI_BYTE, bench_rank, 4242, &sr));
@@ -221,14 +222,14 @@ int bench_wakeup_cost(int argc, char **argv)
            *per = calloc((size_t)reps, sizeof(double)), *gap = calloc((size_t)reps, sizeof(double));
     if (!res || !lost || !per || !gap)
         bench_fail("out of memory");
-    loop_for(0.05); /* warm up */
+    bench_daxpy_for(0.05); /* warm up */
     for (int row = 0; row < rows; row++) {
-        int v = row < niv ? W_THREAD : row < 2 * niv ? W_SIGNAL : row == 2 * niv ? W_OVL : W_SERVE;
+        int v = row_variant(row, niv);
         long us = v == W_OVL     ? (long)eff.poll_max_us
                   : v == W_SERVE ? (long)eff.poll_serve_us
                                  : iv[row % niv];
         for (int k = 0; k < reps; k++) {
-            long base = loop_for(seconds);
+            long base = bench_daxpy_for(seconds);
             long w = 0, n = loaded(v, us, seconds, cpu, &w);
             double l = base > 0 ? 1.0 - (double)n / (double)base : 0;
             lost[k] = l;
@@ -259,10 +260,7 @@ int bench_wakeup_cost(int argc, char **argv)
         for (int r = 0; r < bench_size; r++)
             for (int row = 0; row < rows; row++) {
                 const double *x = &all[((size_t)r * (size_t)rows + (size_t)row) * 4];
-                int v = row < niv        ? W_THREAD
-                        : row < 2 * niv  ? W_SIGNAL
-                        : row == 2 * niv ? W_OVL
-                                         : W_SERVE;
+                int v = row_variant(row, niv);
                 int c = bench_size <= 256 ? cpus_all[r] : -1;
                 printf("%-5d %-4d %-13s %6.0f us %8.1f us %7.1f%% %12.1f\n", r, c, wname[v], x[0],
                        x[1], 100 * x[2], x[3]);

@@ -84,9 +84,11 @@ struct ovl__op {
      * pace of its own (a stream fragment between two checkpoints: a later
      * fragment of its stream asks for the poll that settles it too) */
     int quiet;
-    /* set by the engine (ovl__engine_add_stream, else 0): once due_us has
-     * passed without completion (its sender is behind), the next poll may
-     * come this much later instead of at the usual pace */
+    /* set by the engine (ovl__engine_add_stream, else 0): non-zero marks a
+     * stream's checkpoint, whose window has room for a late poll: the
+     * thread sleeps until due_us, not halfway there, and once due_us has
+     * passed without completion (its sender is behind), until this much
+     * later instead of at the usual pace */
     double slack_us;
     /* set by the engine (ovl__engine_add_patient, else NULL): non-zero from
      * it means that nothing but the op's own consumer waits for it now, and
@@ -189,15 +191,6 @@ int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
  * struct ovl__op; not woken if the thread polls before the fragment is due
  * anyway (as ovl__engine_add_remote). */
 int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us);
-/* stream.c: every how many fragments a stream asks for a poll (its
- * checkpoints; the fragments between them are quiet), with @window
- * fragments in flight of @frag_bytes at @bw_Bpus: half the window for a
- * send; for a receive, which cannot know which fragment is the last one,
- * 1 + @age_us (how long it has been arriving) / 20 fragment times, at most
- * half the window, so its end is seen at most 5 % of its age late. 1
- * (every fragment) without a model or with a window below 4. */
-unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, int is_send,
-                            double age_us);
 /* The same for an op whose completion nobody waits for soon (a delta
  * message's header: its wait drives it): the progress thread is woken only
  * if it waits for work, and gently (progress.c, start_polls_locked). */
@@ -611,6 +604,15 @@ void ovl__stream_run(struct ovl__coro *c);
 int ovl__stream_active(void);
 /* Send streams not yet complete (finalize's first step waits for these). */
 int ovl__stream_active_sends(void);
+/* Every how many fragments a stream asks for a poll (its
+ * checkpoints; the fragments between them are quiet), with @window
+ * fragments in flight of @frag_bytes at @bw_Bpus: half the window for a
+ * send; for a receive, which cannot know which fragment is the last one,
+ * 1 + @age_us (how long it has been arriving) / 20 fragment times, at most
+ * half the window, so its end is seen at most 5 % of its age late. 1
+ * (every fragment) without a model or with a window below 4. */
+unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, int is_send,
+                            double age_us);
 /* Per-peer message counts for finalize's drain. */
 
 /* ---- init.c: global state ---------------------------------------------- */

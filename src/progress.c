@@ -229,7 +229,7 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
  * after what it does now, so it sees the new work), it has been signalled
  * and not yet run, it is in a timed sleep ending within @iv, or it stands
  * down for a spinning waiter, who drives every op. */
-static int polls_soon_locked(unsigned iv)
+static int polls_soon_locked(double iv)
 {
     if (!E.thread_on)
         return 1; /* progress is the caller's own */
@@ -238,6 +238,16 @@ static int polls_soon_locked(unsigned iv)
     if (E.awake)
         return 1;
     return E.sleep_until_us > 0 && E.sleep_until_us <= ovl__now_us() + iv;
+}
+
+/* Wake the thread unless it polls within one interval, or before @due_us
+ * (ovl__now_us clock; 0: none) if that is later (engine lock held). */
+static void wake_unless_polled_by_locked(double due_us)
+{
+    double iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
+    double until = due_us - ovl__now_us();
+    if (!polls_soon_locked(until > iv ? until : iv))
+        ovl__engine_wake_locked();
 }
 
 /* Posted work that needs no poll at once (engine lock held): a send (an
@@ -252,8 +262,7 @@ static int polls_soon_locked(unsigned iv)
  * posting"). */
 static void wake_for_remote_locked(void)
 {
-    if (!polls_soon_locked(E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us))
-        ovl__engine_wake_locked();
+    wake_unless_polled_by_locked(0);
 }
 
 void ovl__engine_hurry(void)
@@ -368,12 +377,7 @@ int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double s
          * asleep: a stream posting its window would otherwise wake it once
          * a fragment (docs/PERFORMANCE.md, "Streams at the pace of their
          * window") */
-        unsigned iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
-        double until = op->due_us - ovl__now_us();
-        if (op->due_us > 0 && until > (double)iv)
-            iv = until > 1e9 ? 1000000000u : (unsigned)until;
-        if (!polls_soon_locked(iv))
-            ovl__engine_wake_locked();
+        wake_unless_polled_by_locked(op->due_us);
     }
     unlock_E();
     return rc;
@@ -746,16 +750,9 @@ static int has_work_locked(void)
  * shared memory, the model's bandwidth is that copy's and the predicted
  * times are short, so little changes.) */
 static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
-                                     unsigned rma_us, int *predicted)
+                                     int *predicted)
 {
     *predicted = 0;
-    /* Only get/put strips in flight: the program's access (a fault),
-     * ovl_get_need or a fence drives a strip when it needs it, and a
-     * computation running meanwhile loses less to a slower pace
-     * (docs/PERFORMANCE.md, "The origin's pace during a get"). */
-    if (E.n > 0 && E.n == E.nrma && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL &&
-        !ovl__match_urgent())
-        return rma_us;
     if (E.conts > 0) /* a callback waits: the shorter interval, same quiet middle */
         max_us = callback_us;
     if (quiet_us <= max_us || E.ndef > 0 || E.ready_head != NULL ||
@@ -817,15 +814,20 @@ static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigne
 static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
                                  unsigned rma_us, unsigned serve_us, int *predicted)
 {
-    if (!ovl__rma_wants_progress())
-        return sleep_cap_ops_locked(max_us, quiet_us, callback_us, rma_us, predicted);
     *predicted = 0;
-    if (E.n == 0 && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL && !ovl__match_posted())
+    /* Only get/put strips in flight: the program's access (a fault),
+     * ovl_get_need or a fence drives a strip when it needs it, and a
+     * computation running meanwhile loses less to a slower pace
+     * (docs/PERFORMANCE.md, "The origin's pace during a get"). */
+    if (E.n > 0 && E.n == E.nrma && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL &&
+        !ovl__match_urgent())
+        return rma_us;
+    int serving = ovl__rma_wants_progress();
+    if (serving && E.n == 0 && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL &&
+        !ovl__match_posted())
         return serve_us; /* serving only */
-    unsigned c = sleep_cap_ops_locked(max_us, quiet_us, callback_us, rma_us, predicted);
-    if (E.n > 0 && E.n == E.nrma && c == rma_us)
-        return c;
-    if (c > serve_us) {
+    unsigned c = sleep_cap_ops_locked(max_us, quiet_us, callback_us, predicted);
+    if (serving && c > serve_us) {
         c = serve_us;
         *predicted = c > max_us;
     }

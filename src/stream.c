@@ -85,7 +85,7 @@ struct ovl__stream {
     int last_seen;
     int aborted;
     size_t received; /* payload bytes arrived */
-    double t_first;  /* ovl__now_us when fragment 0 left or arrived */
+    double t_first;  /* ovl__now_us when fragment 0 arrived (receive side) */
     int head_ready;  /* frags[head] seen FR_READY (coroutine only) */
 };
 
@@ -350,8 +350,6 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
     struct frag_hdr h = { OVL__HDR_MAGIC, s->sid, flags, s->next_seq };
     memcpy(f->buf, &h, sizeof h);
     f->seq = s->next_seq++;
-    if (f->seq == 0)
-        s->t_first = ovl__now_us();
     f->op.done = send_done;
     f->op.ctx = f;
     f->op.kind = OVL__OP_SEND;
