@@ -176,7 +176,7 @@ typedef struct {
     unsigned
         poll_rma_us; /**< OVL_POLL_RMA_US: the progress thread's sleep between polls while the only operations in flight are strips of ovl_get/ovl_put (the program's access, ovl_get_need or a fence drives a strip when it needs it); may exceed poll_max_us; 0 = poll_max_us, which ovl_config_get() then reports (default 100) */
     unsigned
-        poll_serve_us; /**< OVL_POLL_SERVE_US: the progress thread's longest sleep between polls while this rank has a live segment (ovl_segment_create): other ranks' gets and puts on its memory progress only when MPI is polled here; may exceed poll_max_us; each wake-up costs a computation on this core (about 25 us on the Xeon test VM, docs/PERFORMANCE.md); 0 = poll_max_us, which ovl_config_get() then reports (default 0) */
+        poll_serve_us; /**< OVL_POLL_SERVE_US: the progress thread's longest sleep between polls while this rank has a live segment (ovl_segment_create), where other ranks' gets and puts on its memory progress only when MPI is polled here; may exceed poll_max_us; each wake-up costs a computation on this core (about 25 us on the Xeon test VM, docs/PERFORMANCE.md); 0 = poll_max_us, and only where the first ovl_segment_create measures that one-sided operations need the target's MPI calls (no serving polls on RDMA networks or shared-memory windows), which ovl_config_get() reports as poll_max_us (default 0) */
 } ovl_config_t;
 
 /**

@@ -101,7 +101,7 @@ static int choice_field(int from_field, int field, const char *env, const char *
     return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s %d unknown", what, *out);
 }
 
-int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
+int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_auto)
 {
     ovl_config_t c = {
         .field_mask = 0,
@@ -208,6 +208,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out)
         c.poll_callback_us = c.poll_max_us;
     if (c.poll_rma_us == 0)
         c.poll_rma_us = c.poll_max_us;
+    if (serve_auto)
+        *serve_auto = c.poll_serve_us == 0;
     if (c.poll_serve_us == 0)
         c.poll_serve_us = c.poll_max_us;
     *out = c;

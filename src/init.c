@@ -113,7 +113,8 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         return ovl__error(OVL_ERR_ARG, fn, "communicator is MPI_COMM_NULL");
 
     ovl_config_t c;
-    if ((rc = ovl__config_resolve(cfg, &c)) != OVL_SUCCESS)
+    int serve_auto = 0;
+    if ((rc = ovl__config_resolve(cfg, &c, &serve_auto)) != OVL_SUCCESS)
         return rc;
     MPI_Query_thread(&ovl__g.thread_level);
     if (c.progress == OVL_PROGRESS_THREAD && ovl__g.thread_level < MPI_THREAD_MULTIPLE)
@@ -170,6 +171,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     if ((rc = find_nodes()) != OVL_SUCCESS)
         goto fail_counts;
     ovl__g.cfg = c;
+    ovl__g.serve_auto = serve_auto;
     atomic_store(&ovl__g.st_polls, 0);
     atomic_store(&ovl__g.st_wakeups, 0);
     atomic_store(&ovl__g.st_completions, 0);

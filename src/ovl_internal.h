@@ -42,7 +42,9 @@ void ovl__info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- config.c --------------------------------------------------------- */
 
-int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out);
+/* @serve_auto (may be NULL): set to 1 if OVL_POLL_SERVE_US was left
+ * automatic (0), which segment.c's probe then decides. */
+int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_auto);
 
 /* ---- thread-local state (error.c) --------------------------------------
  * Marshal functions are coroutines that can migrate between threads, so
@@ -201,6 +203,10 @@ int ovl__engine_add_receive(struct ovl__op *op, size_t bytes);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);
+/* Hold the drive lock: no thread of this process drives (calls MPI through
+ * ovl) until ovl__engine_release. */
+void ovl__engine_hold(void);
+void ovl__engine_release(void);
 /* Called by front ends when a request's operation has finished: runs (or
  * queues) the continuation and publishes completion. Driving thread only. */
 void ovl__req_complete(struct ovl__req *r);
@@ -572,6 +578,10 @@ int ovl__rma_outstanding(struct ovl__seg *s);
 /* Progress hook (driver): keeps passive-target RMA moving while segments exist. */
 int ovl__rma_poll(void);
 int ovl__rma_wants_progress(void);
+/* Whether this rank serves others' one-sided operations while a segment
+ * lives (segment.c's probe, or OVL_POLL_SERVE_US set); 0 before the first
+ * segment. */
+int ovl__rma_serving(void);
 /* ovl_finalize: free leftover segments, print OVL_STATS. */
 void ovl__rma_finalize(void);
 void ovl__rma_stats(ovl_stats_t *s);
@@ -628,6 +638,7 @@ struct ovl__global {
     int tag_ub;
     int thread_level;
     ovl_config_t cfg;
+    int serve_auto; /* OVL_POLL_SERVE_US left 0: serve only where the probe says so */
     /* finalize's drain: messages sent to / received from each peer */
     atomic_ullong *sent_to;
     atomic_ullong *recvd_from;

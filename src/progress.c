@@ -557,6 +557,18 @@ int ovl__engine_driving(void)
     return driving;
 }
 
+/* Keep every thread of this process from driving, and so from calling MPI
+ * through ovl, until ovl__engine_release (segment.c's serving probe). */
+void ovl__engine_hold(void)
+{
+    pthread_mutex_lock(&E.drive);
+}
+
+void ovl__engine_release(void)
+{
+    pthread_mutex_unlock(&E.drive);
+}
+
 int ovl__engine_thread_on(void)
 {
     return E.thread_on;
@@ -804,10 +816,12 @@ static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigne
 }
 
 /* The sleep cap, also for serving: while this rank has a live segment,
- * other ranks' gets and puts on its memory progress only when MPI is
+ * other ranks' gets and puts on its memory may progress only when MPI is
  * polled here (MPI over TCP moves one-sided data through the target's
- * progress), so the thread polls at least every OVL_POLL_SERVE_US
- * (default OVL_POLL_MAX_US), also with nothing of its own in flight; a
+ * progress), so where segment.c's probe found that so (or
+ * OVL_POLL_SERVE_US is set: ovl__rma_wants_progress) the thread polls at
+ * least every OVL_POLL_SERVE_US (default OVL_POLL_MAX_US), also with
+ * nothing of its own in flight; a
  * wake-up costs the computation on this core about 25 us on the Xeon test
  * VM (docs/PERFORMANCE.md, "What a live segment costs"). Get/put strips in
  * flight keep their own pace (OVL_POLL_RMA_US). */

@@ -9,19 +9,33 @@
  * instead of sleeping, so a computing target still answers over TCP or
  * shared memory, where one-sided operations are emulated with messages).
  *
+ * Serving is needed only where MPI moves one-sided traffic through the
+ * target's progress (TCP, MPICH's shared memory); where the network or a
+ * shared-memory window does it alone (RDMA, Open MPI's osc/sm), polling
+ * would only take wake-ups from the computation. The first segment's
+ * creation measures which (probe_serving) unless OVL_POLL_SERVE_US is set.
+ *
  * Handles are (slot, generation) pairs like requests, so a freed segment
  * is reported as such instead of being dereferenced. Every rank's size is
  * gathered at creation: a transfer beyond the target's size is refused at
  * the origin instead of failing inside MPI. A hidden 8-byte word after each
- * rank's bytes holds ovl_lock's lock (compare-and-swap on the target).
+ * rank's bytes holds ovl_lock's lock (compare-and-swap on the target),
+ * and 64 bytes after it the serving probe's words.
  */
 #include "ovl_internal.h"
 
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_SEGS 256
+/* The serving probe: its words after the lock word, and how long the
+ * target stays out of MPI. */
+#define PROBE_BYTES     64
+#define PROBE_MARK      0x6f766c2d70726f62ull /* "ovl-prob" */
+#define PROBE_TARGET_US 5000.0
+#define PROBE_TAG       1 /* on S.comm */
 
 static struct {
     pthread_mutex_t lock;
@@ -29,10 +43,15 @@ static struct {
     uint32_t gen[MAX_SEGS];
     MPI_Comm comm; /* windows and the progress probe */
     atomic_int nlive;
+    /* whether this rank serves while a segment lives (polls MPI for other
+     * ranks' one-sided operations); need: what the probe measured, -1
+     * before the first segment */
+    atomic_int serving;
+    int need;
     /* ovl_lock held by this rank: (slot, rank) pairs, few */
     int held[64][2];
     int nheld;
-} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL };
+} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL, .need = -1 };
 
 static ovl_segment_t make_handle(uint32_t slot, uint32_t gen)
 {
@@ -58,7 +77,113 @@ int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out)
 
 int ovl__rma_wants_progress(void)
 {
-    return atomic_load_explicit(&S.nlive, memory_order_relaxed) > 0;
+    return atomic_load_explicit(&S.nlive, memory_order_relaxed) > 0 &&
+           atomic_load_explicit(&S.serving, memory_order_relaxed);
+}
+
+int ovl__rma_serving(void)
+{
+    return atomic_load(&S.serving);
+}
+
+/* Where @rank keeps its lock word (after its own bytes). */
+static MPI_Aint lock_disp(const struct ovl__seg *s, int rank)
+{
+    return (MPI_Aint)((s->sizes[rank] + 7) / 8 * 8);
+}
+
+/* ---- the serving probe ------------------------------------------------------
+ * Whether other ranks' one-sided operations on this rank's memory complete
+ * while it makes no MPI call. One origin/target pair: the target holds the
+ * engine (none of its threads calls MPI through ovl), tells the origin to
+ * go (a target still inside the barrier before would serve it) and sleeps
+ * PROBE_TARGET_US; the origin gets 48 bytes, waits
+ * for them, adds 1 to a counter and flushes, then puts a mark. The pair
+ * needs no serving only if the target, on waking and before any MPI call,
+ * finds the mark and the count in its memory: each step waited for the
+ * one before, so all three completed while it slept. An origin that
+ * started late, or was descheduled, finds its operations served after the
+ * target woke and the target votes for serving: the probe's errors only
+ * ever keep serving on. Collective over S.comm; returns this rank's vote
+ * (1: serving is needed). */
+static int probe_pair(struct ovl__seg *s, int origin, int target)
+{
+    int me = ovl__g.rank, vote = 0;
+    MPI_Aint at = lock_disp(s, target) + 8; /* the target's size, not this rank's */
+    uint64_t *words = (uint64_t *)(void *)(s->base + s->lock_at + 8);
+    MPI_Request r;
+    if (me == target) {
+        ovl__engine_hold();
+        /* its last MPI call before the sleep: the origin starts only now
+         * (a target still in the barrier would serve it) */
+        if (MPI_Send(&vote, 1, MPI_INT, origin, PROBE_TAG, S.comm) != MPI_SUCCESS)
+            vote = 1;
+        double t0 = ovl__now_us();
+        while (ovl__now_us() - t0 < PROBE_TARGET_US) {
+            struct timespec ts = { 0, 200000 };
+            nanosleep(&ts, NULL);
+        }
+        vote |= !(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == PROBE_MARK &&
+                  __atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 1);
+        ovl__engine_release();
+    } else if (me == origin) {
+        uint64_t mark = PROBE_MARK, one = 1, old = 0;
+        char got[PROBE_BYTES - 16];
+        MPI_Request q = MPI_REQUEST_NULL;
+        MPI_Status st;
+        int go = 0;
+        if (MPI_Recv(&go, 1, MPI_INT, target, PROBE_TAG, S.comm, &st) != MPI_SUCCESS ||
+            MPI_Rget(got, (int)sizeof got, MPI_BYTE, target, at + 16, (int)sizeof got, MPI_BYTE,
+                     s->win, &q) != MPI_SUCCESS ||
+            MPI_Wait(&q, &st) != MPI_SUCCESS ||
+            MPI_Fetch_and_op(&one, &old, MPI_UINT64_T, target, at + 8, MPI_SUM, s->win) !=
+                MPI_SUCCESS ||
+            MPI_Win_flush(target, s->win) != MPI_SUCCESS ||
+            MPI_Put(&mark, 8, MPI_BYTE, target, at, 8, MPI_BYTE, s->win) != MPI_SUCCESS ||
+            MPI_Win_flush(target, s->win) != MPI_SUCCESS)
+            vote = 1;
+    }
+    if (MPI_Ibarrier(S.comm, &r) != MPI_SUCCESS || ovl__engine_spin_mpi(&r) != MPI_SUCCESS)
+        vote = 1;
+    if (me == target)
+        memset(words, 0, PROBE_BYTES);
+    return vote;
+}
+
+/* Decide, once per ovl_init, whether a rank with a live segment serves:
+ * probe one pair of ranks on different nodes (rank 0 and the first rank
+ * off its node) and one pair on the same node, where they exist, since
+ * MPI may take different paths for the two. Collective. */
+static void probe_serving(struct ovl__seg *s)
+{
+    int n = ovl__g.size, off = -1, a = -1, b = -1;
+    for (int i = 1; i < n && off < 0; i++)
+        if (ovl__g.node_of[i] != ovl__g.node_of[0])
+            off = i;
+    for (int i = 0; i < n && a < 0; i++)
+        for (int j = i + 1; j < n; j++)
+            if (ovl__g.node_of[j] == ovl__g.node_of[i]) {
+                a = i;
+                b = j;
+                break;
+            }
+    double t0 = ovl__now_us();
+    int vote = 0, need = 0;
+    if (off >= 0)
+        vote |= probe_pair(s, 0, off);
+    if (a >= 0)
+        vote |= probe_pair(s, a, b);
+    MPI_Request r;
+    if (MPI_Iallreduce(&vote, &need, 1, MPI_INT, MPI_MAX, S.comm, &r) != MPI_SUCCESS ||
+        ovl__engine_spin_mpi(&r) != MPI_SUCCESS)
+        need = 1;
+    S.need = need;
+    atomic_store(&S.serving, need || !ovl__g.serve_auto);
+    ovl__info("segments: one-sided operations %s the target's MPI calls (probe, %.1f ms); %s",
+              need ? "need" : "complete without", (ovl__now_us() - t0) / 1e3,
+              !ovl__g.serve_auto ? "serving at OVL_POLL_SERVE_US as set"
+              : need             ? "the progress thread serves while a segment lives"
+                                 : "no polling for them");
 }
 
 int ovl__rma_poll(void)
@@ -131,15 +256,15 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
     void *b = NULL;
     /* whole cache lines: MPICH 4.0 (ch4, shared memory) misplaces remote
      * displacements when the ranks' sizes are not multiples of 16 */
-    rc = MPI_Win_allocate((MPI_Aint)((s->lock_at + 8 + 63) / 64 * 64), 1, MPI_INFO_NULL, S.comm, &b,
-                          &s->win);
+    rc = MPI_Win_allocate((MPI_Aint)((s->lock_at + 8 + PROBE_BYTES + 63) / 64 * 64), 1,
+                          MPI_INFO_NULL, S.comm, &b, &s->win);
     if (rc != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Win_allocate");
         goto fail_alloc;
     }
     MPI_Win_set_errhandler(s->win, MPI_ERRORS_RETURN);
     s->base = b;
-    memset(s->base + s->lock_at, 0, 8);
+    memset(s->base + s->lock_at, 0, 8 + PROBE_BYTES);
     if ((rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win)) != MPI_SUCCESS) {
         MPI_Win_free(&s->win);
         rc = ovl__mpi_error(rc, fn, "MPI_Win_lock_all");
@@ -153,6 +278,8 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
         rc = ovl__mpi_error(rc, fn, "MPI_Ibarrier");
         goto fail_alloc;
     }
+    if (S.need < 0) /* the same on every rank: segments are collective */
+        probe_serving(s);
     pthread_mutex_lock(&S.lock);
     s->slot = (uint32_t)slot;
     s->gen = ++S.gen[slot] ? S.gen[slot] : ++S.gen[slot];
@@ -236,6 +363,8 @@ void ovl__segment_free_all(void)
     pthread_mutex_lock(&S.lock);
     if (S.comm != MPI_COMM_NULL)
         MPI_Comm_free(&S.comm);
+    S.need = -1; /* measured again after the next ovl_init */
+    atomic_store(&S.serving, 0);
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -277,12 +406,6 @@ int ovl__seg_flush_all(void)
 }
 
 /* ---- ovl_lock / ovl_unlock ----------------------------------------------- */
-
-/* Where @rank keeps its lock word (after its own bytes). */
-static MPI_Aint lock_disp(const struct ovl__seg *s, int rank)
-{
-    return (MPI_Aint)((s->sizes[rank] + 7) / 8 * 8);
-}
 
 static int held_index(struct ovl__seg *s, int rank)
 {

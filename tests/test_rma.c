@@ -37,6 +37,15 @@
  *             node complete inside the call: data read at once, no fault,
  *             no split, ovl_get_nb's request already complete; targets on
  *             other nodes stay demand-driven in the same run;
+ *  - serve:   (progress thread) rank 0 computes 0.8 s without any MPI or
+ *             ovl call while every other rank reads its segment: the gets
+ *             complete within 0.4 s, whoever serves them (ovl's progress
+ *             thread, or MPI itself where the probe at the first
+ *             ovl_segment_create found that it needs no target: white-box
+ *             ovl__rma_serving()); a rank that does not serve does not wake
+ *             for an idle segment. argv[2] "on" / "off" expects the probe's
+ *             answer ("off": MPICH with its own progress thread,
+ *             MPIR_CVAR_ASYNC_PROGRESS=1; checked under MPICH only);
  *  - errors:  bad rank, range beyond the target's size, NULL pointers,
  *             freed / null segment, overlapping outstanding gets, a stack
  *             buffer under a fault monitor, bad hints, lock misuse; a
@@ -576,6 +585,85 @@ static void phase_local(void)
     free_segment();
 }
 
+static int mpi_is_mpich(void)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(v, &n);
+    return strstr(v, "MPICH") != NULL;
+}
+
+static void phase_serve(const char *expect)
+{
+    dt_phase("serve", 60);
+    ovl_config_t cfg;
+    CHECK_OK(ovl_config_get(&cfg));
+    if (cfg.progress != OVL_PROGRESS_THREAD) {
+        printf("test_rma serve: needs the progress thread; skipped\n");
+        return;
+    }
+    size_t pg = dt_page(), bytes = 16 * pg;
+    new_segment(bytes);
+    int serving = ovl__rma_serving();
+    /* A probe whose origin was descheduled past the target's sleep (two
+     * cores, MPICH's spinning progress threads) keeps serving on; measure
+     * again after a new ovl_init, up to three times. */
+    for (int again = 1; again < 3 && expect && !strcmp(expect, "off") && mpi_is_mpich(); again++) {
+        int any = 0;
+        CHECK_MPI(MPI_Allreduce(&serving, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+        if (!any)
+            break;
+        free_segment();
+        CHECK_OK(ovl_finalize());
+        CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+        new_segment(bytes);
+        serving = ovl__rma_serving();
+    }
+    if (getenv("OVL_POLL_SERVE_US"))
+        CHECKF(serving, "OVL_POLL_SERVE_US is set, yet the rank does not serve");
+    if (expect && !strcmp(expect, "on") && mpi_is_mpich()) /* over TCP or shared memory */
+        CHECKF(serving, "the probe found serving unneeded where MPI needs it");
+    if (expect && !strcmp(expect, "off") && mpi_is_mpich())
+        CHECKF(!serving, "MPICH progresses one-sided traffic itself, yet the rank serves");
+    /* every rank decided the same */
+    int lo = 0, hi = 0;
+    CHECK_MPI(MPI_Allreduce(&serving, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Allreduce(&serving, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    CHECKF(lo == hi || getenv("OVL_POLL_SERVE_US"), "ranks disagree on serving (%d..%d)", lo, hi);
+
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) {
+        double t0 = th_now();
+        volatile double x = 1;
+        while (th_now() - t0 < 0.8) /* no MPI, no ovl */
+            for (int i = 0; i < 1000; i++)
+                x = x * 1.0000001 + 1e-9;
+    } else {
+        unsigned char *buf = dt_alloc(bytes);
+        double t0 = th_now();
+        for (int k = 0; k < 8; k++) {
+            size_t toff = (size_t)k * pg + (size_t)rank * 8;
+            size_t n = bytes - toff;
+            CHECK_OK(ovl_get(buf, 0, toff, n, seg));
+            size_t bad = th_verify(buf, n, SEGKEY(0), toff);
+            CHECKF(bad == TH_OK, "get %d from a computing rank 0: byte %zu wrong", k, bad);
+        }
+        double dt = th_now() - t0;
+        CHECKF(dt < 0.4, "8 gets from a rank computing 0.8 s without MPI calls took %.3f s (%s)",
+               dt, serving ? "its progress thread serves" : "the probe said MPI needs no serving");
+        dt_free(buf, bytes);
+    }
+    CHECK_OK(ovl_barrier());
+    if (!serving) { /* an idle segment costs no wake-ups */
+        ovl_stats_t a = dt_stats();
+        th_sleep_ms(300);
+        ovl_stats_t b = dt_stats();
+        unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
+        CHECKF(w <= 10, "%llu wake-ups in 0.3 s for an idle segment no rank needs served", w);
+    }
+    free_segment();
+}
+
 static void phase_errors(void)
 {
     dt_phase("errors", 60);
@@ -719,5 +807,7 @@ int main(int argc, char **argv)
         phase_errors();
     if (!strcmp(what, "local"))
         phase_local();
+    if (!strcmp(what, "serve"))
+        phase_serve(argc > 2 ? argv[2] : NULL);
     return dt_finish();
 }
