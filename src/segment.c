@@ -96,15 +96,19 @@ static MPI_Aint lock_disp(const struct ovl__seg *s, int rank)
  * Whether other ranks' one-sided operations on this rank's memory complete
  * while it makes no MPI call. One origin/target pair: the target holds the
  * engine (none of its threads calls MPI through ovl), tells the origin to
- * go (a target still inside the barrier before would serve it) and sleeps
- * PROBE_TARGET_US; the origin gets 48 bytes, waits
- * for them, adds 1 to a counter and flushes, then puts a mark. The pair
- * needs no serving only if the target, on waking and before any MPI call,
- * finds the mark and the count in its memory: each step waited for the
- * one before, so all three completed while it slept. An origin that
- * started late, or was descheduled, finds its operations served after the
- * target woke and the target votes for serving: the probe's errors only
- * ever keep serving on. Collective over S.comm; returns this rank's vote
+ * go as its last MPI call (a target still inside the barrier before would
+ * serve it) and sleeps PROBE_TARGET_US; the origin gets 48 bytes and
+ * waits, adds 1 to a counter (MPI_Fetch_and_op, as ovl_unlock) and
+ * flushes, then puts a mark and flushes. The pair needs no serving only
+ * if the target, on waking and before any MPI call, finds the mark and
+ * the count in its memory: each step waited for the one before, so all
+ * completed while it slept. An origin that started late, or was
+ * descheduled, finds its operations served after the target woke and the
+ * target votes for serving: the probe's errors only ever keep serving on.
+ * No MPI_Compare_and_swap (ovl_lock's): Open MPI 4.1's default one-sided
+ * component over shared memory (osc/rdma on btl/vader) crashes on it, and
+ * the probe runs in every first ovl_segment_create.
+ * Collective over S.comm; returns this rank's vote
  * (1: serving is needed). */
 static int probe_pair(struct ovl__seg *s, int origin, int target)
 {
