@@ -757,9 +757,9 @@ OVL_NODISCARD int ovl_barrier(void);
 /**
  * Acquire the exclusive lock of @p rank's part of @p seg (one lock per rank
  * and segment, kept in the segment; other ranks' ovl_lock on it wait).
- * Transfers to @p rank are retired first. Uses MPI_Compare_and_swap, on
- * which Open MPI 4.1's default one-sided component on one node crashes
- * (README: run it with --mca osc sm or ucx). @return OVL_SUCCESS,
+ * Transfers to @p rank are retired first. Waiting ranks are served in the
+ * order they asked (a ticket lock, one MPI_Fetch_and_op when the lock is
+ * free). @return OVL_SUCCESS,
  * OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK, OVL_ERR_BUSY (this rank
  * already holds it), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI
  */

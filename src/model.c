@@ -81,9 +81,15 @@ struct ovl__model ovl__m = MODEL_DEFAULTS;
 
 static size_t cvar_size(const char *name)
 {
-    int provided, n = 0;
+    int provided, n = 0, level = MPI_THREAD_SINGLE;
     size_t v = 0;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+    /* At the level MPI runs at: Open MPI 4.1 takes MPI_T's level for its
+     * own, and after MPI_T_init_thread(MPI_THREAD_SINGLE) MPI_Query_thread
+     * answered MPI_THREAD_SINGLE in a program started with
+     * MPI_THREAD_MULTIPLE (a second ovl_init then refused the progress
+     * thread). */
+    MPI_Query_thread(&level);
+    if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS)
         return 0;
     if (MPI_T_cvar_get_num(&n) == MPI_SUCCESS) {
         for (int i = 0; i < n; i++) {

@@ -19,8 +19,8 @@
  * is reported as such instead of being dereferenced. Every rank's size is
  * gathered at creation: a transfer beyond the target's size is refused at
  * the origin instead of failing inside MPI. A hidden 8-byte word after each
- * rank's bytes holds ovl_lock's lock (compare-and-swap on the target),
- * and 64 bytes after it the serving probe's words.
+ * rank's bytes holds ovl_lock's ticket lock (fetch-and-add on the
+ * target), and 64 bytes after it the serving probe's words.
  */
 #include "ovl_internal.h"
 
@@ -49,7 +49,10 @@ static struct {
     atomic_int serving;
     int need;
     /* ovl_lock held by this rank: (slot, rank) pairs, few */
-    int held[64][2];
+    struct {
+        int slot, rank;
+        uint32_t ticket; /* its ticket, the lock word's serving count */
+    } held[64];
     int nheld;
 } S = { .lock = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL, .need = -1 };
 
@@ -310,9 +313,8 @@ static int free_seg(struct ovl__seg *s, const char *fn)
     s->live = 0;
     S.v[s->slot] = NULL;
     for (int i = 0; i < S.nheld;)
-        if (S.held[i][0] == (int)s->slot) {
-            S.held[i][0] = S.held[S.nheld - 1][0];
-            S.held[i][1] = S.held[S.nheld - 1][1];
+        if (S.held[i].slot == (int)s->slot) {
+            S.held[i] = S.held[S.nheld - 1];
             S.nheld--;
         } else {
             i++;
@@ -414,7 +416,7 @@ int ovl__seg_flush_all(void)
 static int held_index(struct ovl__seg *s, int rank)
 {
     for (int i = 0; i < S.nheld; i++)
-        if (S.held[i][0] == (int)s->slot && S.held[i][1] == rank)
+        if (S.held[i].slot == (int)s->slot && S.held[i].rank == rank)
             return i;
     return -1;
 }
@@ -436,25 +438,36 @@ int ovl_lock(ovl_segment_t seg, int rank)
         return ovl__error(OVL_ERR_NOMEM, fn, "more than 64 locks held");
     if ((rc = ovl__rma_retire(s, rank)))
         return rc;
-    long long want = (long long)ovl__g.rank + 1, zero = 0, got = -1;
-    for (unsigned spin = 0;; spin++) {
-        int mrc = MPI_Compare_and_swap(&want, &zero, &got, MPI_LONG_LONG, rank, lock_disp(s, rank),
-                                       s->win);
-        if (mrc == MPI_SUCCESS)
-            mrc = MPI_Win_flush(rank, s->win);
-        if (mrc != MPI_SUCCESS)
-            return ovl__mpi_error(mrc, fn, "MPI_Compare_and_swap on the lock word");
-        if (got == 0)
-            break;
-
+    /* A ticket lock in one 64-bit word: tickets handed out in the high
+     * half, the ticket being served in the low half. Taking a ticket
+     * returns both, so a free lock is taken in one round trip, as with a
+     * compare-and-swap, which Open MPI 4.1's default one-sided component
+     * on one node crashes on (open-mpi/ompi#11349); and waiting ranks are
+     * served in order. */
+    uint64_t take = (uint64_t)1 << 32, nothing = 0, word = 0;
+    int mrc =
+        MPI_Fetch_and_op(&take, &word, MPI_UINT64_T, rank, lock_disp(s, rank), MPI_SUM, s->win);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Win_flush(rank, s->win);
+    if (mrc != MPI_SUCCESS)
+        return ovl__mpi_error(mrc, fn, "MPI_Fetch_and_op on the lock word");
+    uint32_t ticket = (uint32_t)(word >> 32);
+    for (unsigned spin = 0; (uint32_t)word != ticket; spin++) {
         /* Held by another rank: keep serving transfers while waiting. */
         if (ovl__engine_drive() < 0 || spin > 64)
             ovl__relax();
+        mrc = MPI_Fetch_and_op(&nothing, &word, MPI_UINT64_T, rank, lock_disp(s, rank), MPI_NO_OP,
+                               s->win);
+        if (mrc == MPI_SUCCESS)
+            mrc = MPI_Win_flush(rank, s->win);
+        if (mrc != MPI_SUCCESS)
+            return ovl__mpi_error(mrc, fn, "MPI_Fetch_and_op on the lock word");
     }
     MPI_Win_sync(s->win);
     pthread_mutex_lock(&S.lock);
-    S.held[S.nheld][0] = (int)s->slot;
-    S.held[S.nheld][1] = rank;
+    S.held[S.nheld].slot = (int)s->slot;
+    S.held[S.nheld].rank = rank;
+    S.held[S.nheld].ticket = ticket;
     S.nheld++;
     pthread_mutex_unlock(&S.lock);
     return OVL_SUCCESS;
@@ -474,19 +487,22 @@ int ovl_unlock(ovl_segment_t seg, int rank)
     if (k < 0)
         return ovl__error(OVL_ERR_ARG, fn, "the lock of rank %d is not held by this rank", rank);
     int trc = ovl__rma_retire(s, rank); /* puts complete at the target before release */
-    long long zero = 0, old = 0;
+    pthread_mutex_lock(&S.lock);
+    if ((k = held_index(s, rank)) < 0) { /* another thread released it meanwhile */
+        pthread_mutex_unlock(&S.lock);
+        return ovl__error(OVL_ERR_ARG, fn, "the lock of rank %d is not held by this rank", rank);
+    }
+    uint32_t ticket = S.held[k].ticket;
+    S.held[k] = S.held[S.nheld - 1];
+    S.nheld--;
+    pthread_mutex_unlock(&S.lock);
+    /* Serve the next ticket: add 1 to the low half, and where it wraps,
+     * take the carry back out of the high half (modulo 2^64). */
+    uint64_t next = ticket == UINT32_MAX ? 0xffffffff00000001ull : 1, old = 0;
     int mrc =
-        MPI_Fetch_and_op(&zero, &old, MPI_LONG_LONG, rank, lock_disp(s, rank), MPI_REPLACE, s->win);
+        MPI_Fetch_and_op(&next, &old, MPI_UINT64_T, rank, lock_disp(s, rank), MPI_SUM, s->win);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Win_flush(rank, s->win);
-    pthread_mutex_lock(&S.lock);
-    k = held_index(s, rank);
-    if (k >= 0) {
-        S.held[k][0] = S.held[S.nheld - 1][0];
-        S.held[k][1] = S.held[S.nheld - 1][1];
-        S.nheld--;
-    }
-    pthread_mutex_unlock(&S.lock);
     if (mrc != MPI_SUCCESS)
         return ovl__mpi_error(mrc, fn, "releasing the lock word");
     return trc;

@@ -748,6 +748,13 @@ int main(int argc, char **argv)
     CHECK(!ovl_initialized());
 
     check_config();
+    /* ovl_init and ovl_finalize (many of them above) leave MPI's thread
+     * level alone: Open MPI 4.1 took MPI_T_init_thread's level for its own,
+     * and a second ovl_init then refused the progress thread */
+    int level = -1;
+    MPI_Query_thread(&level);
+    CHECKF(level == provided, "MPI_Query_thread says %d after ovl_init, MPI gave %d", level,
+           provided);
     check_priority();
     expect_everything_not_init();
     check_verbose();

@@ -19,7 +19,8 @@
  *             rewritten immediately: the target sees the old values after
  *             ovl_fence + ovl_barrier, the source holds the new ones;
  *  - sync:    a counter on rank 0 incremented under ovl_lock by every rank
- *             (get, need, put, unlock) ends at size * iterations; a put
+ *             (get, need, put, unlock) ends at size * iterations, the lock's
+ *             ticket counters crossing their wrap (white-box); a put
  *             retired by ovl_barrier alone is visible to its target;
  *  - hints:   (4 MiB gets) ovl_hint_decomp(0) never splits, a large factor splits into
  *             many strips (when the model splits at all), counters move;
@@ -380,8 +381,13 @@ static void phase_sync(void)
     dt_phase("sync", 60);
     enum { ITERS = 20 };
     new_segment(4096);
-    if (rank == 0)
+    /* white-box: rank 0's lock word (after its 4096 bytes, src/segment.c)
+     * two tickets before its halves wrap, so the rounds below cross it */
+    const uint64_t wrap = 0xfffffffefffffffeull;
+    if (rank == 0) {
         memset(segbase, 0, 8);
+        memcpy(segbase + 4096, &wrap, 8);
+    }
     CHECK_OK(ovl_barrier());
     uint64_t *v = dt_alloc(4096);
     for (int i = 0; i < ITERS; i++) {
@@ -399,6 +405,12 @@ static void phase_sync(void)
         memcpy(&got, segbase, 8);
         CHECKF(got == (uint64_t)nranks * ITERS, "counter %llu, expected %d",
                (unsigned long long)got, nranks * ITERS);
+        uint64_t w;
+        memcpy(&w, segbase + 4096, 8);
+        uint32_t turn = (uint32_t)wrap + (uint32_t)(nranks * ITERS);
+        CHECKF((uint32_t)(w >> 32) == turn && (uint32_t)w == turn,
+               "lock word %016llx after %d rounds across the wrap", (unsigned long long)w,
+               nranks * ITERS);
     }
     /* put retired by the barrier alone */
     int peer = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
