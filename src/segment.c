@@ -110,9 +110,8 @@ static MPI_Aint lock_disp(const struct ovl__seg *s, int rank)
  * target votes for serving: the probe's errors only ever keep serving on.
  * No MPI_Compare_and_swap (ovl_lock's): Open MPI 4.1's default one-sided
  * component over shared memory (osc/rdma on btl/vader) crashes on it, and
- * the probe runs in every first ovl_segment_create.
- * Collective over S.comm; returns this rank's vote
- * (1: serving is needed). */
+ * the probe runs in every first ovl_segment_create. Collective over
+ * S.comm; returns this rank's vote (1: serving is needed). */
 static int probe_pair(struct ovl__seg *s, int origin, int target)
 {
     int me = ovl__g.rank, vote = 0;
@@ -413,6 +412,16 @@ int ovl__seg_flush_all(void)
 
 /* ---- ovl_lock / ovl_unlock ----------------------------------------------- */
 
+/* One atomic operation on @rank's lock word, complete at return: @op with
+ * @v; the word as it was before in *@old. */
+static int lock_word_op(struct ovl__seg *s, int rank, uint64_t v, MPI_Op op, uint64_t *old)
+{
+    int mrc = MPI_Fetch_and_op(&v, old, MPI_UINT64_T, rank, lock_disp(s, rank), op, s->win);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Win_flush(rank, s->win);
+    return mrc;
+}
+
 static int held_index(struct ovl__seg *s, int rank)
 {
     for (int i = 0; i < S.nheld; i++)
@@ -444,25 +453,17 @@ int ovl_lock(ovl_segment_t seg, int rank)
      * compare-and-swap, which Open MPI 4.1's default one-sided component
      * on one node crashes on (open-mpi/ompi#11349); and waiting ranks are
      * served in order. */
-    uint64_t take = (uint64_t)1 << 32, nothing = 0, word = 0;
-    int mrc =
-        MPI_Fetch_and_op(&take, &word, MPI_UINT64_T, rank, lock_disp(s, rank), MPI_SUM, s->win);
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Win_flush(rank, s->win);
-    if (mrc != MPI_SUCCESS)
-        return ovl__mpi_error(mrc, fn, "MPI_Fetch_and_op on the lock word");
+    uint64_t word = 0;
+    int mrc = lock_word_op(s, rank, (uint64_t)1 << 32, MPI_SUM, &word);
     uint32_t ticket = (uint32_t)(word >> 32);
-    for (unsigned spin = 0; (uint32_t)word != ticket; spin++) {
+    for (unsigned spin = 0; mrc == MPI_SUCCESS && (uint32_t)word != ticket; spin++) {
         /* Held by another rank: keep serving transfers while waiting. */
         if (ovl__engine_drive() < 0 || spin > 64)
             ovl__relax();
-        mrc = MPI_Fetch_and_op(&nothing, &word, MPI_UINT64_T, rank, lock_disp(s, rank), MPI_NO_OP,
-                               s->win);
-        if (mrc == MPI_SUCCESS)
-            mrc = MPI_Win_flush(rank, s->win);
-        if (mrc != MPI_SUCCESS)
-            return ovl__mpi_error(mrc, fn, "MPI_Fetch_and_op on the lock word");
+        mrc = lock_word_op(s, rank, 0, MPI_NO_OP, &word);
     }
+    if (mrc != MPI_SUCCESS)
+        return ovl__mpi_error(mrc, fn, "MPI_Fetch_and_op on the lock word");
     MPI_Win_sync(s->win);
     pthread_mutex_lock(&S.lock);
     S.held[S.nheld].slot = (int)s->slot;
@@ -498,11 +499,9 @@ int ovl_unlock(ovl_segment_t seg, int rank)
     pthread_mutex_unlock(&S.lock);
     /* Serve the next ticket: add 1 to the low half, and where it wraps,
      * take the carry back out of the high half (modulo 2^64). */
-    uint64_t next = ticket == UINT32_MAX ? 0xffffffff00000001ull : 1, old = 0;
+    uint64_t old = 0;
     int mrc =
-        MPI_Fetch_and_op(&next, &old, MPI_UINT64_T, rank, lock_disp(s, rank), MPI_SUM, s->win);
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Win_flush(rank, s->win);
+        lock_word_op(s, rank, ticket == UINT32_MAX ? 0xffffffff00000001ull : 1, MPI_SUM, &old);
     if (mrc != MPI_SUCCESS)
         return ovl__mpi_error(mrc, fn, "releasing the lock word");
     return trc;
