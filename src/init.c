@@ -284,6 +284,7 @@ static void print_stats(void)
         "ovl stats [rank %d] faults %llu (waited %llu), delta pieces sent %llu received %llu, "
         "fragments sent %llu received %llu\n"
         "ovl stats [rank %d] split decisions:%s\n"
+        "ovl stats [rank %d] serving others' gets and puts while a segment lives: %s\n"
         "ovl stats [rank %d] progress: polls %llu, completions %llu, continuations %llu, "
         "thread wake-ups %llu\n",
         r, ovl__m.source_detail, ovl__m.init_us / 1e3, r, ovl__m.lat_us, ovl__m.o_us, ovl__m.gap_us,
@@ -300,7 +301,7 @@ static void print_stats(void)
         (unsigned long long)atomic_load(&ovl__g.st_deltas_recv),
         (unsigned long long)atomic_load(&ovl__g.st_frag_sent),
         (unsigned long long)atomic_load(&ovl__g.st_frag_recv), r, at ? split : " none", r,
-        (unsigned long long)atomic_load(&ovl__g.st_polls),
+        ovl__rma_serving_said(), r, (unsigned long long)atomic_load(&ovl__g.st_polls),
         (unsigned long long)atomic_load(&ovl__g.st_completions),
         (unsigned long long)atomic_load(&ovl__g.st_callbacks),
         (unsigned long long)atomic_load(&ovl__g.st_wakeups));
@@ -381,6 +382,7 @@ int ovl_finalize(void)
     ovl__match_drop_unexpected();
 
     print_stats();
+    ovl__rma_serving_forget();
     ovl__engine_stop();
     ovl__trace_fini();
     atomic_store(&ovl__g.initialized, 0);

@@ -25,6 +25,7 @@
 #include "ovl_internal.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,6 +49,7 @@ static struct {
      * before the first segment */
     atomic_int serving;
     int need;
+    char said[96]; /* the decision, for OVL_STATS at ovl_finalize */
     /* ovl_lock held by this rank: (slot, rank) pairs, few */
     struct {
         int slot, rank;
@@ -87,6 +89,16 @@ int ovl__rma_wants_progress(void)
 int ovl__rma_serving(void)
 {
     return atomic_load(&S.serving);
+}
+
+const char *ovl__rma_serving_said(void)
+{
+    return S.said[0] ? S.said : "no segment created";
+}
+
+void ovl__rma_serving_forget(void)
+{
+    S.said[0] = 0;
 }
 
 /* Where @rank keeps its lock word (after its own bytes). */
@@ -185,6 +197,11 @@ static void probe_serving(struct ovl__seg *s)
         need = 1;
     S.need = need;
     atomic_store(&S.serving, need || !ovl__g.serve_auto);
+    snprintf(S.said, sizeof S.said, "%s (probe: MPI %s the target's calls, %.1f ms)",
+             !ovl__g.serve_auto ? "yes, OVL_POLL_SERVE_US is set"
+             : need             ? "yes"
+                                : "no",
+             need ? "needs" : "does without", (ovl__now_us() - t0) / 1e3);
     ovl__info("segments: one-sided operations %s the target's MPI calls (probe, %.1f ms); %s",
               need ? "need" : "complete without", (ovl__now_us() - t0) / 1e3,
               !ovl__g.serve_auto ? "serving at OVL_POLL_SERVE_US as set"
