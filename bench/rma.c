@@ -24,8 +24,10 @@
  *                  (ovl_hint_decomp(0)) and ovl-split4 (four strips whatever
  *                  the model says: four unsplit gets issued together); the
  *                  split threshold the model predicts and the one measured
- *                  (smallest size from which ovl-split4 beats ovl-nosplit
- *                  at every larger size) are printed.
+ *                  are printed, measured two ways: the smallest size from
+ *                  which ovl-split4's median beats ovl-nosplit's at every
+ *                  larger size, and the smallest from which ovl-split4 is
+ *                  never slower beyond chance (rep by rep, sign test).
  *
  * Variants run interleaved within each rep, so a load change on the machine
  * hits them all alike. Medians are printed side by side, with ratios.
@@ -263,6 +265,27 @@ static double deco_once(struct rma_env *e, int v, size_t n, char *dst, char *out
     return t;
 }
 
+/* Whether @a is slower than @b, paired rep by rep (@a[r] and @b[r] ran in
+ * the same rotation round), beyond chance: a one-sided sign test, p < 0.05,
+ * over the reps that differ. Medians of separate samples call a 0.2 %
+ * difference at 256 KB a loss in one run and a win in the next; the pairs
+ * say whether it is one. */
+static int slower_paired(const double *a, const double *b, int reps)
+{
+    int n = 0, k = 0;
+    for (int r = 0; r < reps; r++)
+        if (a[r] != b[r]) {
+            n++;
+            k += a[r] > b[r];
+        }
+    if (n == 0 || 2 * k <= n)
+        return 0;
+    double p = 0; /* P(X >= k), X ~ Binomial(n, 1/2) */
+    for (int i = k; i <= n; i++)
+        p += exp(lgamma(n + 1.0) - lgamma(i + 1.0) - lgamma(n - i + 1.0) - n * log(2.0));
+    return p < 0.05;
+}
+
 int bench_decomposition(int argc, char **argv)
 {
     static const char *cmd = "decomposition";
@@ -289,7 +312,9 @@ int bench_decomposition(int argc, char **argv)
                 "with an independent computation as long as the transfer in between\n"
                 "(independent overlap): blocking, nb, ovl, ovl-nosplit, ovl-split4 (four\n"
                 "strips whatever the model says). Prints the split threshold the model\n"
-                "predicts and the one measured (ovl-split4 against ovl-nosplit). Two ranks on one\n"
+                "predicts and the one measured (ovl-split4 against ovl-nosplit: faster in the\n"
+                "median at every larger size; never slower beyond chance, rep by rep, sign\n"
+                "test p < 0.05, at every larger size). Two ranks on one\n"
                 "node: ovl's get is a direct copy unless OVL_RMA_LOCAL=overlap.\n"
                 "Variants are interleaved, their order rotated every rep, and each timed\n"
                 "run follows an idle gap of US microseconds (default 1000; 0 for none)\n"
@@ -328,6 +353,7 @@ int bench_decomposition(int argc, char **argv)
     BENCH_OVL(ovl_get_split_threshold(&predicted));
     double *t = calloc((size_t)reps * NV, sizeof(double));
     double(*med)[2][NV] = calloc((size_t)nsizes, sizeof *med);
+    int *loses = calloc((size_t)nsizes, sizeof *loses); /* split4 slower, paired (self) */
     if (bench_rank == 0) {
         printf("decomposition: %d reps, gap %ld us, monitor %s (medians, us)\n", reps, gap_us,
                ovl_monitor_name(eff.monitor));
@@ -360,6 +386,8 @@ int bench_decomposition(int argc, char **argv)
             for (size_t i = 0; i < n; i++)
                 if (out[i] != (char)(i * 7 + 1))
                     bench_fail("decomposition: byte %zu of %zu is wrong", i, n);
+            if (mode == 0)
+                loses[si] = slower_paired(&t[V_SPLIT4 * reps], &t[V_NOSPLIT * reps], reps);
             char sz[32];
             struct bench_stat st[NV];
             for (int v = 0; v < NV; v++) {
@@ -386,16 +414,26 @@ int bench_decomposition(int argc, char **argv)
             else
                 break;
         }
-        char a[32], b[32];
-        printf("split threshold: model %s, measured %s (self-induced, ovl-split4 vs ovl-nosplit)\n",
+        /* paired: smallest size from which splitting is never slower
+         * beyond chance at any larger size (and is not at that one) */
+        size_t paired = 0;
+        for (int si = nsizes - 1; si >= 0 && !loses[si]; si--)
+            paired = sizes[si];
+        char a[32], b[32], c[32];
+        printf("split threshold: model %s, measured %s (self-induced, ovl-split4 faster than "
+               "ovl-nosplit in the median at every larger size), %s (never slower at any larger "
+               "size, paired sign test, p < 0.05)\n",
                predicted == (size_t)-1 ? "never" : bench_fmt_size(predicted, a, sizeof a),
-               measured ? bench_fmt_size(measured, b, sizeof b) : "none in the sweep");
+               measured ? bench_fmt_size(measured, b, sizeof b) : "none in the sweep",
+               paired ? bench_fmt_size(paired, c, sizeof c) : "none in the sweep");
         if (f)
-            fprintf(f, "# split_threshold,model,%zu,measured,%zu\n", predicted, measured);
+            fprintf(f, "# split_threshold,model,%zu,measured,%zu,paired,%zu\n", predicted, measured,
+                    paired);
     }
     bench_csv_close(f, csv);
     free(t);
     free(med);
+    free(loses);
     free(sizes);
     munmap(dst, mapn);
     munmap(out, mapn);
