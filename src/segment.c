@@ -11,7 +11,7 @@
  *
  * Serving is needed only where MPI moves one-sided traffic through the
  * target's progress (TCP, MPICH's shared memory); where the network or a
- * shared-memory window does it alone (RDMA, Open MPI's osc/sm), polling
+ * shared-memory window does it alone (RDMA, Open MPI on one node), polling
  * would only take wake-ups from the computation. The first segment's
  * creation measures which (probe_serving) unless OVL_POLL_SERVE_US is set.
  *
