@@ -32,10 +32,12 @@
 
 #define MAX_SEGS 256
 /* The serving probe: its words after the lock word, and how long the
- * target stays out of MPI. */
+ * target stays out of MPI (with nothing arrived; with the first steps
+ * arrived). */
 #define PROBE_BYTES     64
 #define PROBE_MARK      0x6f766c2d70726f62ull /* "ovl-prob" */
 #define PROBE_TARGET_US 5000.0
+#define PROBE_LATE_US   50000.0
 #define PROBE_TAG       1 /* on S.comm */
 
 static struct {
@@ -112,14 +114,15 @@ static MPI_Aint lock_disp(const struct ovl__seg *s, int rank)
  * while it makes no MPI call. One origin/target pair: the target holds the
  * engine (none of its threads calls MPI through ovl), tells the origin to
  * go as its last MPI call (a target still inside the barrier before would
- * serve it) and sleeps PROBE_TARGET_US; the origin gets 48 bytes and
+ * serve it) and watches its memory for up to PROBE_TARGET_US (longer if
+ * the first steps arrived, below); the origin gets 48 bytes and
  * waits, adds 1 to a counter (MPI_Fetch_and_op, as ovl_unlock) and
  * flushes, then puts a mark and flushes. The pair needs no serving only
- * if the target, on waking and before any MPI call, finds the mark and
- * the count in its memory: each step waited for the one before, so all
- * completed while it slept. An origin that started late, or was
- * descheduled, finds its operations served after the target woke and the
- * target votes for serving: the probe's errors only ever keep serving on.
+ * if the target finds the mark and the count in its memory before it
+ * calls MPI again: each step waited for the one before, so all completed
+ * without it. An origin too slow even for the extended watch finds its
+ * operations served after the target gave up, and the target votes for
+ * serving: the probe's errors only ever keep serving on.
  * No MPI_Compare_and_swap (ovl_lock's): Open MPI 4.1's default one-sided
  * component over shared memory (osc/rdma on btl/vader) crashes on it, and
  * the probe runs in every first ovl_segment_create. Collective over
@@ -136,13 +139,20 @@ static int probe_pair(struct ovl__seg *s, int origin, int target)
          * (a target still in the barrier would serve it) */
         if (MPI_Send(&vote, 1, MPI_INT, origin, PROBE_TAG, S.comm) != MPI_SUCCESS)
             vote = 1;
-        double t0 = ovl__now_us();
-        while (ovl__now_us() - t0 < PROBE_TARGET_US) {
-            struct timespec ts = { 0, 200000 };
+        /* Watch the memory, out of MPI: the mark ends the probe at once.
+         * A count without the mark after PROBE_TARGET_US means the first
+         * steps went through without this rank and the origin is slow (a
+         * busy machine): give it up to PROBE_LATE_US. Nothing at all means
+         * MPI waits for this rank. */
+        double t0 = ovl__now_us(), dt = 0;
+        int seen = 0;
+        while (!(seen = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == PROBE_MARK) &&
+               ((dt = ovl__now_us() - t0) < PROBE_TARGET_US ||
+                (dt < PROBE_LATE_US && __atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 1))) {
+            struct timespec ts = { 0, 100000 };
             nanosleep(&ts, NULL);
         }
-        vote |= !(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == PROBE_MARK &&
-                  __atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 1);
+        vote |= !(seen && __atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 1);
         ovl__engine_release();
     } else if (me == origin) {
         uint64_t mark = PROBE_MARK, one = 1, old = 0;
