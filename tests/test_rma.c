@@ -618,7 +618,7 @@ static void phase_serve(const char *expect)
     size_t pg = dt_page(), bytes = 16 * pg;
     new_segment(bytes);
     int serving = ovl__rma_serving();
-    /* A probe whose origin was descheduled past the target's sleep (two
+    /* A probe whose origin was descheduled past the target's watch (two
      * cores, MPICH's spinning progress threads) keeps serving on; measure
      * again after a new ovl_init, up to three times. */
     for (int again = 1; again < 3 && expect && !strcmp(expect, "off"); again++) {
