@@ -582,8 +582,8 @@ int ovl__rma_wants_progress(void);
  * lives (segment.c's probe, or OVL_POLL_SERVE_US set); 0 before the first
  * segment. */
 int ovl__rma_serving(void);
-/* That decision in words for OVL_STATS (kept past the segments' end until
- * ovl__rma_serving_forget, at the end of ovl_finalize). */
+/* That decision in words for OVL_STATS; forget clears it, and the
+ * decision itself, at the end of ovl_finalize. */
 const char *ovl__rma_serving_said(void);
 void ovl__rma_serving_forget(void);
 /* ovl_finalize: free leftover segments, print OVL_STATS. */

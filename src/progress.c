@@ -359,13 +359,6 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
     return add_and_wake(op, 0, patient, 0);
 }
 
-/* A receive handed to MPI before its message is there (match.c). The
- * progress thread is woken, but waits up to one callback interval
- * (OVL_POLL_CALLBACK_US) before it polls, unless work that needs a poll at
- * once is posted first: if it polled at once, MPI
- * could answer the peer's rendezvous request before this rank's own send,
- * posted right after the receive in an exchange, has gone out, and the
- * peer's data would then queue behind this rank's (match.c). */
 int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us)
 {
     pthread_mutex_lock(&E.lock);
@@ -383,6 +376,13 @@ int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double s
     return rc;
 }
 
+/* A receive handed to MPI before its message is there (match.c). The
+ * progress thread is woken, but waits up to one callback interval
+ * (OVL_POLL_CALLBACK_US) before it polls, unless work that needs a poll at
+ * once is posted first: if it polled at once, MPI
+ * could answer the peer's rendezvous request before this rank's own send,
+ * posted right after the receive in an exchange, has gone out, and the
+ * peer's data would then queue behind this rank's (match.c). */
 int ovl__engine_add_receive(struct ovl__op *op, size_t bytes)
 {
     pthread_mutex_lock(&E.lock);
@@ -821,24 +821,24 @@ static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigne
  * progress), so where segment.c's probe found that so (or
  * OVL_POLL_SERVE_US is set: ovl__rma_wants_progress) the thread polls at
  * least every OVL_POLL_SERVE_US (default OVL_POLL_MAX_US), also with
- * nothing of its own in flight; a
- * wake-up costs the computation on this core about 25 us on the Xeon test
- * VM (docs/PERFORMANCE.md, "What a live segment costs"). Get/put strips in
- * flight keep their own pace (OVL_POLL_RMA_US). */
+ * nothing of its own in flight; a wake-up costs the computation on this
+ * core about 25 us on the Xeon test VM (docs/PERFORMANCE.md, "What a live
+ * segment costs"). Get/put strips in flight keep their own pace
+ * (OVL_POLL_RMA_US). */
 static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
                                  unsigned rma_us, unsigned serve_us, int *predicted)
 {
     *predicted = 0;
+    /* nothing queued for the driver, no continuation waiting */
+    int calm = E.conts == 0 && E.ndef == 0 && E.ready_head == NULL;
     /* Only get/put strips in flight: the program's access (a fault),
      * ovl_get_need or a fence drives a strip when it needs it, and a
      * computation running meanwhile loses less to a slower pace
      * (docs/PERFORMANCE.md, "The origin's pace during a get"). */
-    if (E.n > 0 && E.n == E.nrma && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL &&
-        !ovl__match_urgent())
+    if (calm && E.n > 0 && E.n == E.nrma && !ovl__match_urgent())
         return rma_us;
     int serving = ovl__rma_wants_progress();
-    if (serving && E.n == 0 && E.conts == 0 && E.ndef == 0 && E.ready_head == NULL &&
-        !ovl__match_posted())
+    if (calm && serving && E.n == 0 && !ovl__match_posted())
         return serve_us; /* serving only */
     unsigned c = sleep_cap_ops_locked(max_us, quiet_us, callback_us, predicted);
     if (serving && c > serve_us) {

@@ -47,18 +47,19 @@ static struct {
     MPI_Comm comm; /* windows and the progress probe */
     atomic_int nlive;
     /* whether this rank serves while a segment lives (polls MPI for other
-     * ranks' one-sided operations); need: what the probe measured, -1
-     * before the first segment */
+     * ranks' one-sided operations), decided by the probe at the first
+     * segment after ovl_init (probed), and that decision in words for
+     * OVL_VERBOSE and OVL_STATS; all kept until the end of ovl_finalize */
     atomic_int serving;
-    int need;
-    char said[96]; /* the decision, for OVL_STATS at ovl_finalize */
+    int probed;
+    char said[96];
     /* ovl_lock held by this rank: (slot, rank) pairs, few */
     struct {
         int slot, rank;
         uint32_t ticket; /* its ticket, the lock word's serving count */
     } held[64];
     int nheld;
-} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL, .need = -1 };
+} S = { .lock = PTHREAD_MUTEX_INITIALIZER, .comm = MPI_COMM_NULL };
 
 static ovl_segment_t make_handle(uint32_t slot, uint32_t gen)
 {
@@ -100,6 +101,8 @@ const char *ovl__rma_serving_said(void)
 
 void ovl__rma_serving_forget(void)
 {
+    S.probed = 0; /* measured again after the next ovl_init */
+    atomic_store(&S.serving, 0);
     S.said[0] = 0;
 }
 
@@ -205,18 +208,14 @@ static void probe_serving(struct ovl__seg *s)
     if (MPI_Iallreduce(&vote, &need, 1, MPI_INT, MPI_MAX, S.comm, &r) != MPI_SUCCESS ||
         ovl__engine_spin_mpi(&r) != MPI_SUCCESS)
         need = 1;
-    S.need = need;
+    S.probed = 1;
     atomic_store(&S.serving, need || !ovl__g.serve_auto);
     snprintf(S.said, sizeof S.said, "%s (probe: MPI %s the target's calls, %.1f ms)",
              !ovl__g.serve_auto ? "yes, OVL_POLL_SERVE_US is set"
              : need             ? "yes"
                                 : "no",
              need ? "needs" : "does without", (ovl__now_us() - t0) / 1e3);
-    ovl__info("segments: one-sided operations %s the target's MPI calls (probe, %.1f ms); %s",
-              need ? "need" : "complete without", (ovl__now_us() - t0) / 1e3,
-              !ovl__g.serve_auto ? "serving at OVL_POLL_SERVE_US as set"
-              : need             ? "the progress thread serves while a segment lives"
-                                 : "no polling for them");
+    ovl__info("segments: serving others' gets and puts while a segment lives: %s", S.said);
 }
 
 int ovl__rma_poll(void)
@@ -311,7 +310,7 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
         rc = ovl__mpi_error(rc, fn, "MPI_Ibarrier");
         goto fail_alloc;
     }
-    if (S.need < 0) /* the same on every rank: segments are collective */
+    if (!S.probed) /* the same on every rank: segments are collective */
         probe_serving(s);
     pthread_mutex_lock(&S.lock);
     s->slot = (uint32_t)slot;
@@ -395,8 +394,6 @@ void ovl__segment_free_all(void)
     pthread_mutex_lock(&S.lock);
     if (S.comm != MPI_COMM_NULL)
         MPI_Comm_free(&S.comm);
-    S.need = -1; /* measured again after the next ovl_init */
-    atomic_store(&S.serving, 0);
     pthread_mutex_unlock(&S.lock);
 }
 
