@@ -122,6 +122,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         .poll_min_us = 0,
         .poll_callback_us = 35,
         .poll_rma_us = 100,
+        .poll_quiet_share = 75,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
@@ -201,6 +202,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
                   1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_RMA_US, poll_rma_us, "OVL_POLL_RMA_US", 0, 1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_SERVE_US, poll_serve_us, "OVL_POLL_SERVE_US", 0, 1000000);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_QUIET_SHARE, poll_quiet_share, "OVL_POLL_QUIET_SHARE", 1,
+                  100);
 #undef OVL_NUM_FIELD
     if (c.poll_min_us == 0 || c.poll_min_us > c.poll_max_us)
         c.poll_min_us = c.poll_max_us;

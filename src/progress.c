@@ -739,9 +739,14 @@ static int has_work_locked(void)
 
 /* The longest the progress thread may sleep now. Normally poll_max_us. When
  * the only work is transfers whose predicted completion (due_locked) is
- * further away than that, longer, up to poll_quiet_us: halfway to one poll
- * interval before the earliest of them, so wake-ups thin out in the middle
- * of a long transfer and close in towards its end. Patient work (delta
+ * further away than that, longer, up to poll_quiet_us: poll_quiet_share
+ * (OVL_POLL_QUIET_SHARE, 75 %) of the way to one poll interval before the
+ * earliest of them, so wake-ups thin out in the middle of a long transfer
+ * and close in towards its end. Each wake-up costs the computation on this
+ * core about 25 us on the test VM; halfway (the policy before 2026-11-25)
+ * took about five wake-ups per 64 KB exchange where three-quarters takes
+ * three, with no later completions (docs/PERFORMANCE.md, "Fewer wake-ups
+ * before a predicted completion"). Patient work (delta
  * receive pieces and delta receives waiting for their message, whose
  * program's access fault or ovl_delta_need drives progress when it needs
  * the data; delta send pieces while the program still produces) sets no
@@ -802,10 +807,10 @@ static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigne
         return quiet ? max_us : quiet_us;
     double cap = quiet_us;
     if (first > 0) {
-        double half = (first - now - max_us) / 2;
-        if (half <= max_us)
+        double part = (first - now - max_us) * ovl__g.cfg.poll_quiet_share / 100.0;
+        if (part <= max_us)
             return max_us;
-        cap = half < cap ? half : cap;
+        cap = part < cap ? part : cap;
     }
     if (firm > 0 && firm - now < cap)
         cap = firm - now;

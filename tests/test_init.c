@@ -174,10 +174,10 @@ static void check_detail_per_thread(void)
 
 /* Environment variables this test changes, and their values at start. */
 static const char *const env_names[] = {
-    "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",      "OVL_FRAGMENT_SIZE",
-    "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",      "OVL_PROGRESS_SLICE_US",
-    "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL",    "OVL_POLL_MIN_US",
-    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",       "OVL_POLL_SERVE_US"
+    "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
+    "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US",
+    "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL",     "OVL_POLL_MIN_US",
+    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",       "OVL_POLL_SERVE_US", "OVL_POLL_QUIET_SHARE"
 };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
@@ -469,6 +469,10 @@ static void check_config(void)
     expect_cfg_rejected(&c, "poll_rma_us=1000001");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_SERVE_US, .poll_serve_us = 1000001 };
     expect_cfg_rejected(&c, "poll_serve_us=1000001");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_QUIET_SHARE, .poll_quiet_share = 0 };
+    expect_cfg_rejected(&c, "poll_quiet_share=0");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_QUIET_SHARE, .poll_quiet_share = 101 };
+    expect_cfg_rejected(&c, "poll_quiet_share=101");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
                         .progress_slice_us = 100001 };
     expect_cfg_rejected(&c, "progress_slice_us=100001");
@@ -498,6 +502,9 @@ static void check_config(void)
     expect_env_rejected("OVL_POLL_RMA_US", "slow");
     expect_env_rejected("OVL_POLL_SERVE_US", "2000000");
     expect_env_rejected("OVL_POLL_SERVE_US", "idle");
+    expect_env_rejected("OVL_POLL_QUIET_SHARE", "0");
+    expect_env_rejected("OVL_POLL_QUIET_SHARE", "101");
+    expect_env_rejected("OVL_POLL_QUIET_SHARE", "half");
     expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
 
     /* Fields whose bit is not in field_mask are ignored. */
@@ -535,6 +542,9 @@ static void check_config(void)
     /* serving a live segment: poll_max_us by default */
     CHECKF(got.poll_serve_us == got.poll_max_us || getenv("OVL_POLL_SERVE_US"),
            "poll_serve_us %u with poll_max_us %u", got.poll_serve_us, got.poll_max_us);
+    /* three-quarters of the way to a predicted completion */
+    CHECKF(got.poll_quiet_share == 75 || getenv("OVL_POLL_QUIET_SHARE"), "poll_quiet_share %u",
+           got.poll_quiet_share);
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -551,6 +561,7 @@ static void check_config(void)
     setenv("OVL_POLL_CALLBACK_US", "9", 1);
     setenv("OVL_POLL_RMA_US", "250", 1);
     setenv("OVL_POLL_SERVE_US", "2000", 1);
+    setenv("OVL_POLL_QUIET_SHARE", "100", 1);
     setenv("OVL_RMA_LOCAL", "Overlap", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
@@ -566,6 +577,7 @@ static void check_config(void)
     CHECK(got.poll_callback_us == 9);
     CHECK(got.poll_rma_us == 250);    /* may exceed poll_max_us (100 here) */
     CHECK(got.poll_serve_us == 2000); /* so may this */
+    CHECK(got.poll_quiet_share == 100);
     CHECK(got.rma_local == OVL_RMA_LOCAL_OVERLAP);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
@@ -627,7 +639,7 @@ static void check_config(void)
                             OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_PROGRESS_SLICE_US |
                             OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_POLL_MIN_US |
                             OVL_CONFIG_FIELD_POLL_CALLBACK_US | OVL_CONFIG_FIELD_POLL_RMA_US |
-                            OVL_CONFIG_FIELD_POLL_SERVE_US,
+                            OVL_CONFIG_FIELD_POLL_SERVE_US | OVL_CONFIG_FIELD_POLL_QUIET_SHARE,
                         .progress = variant_progress(),
                         .poll_max_us = 77,
                         .spin_us = 3,
@@ -640,7 +652,8 @@ static void check_config(void)
                         .poll_min_us = 500,
                         .poll_callback_us = 300,
                         .poll_rma_us = 0,
-                        .poll_serve_us = 0 };
+                        .poll_serve_us = 0,
+                        .poll_quiet_share = 1 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
@@ -653,6 +666,7 @@ static void check_config(void)
            got.poll_rma_us);
     CHECKF(got.poll_serve_us == 77, "poll_serve_us 0 reported as %u, not poll_max_us 77",
            got.poll_serve_us);
+    CHECKF(got.poll_quiet_share == 1, "poll_quiet_share 1 reported as %u", got.poll_quiet_share);
     if (c.progress == OVL_PROGRESS_THREAD) {
         int n = threads_with_slice_ns(250000); /* the thread sets it when it starts */
         for (int k = 0; k < 500 && n == 0; k++) {
