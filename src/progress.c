@@ -743,10 +743,11 @@ static int has_work_locked(void)
  * (OVL_POLL_QUIET_SHARE, 75 %) of the way to one poll interval before the
  * earliest of them, so wake-ups thin out in the middle of a long transfer
  * and close in towards its end. Each wake-up costs the computation on this
- * core about 25 us on the test VM; halfway (the policy before 2026-11-25)
- * took about five wake-ups per 64 KB exchange where three-quarters takes
- * three, with no later completions (docs/PERFORMANCE.md, "Fewer wake-ups
- * before a predicted completion"). Patient work (delta
+ * core about 25 us on the test VM; against halfway (the policy before
+ * 2026-11-25) three-quarters left a computation 0.63-0.66 of its CPU
+ * during a 64 KB exchange instead of 0.54-0.60, with fewer wake-ups (3.0-3.3
+ * against 3.1-4.0 per exchange) and no later completions (docs/PERFORMANCE.md,
+ * "Fewer wake-ups before a predicted completion"). Patient work (delta
  * receive pieces and delta receives waiting for their message, whose
  * program's access fault or ovl_delta_need drives progress when it needs
  * the data; delta send pieces while the program still produces) sets no
