@@ -49,8 +49,8 @@ static const char HELP[] =
     "Options:\n"
     "  --reps N        measured messages per mode (default 500)\n"
     "  --warmup N      discarded messages before them (default 20)\n"
-    "  --poll LIST     poll intervals to sweep (default 10,25,35,40,50,100,200;\n"
-    "                  35 is ovl's default interval while a callback waits)\n"
+    "  --poll LIST     poll intervals to sweep (default 10,25,30,35,40,50,100,200;\n"
+    "                  30 is ovl's default interval while a callback waits)\n"
     "  --gap-us N      mean interval between messages in us (default 1000;\n"
     "                  uniform in [N/2, 3N/2])\n"
     "  --no-spin-thread  skip the spin-thread mode\n"
@@ -71,7 +71,7 @@ struct cl_opts {
 
 static void parse(int argc, char **argv, struct cl_opts *o)
 {
-    const char *poll = "10,25,35,40,50,100,200";
+    const char *poll = "10,25,30,35,40,50,100,200";
     o->reps = 500;
     o->warmup = 20;
     o->gap_us = 1000;

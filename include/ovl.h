@@ -173,7 +173,7 @@ typedef struct {
     unsigned
         poll_min_us; /**< OVL_POLL_MIN_US: first sleep of the progress thread after activity (a completion, a new operation), doubling up to poll_max_us; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 0: every sleep is poll_max_us) */
     unsigned
-        poll_callback_us; /**< OVL_POLL_CALLBACK_US: the progress thread's longest sleep while a continuation (ovl_continue on an operation not yet complete, or ovl_continue_mpi) waits, so that callbacks run soon after completion; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 35) */
+        poll_callback_us; /**< OVL_POLL_CALLBACK_US: the progress thread's longest sleep while a continuation (ovl_continue on an operation not yet complete, or ovl_continue_mpi) waits, so that callbacks run soon after completion; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 30) */
     unsigned
         poll_rma_us; /**< OVL_POLL_RMA_US: the progress thread's sleep between polls while the only operations in flight are strips of ovl_get/ovl_put (the program's access, ovl_get_need or a fence drives a strip when it needs it); may exceed poll_max_us; 0 = poll_max_us, which ovl_config_get() then reports (default 100) */
     unsigned
@@ -328,7 +328,7 @@ typedef void (*ovl_continue_fn)(const ovl_status_t *status, void *arg);
  * inside an ovl call. It never runs inside ovl_continue() itself: if the
  * operation has already completed, it runs at the next progress step.
  * While it waits, the progress thread polls every OVL_POLL_CALLBACK_US
- * (default 35 us) rather than OVL_POLL_MAX_US, so it runs within about that
+ * (default 30 us) rather than OVL_POLL_MAX_US, so it runs within about that
  * long of the completion. Callbacks run one at a time. A callback may post new operations (ovl_isend,
  * ovl_irecv, streams, ovl_continue) and call ovl_test/ovl_progress; blocking
  * calls (ovl_wait, ovl_waitall, ovl_finalize) return OVL_ERR_IN_CALLBACK.

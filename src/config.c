@@ -120,7 +120,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         .progress_priority = 0,
         .rma_local = OVL_RMA_LOCAL_DIRECT,
         .poll_min_us = 0,
-        .poll_callback_us = 35,
+        .poll_callback_us = 30,
         .poll_rma_us = 100,
         .poll_quiet_share = 75,
     };

@@ -533,8 +533,8 @@ static void check_config(void)
     CHECK(got.poll_min_us == got.poll_max_us ||
           (getenv("OVL_POLL_MIN_US") && got.poll_min_us < got.poll_max_us));
     CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
-    /* while a callback waits: 35 us by default, never above poll_max_us */
-    CHECKF(got.poll_callback_us == (got.poll_max_us < 35 ? got.poll_max_us : 35) ||
+    /* while a callback waits: 30 us by default, never above poll_max_us */
+    CHECKF(got.poll_callback_us == (got.poll_max_us < 30 ? got.poll_max_us : 30) ||
                getenv("OVL_POLL_CALLBACK_US"),
            "poll_callback_us %u with poll_max_us %u", got.poll_callback_us, got.poll_max_us);
     /* with only get/put strips in flight: 100 us, above poll_max_us allowed */
