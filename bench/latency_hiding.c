@@ -159,11 +159,12 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, int 
     printf("ovl-bench latency-hiding: 2 ranks on %d host%s; medians of %d reps (%d warm-up "
            "discarded)\n",
            hosts, hosts == 1 ? "" : "s", reps, warmup);
-    printf("ovl: progress thread, poll_max_us %u, poll_min_us %u, poll_callback_us %u, "
-           "poll_quiet_us %u, spin_us %u, fragment %zu B, window %u; one daxpy (n=%d) + clock "
-           "read = %.0f ns\n",
-           c->poll_max_us, c->poll_min_us, c->poll_callback_us, c->poll_quiet_us, c->spin_us,
-           c->fragment_size, c->stream_window, BENCH_DAXPY_N, daxpy_ns);
+    printf(
+        "ovl: progress thread, poll_max_us %u, poll_min_us %u, poll_callback_us %u, "
+        "poll_quiet_us %u, poll_quiet_share %u, spin_us %u, fragment %zu B, window %u; one daxpy "
+        "(n=%d) + clock read = %.0f ns\n",
+        c->poll_max_us, c->poll_min_us, c->poll_callback_us, c->poll_quiet_us, c->poll_quiet_share,
+        c->spin_us, c->fragment_size, c->stream_window, BENCH_DAXPY_N, daxpy_ns);
     printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); comm = "
            "communication time with daxpy / alone\n\n");
     printf("%-20s %8s %10s %9s %9s %9s %7s %7s %6s %6s %6s\n", "variant", "payload", "transfer",
@@ -199,7 +200,8 @@ int bench_latency_hiding(int argc, char **argv)
                          "loop_send_ms_med,loop_recv_ms_med,"
                          "cpu_share_send,cpu_share_recv,wakeups_send,wakeups_recv,"
                          "oncpu_send,oncpu_recv,wakeups_alone,poll_quiet_us,"
-                         "post_us_med,post_us_min,post_us_max\n");
+                         "post_us_med,post_us_min,post_us_max,poll_callback_us,"
+                         "poll_quiet_share\n");
     }
     for (int s = 0; s < o.nsizes; s++) {
         xchg_setup(o.sizes[s]);
@@ -233,7 +235,7 @@ int bench_latency_hiding(int argc, char **argv)
                     r.loop_ms[1].med, r.cpu_share[0], r.cpu_share[1], r.wakeups[0], r.wakeups[1],
                     r.oncpu[0], r.oncpu[1], r.transfer_wakeups, eff.poll_quiet_us);
             csv_stat(csv, r.post_us);
-            fputc('\n', csv);
+            fprintf(csv, ",%u,%u\n", eff.poll_callback_us, eff.poll_quiet_share);
         }
         xchg_teardown();
     }

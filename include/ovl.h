@@ -179,7 +179,7 @@ typedef struct {
     unsigned
         poll_serve_us; /**< OVL_POLL_SERVE_US: the progress thread's longest sleep between polls while this rank has a live segment (ovl_segment_create), where other ranks' gets and puts on its memory progress only when MPI is polled here; may exceed poll_max_us; each wake-up costs a computation on this core (about 25 us on the Xeon test VM, docs/PERFORMANCE.md); 0 = poll_max_us, and only where the first ovl_segment_create measures that one-sided operations need the target's MPI calls (no serving polls on RDMA networks or shared-memory windows), which ovl_config_get() reports as poll_max_us (default 0) */
     unsigned
-        poll_quiet_share; /**< OVL_POLL_QUIET_SHARE: percent (1-100) of the time left before a predicted completion, less one poll interval, that the progress thread sleeps in one go while only sized transfers are in flight (capped by poll_quiet_us); larger: fewer wake-ups taken from the computation, at the risk of seeing a completion that comes earlier than predicted later (default 75) */
+        poll_quiet_share; /**< OVL_POLL_QUIET_SHARE: percent (1-100) of the time left before a predicted completion, less one poll interval, that the progress thread sleeps in one go while only sized transfers are in flight (capped by poll_quiet_us); larger: fewer wake-ups taken from the computation, but a completion that comes earlier than predicted is seen later (default 75) */
 } ovl_config_t;
 
 /**
