@@ -915,8 +915,17 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
      * fill: pieces in flight overlap on the wire. */
     double o = ovl__m.o_us < 1 ? 1 : ovl__m.o_us > 100 ? 100 : ovl__m.o_us;
     double L = ovl__m.lat_us > 1000 ? 1000 : ovl__m.lat_us;
-    /* the receiver's progress thread notices a piece half a sleep late */
-    double w = ovl__m.poll_sleep_us > 2000 ? 1000 : ovl__m.poll_sleep_us / 2;
+    /* The receiver's progress thread notices a piece half a sleep late.
+     * Under explicit annotation nothing waits for that: a consumer that
+     * needs a piece not yet taken in drives progress itself in
+     * ovl_delta_need, and one that does not is busy with earlier data.
+     * Charged, it sent explicit 128-256 KB messages to 16 KiB pieces where
+     * 4-8 KiB ran 4-14 % faster (docs/PERFORMANCE.md, "No poll lag under
+     * explicit annotation"). A fault-triggered piece keeps it: there it
+     * stands in for per-piece fault costs the model undercharges (without
+     * it, OS-triggered 64-128 KB messages went to 4 KiB pieces and lost
+     * 15-19 %). */
+    double w = !faults ? 0 : ovl__m.poll_sleep_us > 2000 ? 1000 : ovl__m.poll_sleep_us / 2;
     size_t bsz[16], nb = 0;
     int burst = in_burst(bytes, bsz, &nb);
     /* A fault-monitored send in several pieces write-protects the buffer
