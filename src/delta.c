@@ -26,7 +26,8 @@
  * current delta sends everything before it (watch.c calls `produced`);
  * explicit mode merges the ranges ovl_delta_produced reports and sends a
  * contiguous range once it reaches the delta size. The delta size comes
- * from the model (model.c), fed with the production rate observed so far.
+ * from the model (model.c), fed with the production rate of the last send
+ * of the same kind (ovl__delta_rate_for).
  * A send whose buffer is a pending delta receive forwards it: every piece
  * that arrives is sent on at once (cascades and broadcast trees).
  */
@@ -121,12 +122,60 @@ struct ovl__delta {
     struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
 };
 
+/* Production rates remembered per kind of message: a program sends the
+ * same messages again and again (a halo to each neighbour, every
+ * iteration), and the rate of the last message of the same kind predicts
+ * the next one far better than the last message of any kind, whose rate
+ * may come from another size (fixed costs weigh more on a small message)
+ * or another loop. Kept for the life of the process. */
+#define NRATES 32
+struct rate_seen {
+    size_t cap; /* 0: unused */
+    int peer, faults;
+    double rate;
+};
+
 static struct {
     pthread_mutex_t lock;
     struct ovl__delta *head;
     atomic_uint next_sid;
     _Atomic double rate; /* last observed production rate, bytes/us (any thread) */
-} D = { .lock = PTHREAD_MUTEX_INITIALIZER };
+    pthread_mutex_t rlock;
+    struct rate_seen rates[NRATES];
+    unsigned rnext; /* the slot a new kind replaces */
+} D = { .lock = PTHREAD_MUTEX_INITIALIZER, .rlock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The production rate to size a send of @cap bytes to @peer with: that of
+ * the last send of the same size, peer and triggering, else the last of
+ * any (0: none yet). */
+double ovl__delta_rate_for(size_t cap, int peer, int faults)
+{
+    double r = 0;
+    pthread_mutex_lock(&D.rlock);
+    for (int i = 0; i < NRATES; i++)
+        if (D.rates[i].cap == cap && D.rates[i].peer == peer && D.rates[i].faults == faults) {
+            r = D.rates[i].rate;
+            break;
+        }
+    pthread_mutex_unlock(&D.rlock);
+    return r > 0 ? r : atomic_load(&D.rate);
+}
+
+static void rate_store(size_t cap, int peer, int faults, double rate)
+{
+    atomic_store(&D.rate, rate);
+    pthread_mutex_lock(&D.rlock);
+    int i = 0;
+    while (i < NRATES &&
+           !(D.rates[i].cap == cap && D.rates[i].peer == peer && D.rates[i].faults == faults))
+        i++;
+    if (i == NRATES) {
+        i = (int)(D.rnext++ % NRATES);
+        D.rates[i] = (struct rate_seen){ cap, peer, faults, 0 };
+    }
+    D.rates[i].rate = rate;
+    pthread_mutex_unlock(&D.rlock);
+}
 
 static void active_add(struct ovl__delta *d)
 {
@@ -564,15 +613,18 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     }
     d->total = total;
     atomic_store(&d->ended, 1);
-    /* The production rate of this message sizes the pieces of the next
-     * (ovl_wait's implied end would count the work after production). It
-     * is the program's rate: ovl's own time in between (sending pieces,
-     * faults) is left out, since the model charges it separately. */
+    /* The production rate of this message sizes the pieces of the next of
+     * its kind (ovl__delta_rate_for; ovl_wait's implied end would count the work after
+     * production). It is the program's rate: ovl's own time in between
+     * (sending pieces, faults) is left out, since the model charges it
+     * separately. */
     double t = ovl__now_us() - d->t_begin;
     if (d->t_ovl < t / 2)
         t -= d->t_ovl;
-    if (observed && !d->fwd_src && total >= 2 * ovl__watch_page() && t > 0)
-        D.rate = (double)total / t;
+    double rate =
+        observed && !d->fwd_src && total >= 2 * ovl__watch_page() && t > 0 ? (double)total / t : 0;
+    const size_t cap = d->cap;
+    const int peer = d->peer, faults = d->mon != OVL_MONITOR_EXPLICIT;
     if (d->fwd_src)
         forward_locked(d, atomic_load(&d->fwd_src->done));
     send_last_locked(d);
@@ -581,6 +633,8 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     if (fin)
         d->finished = 1;
     ovl__spin_unlock(&d->lock);
+    if (rate > 0)
+        rate_store(cap, peer, faults, rate);
     if (fin)
         finish_send(d);
     ovl__engine_drive();
@@ -679,7 +733,8 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->t_begin = ovl__now_us();
     size_t maxp = ovl__model_max_delta();
     d->max_piece = cap < maxp ? (cap ? cap : 1) : maxp;
-    d->dsize = ovl__model_delta_size(cap, D.rate, d->mon != OVL_MONITOR_EXPLICIT);
+    const int faults = d->mon != OVL_MONITOR_EXPLICIT;
+    d->dsize = ovl__model_delta_size(cap, ovl__delta_rate_for(cap, dest, faults), faults);
     if (d->dsize > d->max_piece)
         d->dsize = d->max_piece;
     /* Pieces of a delta size within the eager limit stay within it when

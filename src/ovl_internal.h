@@ -528,6 +528,10 @@ size_t ovl__model_piggyback_threshold(void);
 /* Delta size for a message of @bytes produced at @rate bytes/us (0 =
  * unknown), fault-triggered or annotated. */
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
+/* The production rate (bytes/us) a delta send of @cap bytes to @peer is
+ * sized with: the last send of the same size, peer and triggering (@faults:
+ * a fault monitor, not explicit), else the last of any; 0 if none. */
+double ovl__delta_rate_for(size_t cap, int peer, int faults);
 /* Largest delta piece (receivers size their buffers with it). */
 size_t ovl__model_max_delta(void);
 /* Default stream fragment size (OVL_FRAGMENT_SIZE=0): the smallest power of

@@ -37,6 +37,7 @@
  * MPI library's), written while transfers are pending.
  */
 #include "delta_common.h"
+#include "ovl_internal.h" /* white-box: ovl__delta_rate_for (phase rates) */
 
 #include <inttypes.h>
 
@@ -530,6 +531,74 @@ static void reuse(void)
     }
 }
 
+/* ---- the production rate that sizes a send ---------------------------------- */
+
+/* One delta message of @bytes from the even rank to the odd one, produced
+ * over about @slow_ms (0: at once); returns the sender's delta size. Every
+ * byte is checked on the receiver. */
+static size_t rated_message(size_t bytes, int slow_ms, int tag, uint64_t key, unsigned char *out,
+                            unsigned char *in)
+{
+    ovl_request_t r;
+    ovl_status_t st;
+    size_t d = 0;
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    if (th_rank % 2 == 0) {
+        CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, tag, &r));
+        CHECK_OK(ovl_delta_size(r, &d));
+        size_t pg = dt_page(), npg = (bytes + pg - 1) / pg;
+        for (size_t o = 0; o < bytes; o += pg) {
+            size_t len = dt_min(pg, bytes - o);
+            if (slow_ms)
+                usleep((useconds_t)(slow_ms * 1000 / (int)npg));
+            th_fill(out + o, len, key, o);
+            if (explicit_mode)
+                CHECK_OK(ovl_delta_produced(r, o, len));
+        }
+        CHECK_OK(ovl_delta_send_end(r));
+    } else {
+        CHECK_OK(ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, tag, &r));
+    }
+    CHECK_OK(ovl_wait(&r, &st));
+    CHECKF(st.bytes == bytes && st.error == OVL_SUCCESS, "status {%zu, %d}", st.bytes, st.error);
+    if (th_rank % 2)
+        CHECKF(th_verify(in, bytes, key, 0) == TH_OK, "a %zu-byte message differs", bytes);
+    return d;
+}
+
+/* A send is sized with the production rate of the last send of the same
+ * size to the same rank (white-box: ovl__delta_rate_for), not of the last
+ * send of any kind: after a kind produced slowly (64 KiB over 40 ms, 1.6
+ * B/us at most) and one produced at once (48 KiB), each kind keeps its own
+ * rate, a size never sent takes the last rate of any, and the next slow
+ * kind's message is sized by the slow rate. */
+static void rates(void)
+{
+    const size_t A = 64 << 10, B = 48 << 10;
+    const double slow = (double)A / 40000.0;
+    unsigned char *out = dt_alloc(A), *in = dt_alloc(A);
+    CHECK(out && in);
+    int faults = !explicit_mode, sender = th_rank % 2 == 0;
+    rated_message(A, 40, 81, key_of(10, 0, 0, 0), out, in);
+    rated_message(B, 0, 82, key_of(10, 1, 0, 0), out, in);
+    double ra = 0;
+    if (sender) {
+        ra = ovl__delta_rate_for(A, peer, faults);
+        double rb = ovl__delta_rate_for(B, peer, faults);
+        double rc = ovl__delta_rate_for(A + 4096, peer, faults);
+        CHECKF(ra > 0 && ra <= slow, "64 KiB over 40 ms: rate %.2f B/us (at most %.2f)", ra, slow);
+        CHECKF(rb > 10 * slow, "48 KiB at once: rate %.2f B/us", rb);
+        CHECKF(rc == rb, "a size never sent: rate %.2f, not the last of any (%.2f)", rc, rb);
+    }
+    size_t da = rated_message(A, 0, 81, key_of(10, 2, 0, 0), out, in);
+    if (sender && !cfg_delta_size)
+        CHECKF(da == ovl__model_delta_size(A, ra, faults),
+               "64 KiB after 48 KiB at once: delta %zu, not the %zu its own rate gives", da,
+               ovl__model_delta_size(A, ra, faults));
+    dt_free(out, A);
+    dt_free(in, A);
+}
+
 /* ---- several threads using one pending receive buffer ---------------------- */
 
 #define NUSERS 4 /* the main thread and 3 more */
@@ -749,6 +818,8 @@ int main(int argc, char **argv)
     several_pending();
     dt_phase("reused buffers", 30);
     reuse();
+    dt_phase("delta size by kind of message", 30);
+    rates();
     dt_phase("threads", 30);
     threads();
     dt_phase("requests freed early", 30);
