@@ -614,10 +614,10 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     d->total = total;
     atomic_store(&d->ended, 1);
     /* The production rate of this message sizes the pieces of the next of
-     * its kind (ovl__delta_rate_for; ovl_wait's implied end would count the work after
-     * production). It is the program's rate: ovl's own time in between
-     * (sending pieces, faults) is left out, since the model charges it
-     * separately. */
+     * its kind (ovl__delta_rate_for; ovl_wait's implied end would count
+     * the work after production). It is the program's rate: ovl's own time
+     * in between (sending pieces, faults) is left out, since the model
+     * charges it separately. */
     double t = ovl__now_us() - d->t_begin;
     if (d->t_ovl < t / 2)
         t -= d->t_ovl;
