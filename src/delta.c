@@ -145,18 +145,23 @@ static struct {
     unsigned rnext; /* the slot a new kind replaces */
 } D = { .lock = PTHREAD_MUTEX_INITIALIZER, .rlock = PTHREAD_MUTEX_INITIALIZER };
 
+/* The slot of kind (@cap, @peer, @faults), or -1 (rlock held). */
+static int rate_slot_locked(size_t cap, int peer, int faults)
+{
+    for (int i = 0; i < NRATES; i++)
+        if (D.rates[i].cap == cap && D.rates[i].peer == peer && D.rates[i].faults == faults)
+            return i;
+    return -1;
+}
+
 /* The production rate to size a send of @cap bytes to @peer with: that of
  * the last send of the same size, peer and triggering, else the last of
  * any (0: none yet). */
 double ovl__delta_rate_for(size_t cap, int peer, int faults)
 {
-    double r = 0;
     pthread_mutex_lock(&D.rlock);
-    for (int i = 0; i < NRATES; i++)
-        if (D.rates[i].cap == cap && D.rates[i].peer == peer && D.rates[i].faults == faults) {
-            r = D.rates[i].rate;
-            break;
-        }
+    int i = rate_slot_locked(cap, peer, faults);
+    double r = i >= 0 ? D.rates[i].rate : 0;
     pthread_mutex_unlock(&D.rlock);
     return r > 0 ? r : atomic_load(&D.rate);
 }
@@ -165,15 +170,10 @@ static void rate_store(size_t cap, int peer, int faults, double rate)
 {
     atomic_store(&D.rate, rate);
     pthread_mutex_lock(&D.rlock);
-    int i = 0;
-    while (i < NRATES &&
-           !(D.rates[i].cap == cap && D.rates[i].peer == peer && D.rates[i].faults == faults))
-        i++;
-    if (i == NRATES) {
-        i = (int)(D.rnext++ % NRATES);
-        D.rates[i] = (struct rate_seen){ cap, peer, faults, 0 };
-    }
-    D.rates[i].rate = rate;
+    int i = rate_slot_locked(cap, peer, faults);
+    if (i < 0)
+        i = (int)(D.rnext++ % NRATES); /* a new kind replaces the oldest */
+    D.rates[i] = (struct rate_seen){ cap, peer, faults, rate };
     pthread_mutex_unlock(&D.rlock);
 }
 
