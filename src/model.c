@@ -55,6 +55,7 @@
  */
 #include "ovl_internal.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -680,21 +681,80 @@ static double simulate(size_t bytes, size_t first, double growth, int n, ovl_mon
     return cpu;
 }
 
+/* The decision for one size is a search over some hundred simulated
+ * pipelines (4-20 us at 32 KiB-8 MiB on the Xeon VM), which an ovl_get of
+ * 64 KiB paid on every call. Decisions are kept, per size and kind of
+ * peer, with the model terms they were made from: a calibration, or a
+ * test that sets the terms, makes a fresh one. */
+enum { SPLIT_MEMO = 64, SPLIT_TERMS = 11 };
+static struct {
+    pthread_mutex_t lock;
+    struct split_memo {
+        size_t bytes; /* 0: empty */
+        int cls;
+        double terms[SPLIT_TERMS];
+        struct ovl__split r;
+    } e[SPLIT_MEMO];
+} split_memo = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void split_terms(ovl_monitor_t mon, double *t)
+{
+    t[0] = ovl__m.bw_Bpus;
+    t[1] = ovl__m.compute_us_per_B;
+    t[2] = ovl__m.fault_us;
+    t[3] = ovl__m.o_us;
+    t[4] = ovl__m.gap_us;
+    t[5] = ovl__m.rtt_us;
+    t[6] = ovl__m.prot_base_us;
+    t[7] = ovl__m.prot_page_us;
+    t[8] = ovl__m.uffd_wp_base_us;
+    t[9] = ovl__m.uffd_wp_page_us;
+    t[10] = (double)mon;
+}
+
+static int split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out);
+
 int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
 {
-    size_t ps = ovl__watch_page();
+    /* the kind of peer: this rank, one MPI reaches by copying, a remote one */
+    int cls = peer == ovl__g.rank && ovl__g.size > 1 ? 0 : ovl__model_direct(peer) ? 1 : 2;
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
+    double terms[SPLIT_TERMS];
+    split_terms(mon, terms);
+    uint64_t h = ((uint64_t)bytes * 3 + (uint64_t)cls) * 0x9E3779B97F4A7C15ull;
+    _Static_assert(SPLIT_MEMO == 64, "the hash keeps 6 bits");
+    struct split_memo *e = &split_memo.e[h >> 58];
+    pthread_mutex_lock(&split_memo.lock);
+    if (e->bytes == bytes && e->cls == cls && !memcmp(e->terms, terms, sizeof terms)) {
+        *out = e->r;
+        pthread_mutex_unlock(&split_memo.lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&split_memo.lock);
+    split_decide(bytes, cls, mon, out);
+    pthread_mutex_lock(&split_memo.lock);
+    e->bytes = bytes;
+    e->cls = cls;
+    memcpy(e->terms, terms, sizeof terms);
+    e->r = *out;
+    pthread_mutex_unlock(&split_memo.lock);
+    return 0;
+}
+
+static int split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out)
+{
+    size_t ps = ovl__watch_page();
     double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
     struct ovl__split r = { .should_split = 0, .nstrips = 1, .first = bytes, .growth = 1.0 };
     /* the unsplit get is guarded too: its own guard, fault and install */
     r.t_plain_us = simulate(bytes, bytes, 1.0, 1, mon);
     r.t_split_us = r.t_plain_us;
-    if (peer == ovl__g.rank && ovl__g.size > 1) {
+    if (cls == 0) {
         r.reason = OVL__SPLIT_LOCAL;
         r.why = "local transfer: nothing to overlap";
         goto done;
     }
-    if (ovl__model_direct(peer)) {
+    if (cls == 1) {
         /* MPI moves the bytes with this rank's own CPU (a copy through
          * shared memory): no wire time to hide, and a strip would add an
          * install and a fault (docs/PERFORMANCE.md, shared memory). */

@@ -305,6 +305,23 @@ static void test_split(void)
     CHECK(sp.should_split);
     ovl__model_split(thr - ps, peer, &sp);
     CHECK(!sp.should_split && sp.reason != OVL__SPLIT_YES);
+    /* Decisions are kept per size (model.c, split_memo), but made afresh
+     * when a model term changes: a link a thousand times faster leaves
+     * nothing to hide at the threshold; back to the old link, it splits
+     * again, with the same strips as before. */
+    struct ovl__split m0, m1;
+    ovl__model_split(thr, peer, &m0);
+    double bw = ovl__m.bw_Bpus;
+    ovl__m.bw_Bpus = bw * 1000;
+    ovl__model_split(thr, peer, &m1);
+    CHECKF(!m1.should_split, "threshold %zu still split on a link 1000x faster", thr);
+    ovl__m.bw_Bpus = bw;
+    ovl__model_split(thr, peer, &m1);
+    CHECK(m1.should_split && m1.nstrips == m0.nstrips && m1.first == m0.first &&
+          m1.growth == m0.growth && m1.t_split_us == m0.t_split_us);
+    /* and per kind of peer: the same size to this rank is not split */
+    ovl__model_split(thr, th_rank, &m1);
+    CHECK(!m1.should_split && m1.reason == OVL__SPLIT_LOCAL);
     if (th_rank == 0)
         printf("split threshold with G = 1 us/kB, o = 1.25 us: %zu B\n", thr);
     /* Strips cover every split transfer exactly, page multiples but the
