@@ -506,7 +506,10 @@ int bench_delta_sweep(int argc, char **argv)
     double *tmpi = calloc((size_t)ns * (size_t)reps, sizeof(double));
     size_t *used[2] = { calloc((size_t)nd * (size_t)ns, sizeof(size_t)),
                         calloc((size_t)nd * (size_t)ns, sizeof(size_t)) };
-    if (!k || !tov[0] || !tov[1] || !tmpi || !used[0] || !used[1])
+    /* and the smallest: an automatic size may differ from message to message */
+    size_t *umin[2] = { calloc((size_t)nd * (size_t)ns, sizeof(size_t)),
+                        calloc((size_t)nd * (size_t)ns, sizeof(size_t)) };
+    if (!k || !tov[0] || !tov[1] || !tmpi || !used[0] || !used[1] || !umin[0] || !umin[1])
         bench_fail("out of memory");
     for (int s = 0; s < ns; s++) {
         struct kparams q = p;
@@ -544,8 +547,12 @@ int bench_delta_sweep(int argc, char **argv)
                     if (r >= 0)
                         tov[mi][((size_t)d * (size_t)ns + (size_t)s) * (size_t)reps + (size_t)r] =
                             kr.time;
-                    if (kr.delta_bytes > used[mi][(size_t)d * (size_t)ns + (size_t)s])
-                        used[mi][(size_t)d * (size_t)ns + (size_t)s] = kr.delta_bytes;
+                    size_t *u = &used[mi][(size_t)d * (size_t)ns + (size_t)s];
+                    size_t *um = &umin[mi][(size_t)d * (size_t)ns + (size_t)s];
+                    if (kr.delta_bytes > *u)
+                        *u = kr.delta_bytes;
+                    if (kr.delta_bytes_min && (!*um || kr.delta_bytes_min < *um))
+                        *um = kr.delta_bytes_min;
                 }
             bench_ovl_finalize();
         }
@@ -557,15 +564,15 @@ int bench_delta_sweep(int argc, char **argv)
                bench_size, hosts, hosts == 1 ? "" : "s", p.work, p.strip, reps, warmup, mon);
         if (csv)
             fprintf(csv, "bench,monitor,delta_cfg,delta_used,msg_bytes,hosts,work,strip,reps,"
-                         "time_ms_med,time_ms_min,time_ms_max,mpi_ms_med,speedup\n");
+                         "time_ms_med,time_ms_min,time_ms_max,mpi_ms_med,speedup,delta_used_min\n");
         double *mpimed = calloc((size_t)ns, sizeof(double));
         for (int s = 0; s < ns; s++) {
             struct bench_stat st = bench_stat_of(&tmpi[(size_t)s * (size_t)reps], reps);
             mpimed[s] = st.med;
             if (csv)
-                fprintf(csv, "delta-sweep,mpi,,,%zu,%d,%ld,%zu,%d,%.6g,%.6g,%.6g,%.6g,1.0\n", sz[s],
-                        hosts, p.work, p.strip, reps, st.med * 1e3, st.min * 1e3, st.max * 1e3,
-                        st.med * 1e3);
+                fprintf(csv, "delta-sweep,mpi,,,%zu,%d,%ld,%zu,%d,%.6g,%.6g,%.6g,%.6g,1.0,\n",
+                        sz[s], hosts, p.work, p.strip, reps, st.med * 1e3, st.min * 1e3,
+                        st.max * 1e3, st.med * 1e3);
         }
         for (int mi = 0; mi < 2; mi++) {
             const char *mname = mi == 0 ? "ovl-os" : "ovl-explicit";
@@ -579,34 +586,45 @@ int bench_delta_sweep(int argc, char **argv)
                     printf(" %6s", "auto");
             }
             if (with_auto)
-                printf(" %9s %10s", "auto size", "auto/best");
+                printf(" %12s %10s", "auto size", "auto/best");
             printf("\n");
             for (int s = 0; s < ns; s++) {
                 printf("%8s %9.3f", bench_fmt_size(sz[s], b1, sizeof b1), mpimed[s] * 1e3);
                 double best = 0, autosp = 0;
-                size_t autosz = 0;
+                size_t autosz = 0, autolo = 0;
                 for (int d = 0; d < nd; d++) {
                     size_t off = ((size_t)d * (size_t)ns + (size_t)s) * (size_t)reps;
                     struct bench_stat st = bench_stat_of(&tov[mi][off], reps);
                     double spd = st.med > 0 ? mpimed[s] / st.med : 0;
                     printf(" %5.2fx", spd);
                     size_t u = used[mi][(size_t)d * (size_t)ns + (size_t)s];
+                    size_t ulo = umin[mi][(size_t)d * (size_t)ns + (size_t)s];
                     if (dcfg[d] && spd > best)
                         best = spd;
                     if (!dcfg[d]) {
                         autosp = spd;
                         autosz = u;
+                        autolo = ulo;
                     }
                     if (csv)
                         fprintf(csv,
                                 "delta-sweep,%s,%zu,%zu,%zu,%d,%ld,%zu,%d,%.6g,%.6g,%.6g,%.6g,"
-                                "%.4f\n",
+                                "%.4f,%zu\n",
                                 mname, dcfg[d], u, sz[s], hosts, p.work, p.strip, reps,
-                                st.med * 1e3, st.min * 1e3, st.max * 1e3, mpimed[s] * 1e3, spd);
+                                st.med * 1e3, st.min * 1e3, st.max * 1e3, mpimed[s] * 1e3, spd,
+                                ulo);
                 }
-                if (with_auto)
-                    printf(" %9s %9.0f%%", bench_fmt_size(autosz, b1, sizeof b1),
-                           best > 0 ? 100 * autosp / best : 0);
+                if (with_auto) {
+                    /* the smallest and largest size any send took, when they differ */
+                    char b2[32], range[72];
+                    if (autolo && autolo < autosz)
+                        snprintf(range, sizeof range, "%s-%s",
+                                 bench_fmt_size(autolo, b2, sizeof b2),
+                                 bench_fmt_size(autosz, b1, sizeof b1));
+                    else
+                        snprintf(range, sizeof range, "%s", bench_fmt_size(autosz, b1, sizeof b1));
+                    printf(" %12s %9.0f%%", range, best > 0 ? 100 * autosp / best : 0);
+                }
                 printf("\n");
             }
         }
@@ -622,6 +640,8 @@ int bench_delta_sweep(int argc, char **argv)
     free(tmpi);
     free(used[0]);
     free(used[1]);
+    free(umin[0]);
+    free(umin[1]);
     free(dcfg);
     free(sz);
     free(fixed);

@@ -151,7 +151,7 @@ struct kernel {
 
     /* run state */
     enum kvar v;
-    size_t delta_seen;
+    size_t delta_seen, delta_seen_min; /* largest / smallest ovl_delta_size of a run's sends */
 
     /* stage kernels (pair, cascade, reduce, wavefront, rowreduce) */
     int chin[2], chout; /* indices into ch, -1 if none */
@@ -356,6 +356,8 @@ static void ch_begin_call(struct kernel *k, struct chan *c)
             BENCH_OVL(ovl_delta_size(c->oreq, &d));
             if (d > k->delta_seen)
                 k->delta_seen = d;
+            if (d && (!k->delta_seen_min || d < k->delta_seen_min))
+                k->delta_seen_min = d;
         } else {
             BENCH_OVL(ovl_delta_recv_with(c->buf, cnt, MPI_DOUBLE, c->peer, c->tag,
                                           monitor_of(k->v), &c->oreq));
@@ -1228,6 +1230,13 @@ static double max_all(double v)
     return m;
 }
 
+static double min_all(double v)
+{
+    double m = v;
+    MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    return m;
+}
+
 static double sum_all(double v)
 {
     double s = v;
@@ -1242,7 +1251,7 @@ void kernel_run(struct kernel *k, enum kvar v, struct krun *out)
     if (!kvar_available(v) || !(k->var_mask & (1u << v)))
         bench_fail("kernels: variant %s was not set up", kvar_name(v));
     k->v = v;
-    k->delta_seen = 0;
+    k->delta_seen = k->delta_seen_min = 0;
     if (kernel_trace) {
         fprintf(stderr, "[trace rank %d] %s/%s, %zu B messages\n", k->rank, kkind_name(k->kind),
                 kvar_name(v), kernel_msg_bytes(k));
@@ -1285,6 +1294,9 @@ void kernel_run(struct kernel *k, enum kvar v, struct krun *out)
     double nb = sum_all((double)k->begin_n);
     out->begin_slow = nb > 0 ? sum_all((double)k->begin_slow) / nb : 0;
     out->delta_bytes = (size_t)max_all((double)k->delta_seen);
+    /* ranks that sent nothing report 0: the smallest of those that sent */
+    double dmin = min_all(k->delta_seen_min ? (double)k->delta_seen_min : 1e300);
+    out->delta_bytes_min = dmin < 1e299 ? (size_t)dmin : 0;
     int parts = 0;
     for (int i = 0; i < k->nch; i++)
         if (k->ch[i].nparts > parts)

@@ -74,14 +74,15 @@ const char *kernel_describe(const struct kernel *k, char *buf, size_t len);
 size_t kernel_msg_bytes(const struct kernel *k);
 
 struct krun {
-    double time;        /* seconds from the start barrier to the last rank done */
-    double deltas;      /* ovl delta pieces sent, all ranks (ovl variants) */
-    double faults;      /* ovl access faults handled, all ranks */
-    size_t delta_bytes; /* largest delta size ovl reported on a send (0: none) */
-    int parts;          /* partitions per message (part) */
-    double begin_us;    /* mean wall time of one begin call (post, start, delta begin);
+    double time;            /* seconds from the start barrier to the last rank done */
+    double deltas;          /* ovl delta pieces sent, all ranks (ovl variants) */
+    double faults;          /* ovl access faults handled, all ranks */
+    size_t delta_bytes;     /* largest delta size ovl reported on a send (0: none) */
+    size_t delta_bytes_min; /* smallest (0: none) */
+    int parts;              /* partitions per message (part) */
+    double begin_us;        /* mean wall time of one begin call (post, start, delta begin);
                          * the largest of the ranks' means */
-    double begin_slow;  /* share of begin calls over 200 us, all ranks */
+    double begin_slow;      /* share of begin calls over 200 us, all ranks */
 };
 /* Run the kernel once in variant v, verify, return the measurements (same on
  * every rank). Collective. ovl must be initialised for the ovl variants. */
