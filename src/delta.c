@@ -124,16 +124,40 @@ struct ovl__delta {
 
 /* Production rates remembered per kind of message: a program sends the
  * same messages again and again (a halo to each neighbour, every
- * iteration), and the rate of the last message of the same kind predicts
+ * iteration), and the rates of the last messages of the same kind predict
  * the next one far better than the last message of any kind, whose rate
  * may come from another size (fixed costs weigh more on a small message)
- * or another loop. Kept for the life of the process. */
-#define NRATES 32
+ * or another loop. The median of the last RATE_HIST of a kind: one message
+ * produced slowly (preempted, its first touch of cold memory) then does not
+ * move the next one's delta size (in the delta-size sweep, OS-triggered 32
+ * KB messages at about 180 B/us went to 4 KiB pieces after one at 76 B/us,
+ * 4-9 % slower than the 8 KiB the usual rate gives). Kept for the life of
+ * the process. */
+#define NRATES    32
+#define RATE_HIST 5
 struct rate_seen {
     size_t cap; /* 0: unused */
     int peer, faults;
-    double rate;
+    double hist[RATE_HIST]; /* the last rates, oldest replaced first */
+    unsigned n;             /* rates stored so far */
 };
+
+/* Median of the rates a kind has stored (rlock held). */
+static double rate_median_locked(const struct rate_seen *k)
+{
+    unsigned n = k->n < RATE_HIST ? k->n : RATE_HIST;
+    double v[RATE_HIST];
+    for (unsigned i = 0; i < n; i++) { /* insertion sort of at most RATE_HIST */
+        double x = k->hist[i];
+        unsigned j = i;
+        for (; j > 0 && v[j - 1] > x; j--)
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    if (n == 0)
+        return 0;
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 static struct {
     pthread_mutex_t lock;
@@ -154,14 +178,14 @@ static int rate_slot_locked(size_t cap, int peer, int faults)
     return -1;
 }
 
-/* The production rate to size a send of @cap bytes to @peer with: that of
- * the last send of the same size, peer and triggering, else the last of
- * any (0: none yet). */
+/* The production rate to size a send of @cap bytes to @peer with: the
+ * median of the last sends of the same size, peer and triggering, else the
+ * last of any (0: none yet). */
 double ovl__delta_rate_for(size_t cap, int peer, int faults)
 {
     pthread_mutex_lock(&D.rlock);
     int i = rate_slot_locked(cap, peer, faults);
-    double r = i >= 0 ? D.rates[i].rate : 0;
+    double r = i >= 0 ? rate_median_locked(&D.rates[i]) : 0;
     pthread_mutex_unlock(&D.rlock);
     return r > 0 ? r : atomic_load(&D.rate);
 }
@@ -171,9 +195,12 @@ static void rate_store(size_t cap, int peer, int faults, double rate)
     atomic_store(&D.rate, rate);
     pthread_mutex_lock(&D.rlock);
     int i = rate_slot_locked(cap, peer, faults);
-    if (i < 0)
+    if (i < 0) {
         i = (int)(D.rnext++ % NRATES); /* a new kind replaces the oldest */
-    D.rates[i] = (struct rate_seen){ cap, peer, faults, rate };
+        D.rates[i] = (struct rate_seen){ .cap = cap, .peer = peer, .faults = faults };
+    }
+    struct rate_seen *k = &D.rates[i];
+    k->hist[k->n++ % RATE_HIST] = rate;
     pthread_mutex_unlock(&D.rlock);
 }
 

@@ -566,21 +566,25 @@ static size_t rated_message(size_t bytes, int slow_ms, int tag, uint64_t key, un
     return d;
 }
 
-/* A send is sized with the production rate of the last send of the same
- * size to the same rank (white-box: ovl__delta_rate_for), not of the last
- * send of any kind: after a kind produced slowly (64 KiB over 100 ms: 0.66
- * B/us, 1.3 at most with ovl's own time left out) and one produced at once (48 KiB; several ms at worst with
- * 4 ranks on 2 cores, where the sender may lose its core meanwhile), each
- * kind keeps its own rate, a size never sent takes the last rate of any,
- * and the next slow kind's message is sized by the slow rate. */
+/* A send is sized with the production rates of the last sends of the same
+ * size to the same rank (white-box: ovl__delta_rate_for, the median of the
+ * last five), not of the last send of any kind: after a kind produced
+ * slowly three times (64 KiB over 100 ms: 0.66 B/us, 1.3 at most with
+ * ovl's own time left out) and one produced at once (48 KiB; several ms at
+ * worst with 4 ranks on 2 cores, where the sender may lose its core
+ * meanwhile), each kind keeps its own rate, a size never sent takes the
+ * last rate of any, and the next slow kind's message is sized by the slow
+ * rate. One slow message among fast ones of its kind does not move the
+ * kind's rate. */
 static void rates(void)
 {
-    const size_t A = 64 << 10, B = 48 << 10;
+    const size_t A = 64 << 10, B = 48 << 10, C = 40 << 10;
     const double slow = (double)A / 100000.0;
     unsigned char *out = dt_alloc(A), *in = dt_alloc(A);
     CHECK(out && in);
     int faults = !explicit_mode, sender = th_rank % 2 == 0;
-    rated_message(A, 100, 81, key_of(10, 0, 0, 0), out, in);
+    for (int i = 0; i < 3; i++) /* earlier phases sent 64 KiB at once: outvote them */
+        rated_message(A, 100, 81, key_of(10, 0, i, 0), out, in);
     rated_message(B, 0, 82, key_of(10, 1, 0, 0), out, in);
     double ra = 0;
     if (sender) {
@@ -598,6 +602,15 @@ static void rates(void)
         CHECKF(da == ovl__model_delta_size(A, ra, faults),
                "64 KiB after 48 KiB at once: delta %zu, not the %zu its own rate gives", da,
                ovl__model_delta_size(A, ra, faults));
+    /* three at once, then one over 100 ms (1 B/us): the median stays fast */
+    for (int i = 0; i < 3; i++)
+        rated_message(C, 0, 83, key_of(10, 3, i, 0), out, in);
+    rated_message(C, 100, 83, key_of(10, 4, 0, 0), out, in);
+    if (sender) {
+        double rcf = ovl__delta_rate_for(C, peer, faults), cslow = (double)C / 100000.0;
+        CHECKF(rcf > 3 * cslow, "40 KiB: one slow message of four moved its rate to %.2f B/us",
+               rcf);
+    }
     dt_free(out, A);
     dt_free(in, A);
 }
