@@ -26,8 +26,8 @@
  * current delta sends everything before it (watch.c calls `produced`);
  * explicit mode merges the ranges ovl_delta_produced reports and sends a
  * contiguous range once it reaches the delta size. The delta size comes
- * from the model (model.c), fed with the production rate of the last send
- * of the same kind (ovl__delta_rate_for).
+ * from the model (model.c), fed with the production rate of the last sends
+ * of the same kind (ovl__delta_rate_for: the median of the last five).
  * A send whose buffer is a pending delta receive forwards it: every piece
  * that arrives is sent on at once (cascades and broadcast trees).
  */

@@ -48,8 +48,8 @@
  * the receiver with the next piece, which the fill is charged for. The
  * model evaluates every page multiple up to a cap below the eager limit
  * and takes the minimum.
- * P, the production rate, is that of the last delta send of the same size,
- * peer and triggering, else of the last of any, from begin to
+ * P, the production rate, is that of the last delta sends of the same size,
+ * peer and triggering (the median of the last five), else of the last of any, from begin to
  * ovl_delta_send_end (the caller, delta.c's ovl__delta_rate_for, passes it; 0 =
  * unknown, taken equal to B); the size is chosen once per send.
  */
