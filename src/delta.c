@@ -146,6 +146,8 @@ struct rate_seen {
 static double rate_median_locked(const struct rate_seen *k)
 {
     unsigned n = k->n < RATE_HIST ? k->n : RATE_HIST;
+    if (n == 0)
+        return 0;
     double v[RATE_HIST];
     for (unsigned i = 0; i < n; i++) { /* insertion sort of at most RATE_HIST */
         double x = k->hist[i];
@@ -154,8 +156,6 @@ static double rate_median_locked(const struct rate_seen *k)
             v[j] = v[j - 1];
         v[j] = x;
     }
-    if (n == 0)
-        return 0;
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
