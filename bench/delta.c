@@ -546,11 +546,9 @@ int bench_delta_sweep(int argc, char **argv)
         }
         /* A new random order of the delta-size columns every rep (the same
          * on every rank: one seed, one sequence). A rotation kept each
-         * column behind the same neighbour, and what one configuration
+         * column behind the same neighbour, so whatever one configuration
          * leaves behind in the process and on the link (TCP state, the
-         * shaper's bucket) then biased the next column by as much as 8 %:
-         * the automatic column, forced to the 8 KiB of the 8 KiB column,
-         * ran 6-8 % slower than it at OS-triggered 32 KB. */
+         * shaper's bucket) would bias the same column every rep. */
         for (int j = 0; j < nd; j++)
             order[j] = j;
         for (int j = nd - 1; j > 0; j--) {
@@ -570,10 +568,11 @@ int bench_delta_sweep(int argc, char **argv)
             bench_ovl_init(&cfg);
             if (!mon[0] && bench_rank == 0)
                 monitor_line(mon, sizeof mon);
-            /* untimed runs first: the first fault-watched message after
-             * ovl_init pays one-time costs (about 20 us at 32 KB), which
-             * otherwise fell on whichever size was the first to take
-             * several pieces under this column's delta size */
+            /* untimed runs first, so every column is timed after the same
+             * history: a message's time depends on what the process sent
+             * just before (the automatic column, forced to 8 KiB pieces,
+             * ran OS-triggered 32 KB 6-8 % slower than the 8 KiB column
+             * when its 8 and 16 KB messages went as single pieces) */
             for (int w = 0; w < init_warm; w++)
                 for (int s = 0; s < ns; s++)
                     for (int mo = 0; mo < 2; mo++) {
@@ -586,11 +585,10 @@ int bench_delta_sweep(int argc, char **argv)
                     int v = (mo + r + s) % 2 ? KV_OVL_EXPLICIT : KV_OVL_OS;
                     kernel_run(k[s], (enum kvar)v, &kr);
                     int mi = v == KV_OVL_OS ? 0 : 1;
+                    size_t cell = (size_t)d * (size_t)ns + (size_t)s;
                     if (r >= 0)
-                        tov[mi][((size_t)d * (size_t)ns + (size_t)s) * (size_t)reps + (size_t)r] =
-                            kr.time;
-                    size_t *u = &used[mi][(size_t)d * (size_t)ns + (size_t)s];
-                    size_t *um = &umin[mi][(size_t)d * (size_t)ns + (size_t)s];
+                        tov[mi][cell * (size_t)reps + (size_t)r] = kr.time;
+                    size_t *u = &used[mi][cell], *um = &umin[mi][cell];
                     if (kr.delta_bytes > *u)
                         *u = kr.delta_bytes;
                     if (kr.delta_bytes_min && (!*um || kr.delta_bytes_min < *um))
@@ -637,12 +635,11 @@ int bench_delta_sweep(int argc, char **argv)
                 double best = 0, autosp = 0;
                 size_t autosz = 0, autolo = 0;
                 for (int d = 0; d < nd; d++) {
-                    size_t off = ((size_t)d * (size_t)ns + (size_t)s) * (size_t)reps;
-                    struct bench_stat st = bench_stat_of(&tov[mi][off], reps);
+                    size_t cell = (size_t)d * (size_t)ns + (size_t)s;
+                    struct bench_stat st = bench_stat_of(&tov[mi][cell * (size_t)reps], reps);
                     double spd = st.med > 0 ? mpimed[s] / st.med : 0;
                     printf(" %5.2fx", spd);
-                    size_t u = used[mi][(size_t)d * (size_t)ns + (size_t)s];
-                    size_t ulo = umin[mi][(size_t)d * (size_t)ns + (size_t)s];
+                    size_t u = used[mi][cell], ulo = umin[mi][cell];
                     if (dcfg[d] && spd > best)
                         best = spd;
                     if (!dcfg[d]) {

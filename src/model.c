@@ -712,7 +712,7 @@ static void split_terms(ovl_monitor_t mon, double *t)
     t[10] = (double)mon;
 }
 
-static int split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out);
+static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out);
 
 int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
 {
@@ -741,7 +741,7 @@ int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
     return 0;
 }
 
-static int split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out)
+static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out)
 {
     size_t ps = ovl__watch_page();
     double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
@@ -848,7 +848,6 @@ done:
         r.growth = 1.0;
     }
     *out = r;
-    return 0;
 }
 
 size_t ovl__model_split_threshold(int peer)

@@ -529,8 +529,9 @@ size_t ovl__model_piggyback_threshold(void);
  * unknown), fault-triggered or annotated. */
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults);
 /* The production rate (bytes/us) a delta send of @cap bytes to @peer is
- * sized with: the last send of the same size, peer and triggering (@faults:
- * a fault monitor, not explicit), else the last of any; 0 if none. */
+ * sized with: the median of the last five sends of the same size, peer and
+ * triggering (@faults: a fault monitor, not explicit), else the last send
+ * of any kind; 0 if none. */
 double ovl__delta_rate_for(size_t cap, int peer, int faults);
 /* Largest delta piece (receivers size their buffers with it). */
 size_t ovl__model_max_delta(void);
