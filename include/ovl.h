@@ -112,7 +112,8 @@ enum {
     OVL_CONFIG_FIELD_POLL_CALLBACK_US = 1u << 15,
     OVL_CONFIG_FIELD_POLL_RMA_US = 1u << 16,
     OVL_CONFIG_FIELD_POLL_SERVE_US = 1u << 17,
-    OVL_CONFIG_FIELD_POLL_QUIET_SHARE = 1u << 18
+    OVL_CONFIG_FIELD_POLL_QUIET_SHARE = 1u << 18,
+    OVL_CONFIG_FIELD_STREAM_WHOLE = 1u << 19
 };
 
 /**
@@ -141,6 +142,20 @@ typedef enum {
     OVL_RMA_LOCAL_OVERLAP = 1
 } ovl_rma_local_t;
 
+/** Whether a marshal stream that fits in its first window goes as one
+ * message (OVL_STREAM_WHOLE). */
+typedef enum {
+    /** when the marshal function fills it quickly: within the per-message
+     *  costs that fragment-by-fragment sending would add, plus a tenth of
+     *  the wire time of what it holds (a slow one streams from its first
+     *  fragment) */
+    OVL_STREAM_WHOLE_AUTO = 0,
+    /** whenever it fits, however long the marshal function takes */
+    OVL_STREAM_WHOLE_ON = 1,
+    /** never: every fragment is its own message */
+    OVL_STREAM_WHOLE_OFF = 2
+} ovl_stream_whole_t;
+
 /**
  * Options for ovl_init(). Set field_mask to the OVL_CONFIG_FIELD_* bits of
  * the fields you fill in; the others take their OVL_* environment variable,
@@ -155,7 +170,8 @@ typedef struct {
         spin_us; /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 0) */
     size_t
         fragment_size; /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header, 64 B - 64 MiB, same on every rank; 0 = chosen at ovl_init from the performance model: the smallest power of two from 4 KiB to 64 KiB (within the eager switch) whose per-message overhead is at most 5 % of its wire time, which ovl_config_get() then reports (default 0) */
-    unsigned stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream (default 8) */
+    unsigned
+        stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream, same on every rank (default 8) */
     size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
     int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
     ovl_monitor_t monitor; /**< OVL_MONITOR: auto|uffd|mprotect|explicit (default auto) */
@@ -180,13 +196,16 @@ typedef struct {
         poll_serve_us; /**< OVL_POLL_SERVE_US: the progress thread's longest sleep between polls while this rank has a live segment (ovl_segment_create), where other ranks' gets and puts on its memory progress only when MPI is polled here; may exceed poll_max_us; each wake-up costs a computation on this core (about 25 us on the Xeon test VM, docs/PERFORMANCE.md); 0 = poll_max_us, and only where the first ovl_segment_create measures that one-sided operations need the target's MPI calls (no serving polls on RDMA networks or shared-memory windows), which ovl_config_get() reports as poll_max_us (default 0) */
     unsigned
         poll_quiet_share; /**< OVL_POLL_QUIET_SHARE: percent (1-100) of the time left before a predicted completion, less one poll interval, that the progress thread sleeps in one go while only sized transfers are in flight (capped by poll_quiet_us); larger: fewer wake-ups taken from the computation, but a completion that comes earlier than predicted is seen later (default 75) */
+    ovl_stream_whole_t
+        stream_whole; /**< OVL_STREAM_WHOLE: auto|on|off, whether a send stream whose marshal function ends within its first window (window x fragment payload, plus 16 bytes per fragment: 128 KiB with 8 fragments of 16 KiB) goes as one message instead of one per fragment; auto: when the function fills it quickly (default auto) */
 } ovl_config_t;
 
 /**
  * Start ovl on (a private duplicate of) @p comm. Collective over @p comm.
  * MPI must be initialised. With OVL_PROGRESS_THREAD the MPI library must
  * provide MPI_THREAD_MULTIPLE (MPI_Init_thread); otherwise OVL_ERR_THREAD.
- * Every rank must use the same fragment size (checked: OVL_ERR_CONFIG).
+ * Every rank must use the same fragment size and stream window (checked:
+ * OVL_ERR_CONFIG).
  *
  * @param comm  communicator (MPI_COMM_WORLD in most programs)
  * @param cfg   options, or NULL for environment and defaults
@@ -827,12 +846,12 @@ OVL_NODISCARD int ovl_hint_piggyback(unsigned threshold);
 
 /** Counters of the calling process since ovl_init. */
 typedef struct {
-    uint64_t polls;          /**< progress polls (MPI_Testsome calls) */
-    uint64_t thread_wakeups; /**< times the progress thread woke up */
-    uint64_t completions;    /**< MPI requests completed by the engine */
-    uint64_t callbacks;      /**< continuations run */
-    uint64_t fragments_sent;
-    uint64_t fragments_received;
+    uint64_t polls;              /**< progress polls (MPI_Testsome calls) */
+    uint64_t thread_wakeups;     /**< times the progress thread woke up */
+    uint64_t completions;        /**< MPI requests completed by the engine */
+    uint64_t callbacks;          /**< continuations run */
+    uint64_t fragments_sent;     /**< stream fragments sent (in stream_messages messages) */
+    uint64_t fragments_received; /**< stream fragments received */
     uint64_t coroutine_switches;
     uint64_t faults;          /**< access faults handled by the monitor */
     uint64_t fault_waits;     /**< faults that had to wait for data */
@@ -844,6 +863,8 @@ typedef struct {
     uint64_t rma_bytes;       /**< bytes got and put */
     uint64_t rma_waits;       /**< ovl_get_need/fence/barrier/lock calls that had to wait */
     double rma_wait_us;       /**< time spent in those waits, microseconds */
+    uint64_t
+        stream_messages; /**< MPI messages the fragments sent went in (a stream sent whole: one) */
 } ovl_stats_t;
 
 /** Copy the counters. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */

@@ -123,6 +123,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         .poll_callback_us = 30,
         .poll_rma_us = 100,
         .poll_quiet_share = 75,
+        .stream_whole = OVL_STREAM_WHOLE_AUTO,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
@@ -163,6 +164,15 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
                            "OVL_RMA_LOCAL", "rma_local", rma_local_names, rma_local_values, 2, &e)))
         return rc;
     c.rma_local = (ovl_rma_local_t)e;
+
+    static const char *const whole_names[] = { "auto", "on", "off" };
+    static const int whole_values[] = { OVL_STREAM_WHOLE_AUTO, OVL_STREAM_WHOLE_ON,
+                                        OVL_STREAM_WHOLE_OFF };
+    e = (int)c.stream_whole;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_STREAM_WHOLE) != 0, (int)u->stream_whole,
+                           "OVL_STREAM_WHOLE", "stream_whole", whole_names, whole_values, 3, &e)))
+        return rc;
+    c.stream_whole = (ovl_stream_whole_t)e;
 
 #define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                 \
     do {                                                                                       \

@@ -144,9 +144,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     /* The upper half of the tag space marks delta headers (match.c). */
     ovl__g.tag_ub = ovl__g.mpi_tag_ub / 2;
 
-    /* Fragment size must agree: receivers post fragment-sized buffers. */
-    unsigned long long fs[2] = { c.fragment_size, ~(unsigned long long)c.fragment_size }, fsr[2];
-    rc = MPI_Allreduce(fs, fsr, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
+    /* Fragment size and stream window must agree: receivers post
+     * fragment-sized buffers, and a stream's first receive spans its ring
+     * (stream.c). */
+    unsigned long long fs[4] = { c.fragment_size, ~(unsigned long long)c.fragment_size,
+                                 c.stream_window, ~(unsigned long long)c.stream_window },
+                       fsr[4];
+    rc = MPI_Allreduce(fs, fsr, 4, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
     if (rc != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");
         goto fail_comms;
@@ -156,6 +160,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
                         "OVL_FRAGMENT_SIZE differs between ranks (this rank %zu, max %llu): set "
                         "the same value everywhere, or leave it unset (0) on every rank",
                         c.fragment_size, fsr[0]);
+        goto fail_comms;
+    }
+    if (fsr[2] != ~fsr[3]) {
+        rc = ovl__error(OVL_ERR_CONFIG, fn,
+                        "OVL_STREAM_WINDOW differs between ranks (this rank %u, max %llu): set "
+                        "the same value everywhere, or leave it unset on every rank",
+                        c.stream_window, fsr[2]);
         goto fail_comms;
     }
 
@@ -177,6 +188,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     atomic_store(&ovl__g.st_completions, 0);
     atomic_store(&ovl__g.st_callbacks, 0);
     atomic_store(&ovl__g.st_frag_sent, 0);
+    atomic_store(&ovl__g.st_stream_msgs, 0);
     atomic_store(&ovl__g.st_frag_recv, 0);
     atomic_store(&ovl__g.st_switches, 0);
     atomic_store(&ovl__g.st_faults, 0);
@@ -282,7 +294,7 @@ static void print_stats(void)
         "fault %.2f us, M(1) %.2f us, copy %.0f MB/s, split from %zu B\n"
         "ovl stats [rank %d] transfers %llu, strips %llu, bytes %llu, waiting %.3f ms\n"
         "ovl stats [rank %d] faults %llu (waited %llu), delta pieces sent %llu received %llu, "
-        "fragments sent %llu received %llu\n"
+        "fragments sent %llu (in %llu messages) received %llu\n"
         "ovl stats [rank %d] split decisions:%s\n"
         "ovl stats [rank %d] serving others' gets and puts while a segment lives: %s\n"
         "ovl stats [rank %d] progress: polls %llu, completions %llu, continuations %llu, "
@@ -300,6 +312,7 @@ static void print_stats(void)
         (unsigned long long)atomic_load(&ovl__g.st_deltas_sent),
         (unsigned long long)atomic_load(&ovl__g.st_deltas_recv),
         (unsigned long long)atomic_load(&ovl__g.st_frag_sent),
+        (unsigned long long)atomic_load(&ovl__g.st_stream_msgs),
         (unsigned long long)atomic_load(&ovl__g.st_frag_recv), r, at ? split : " none", r,
         ovl__rma_serving_said(), r, (unsigned long long)atomic_load(&ovl__g.st_polls),
         (unsigned long long)atomic_load(&ovl__g.st_completions),
@@ -425,6 +438,7 @@ int ovl_stats_get(ovl_stats_t *s)
     s->completions = atomic_load(&ovl__g.st_completions);
     s->callbacks = atomic_load(&ovl__g.st_callbacks);
     s->fragments_sent = atomic_load(&ovl__g.st_frag_sent);
+    s->stream_messages = atomic_load(&ovl__g.st_stream_msgs);
     s->fragments_received = atomic_load(&ovl__g.st_frag_recv);
     s->coroutine_switches = atomic_load(&ovl__g.st_switches);
     s->faults = atomic_load(&ovl__g.st_faults);

@@ -97,6 +97,10 @@ struct ovl__op {
      * that consumer drives progress itself when it needs the data, so the
      * progress thread may poll it at a slower pace. Engine lock held. */
     int (*patient)(const struct ovl__op *op);
+    /* set by the engine (ovl__engine_add_handshake, else 0): until the
+     * engine's poll count reaches this, the op keeps the usual pace
+     * instead of sleeping towards due_us */
+    unsigned long hs_until;
 };
 /* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
  * arriving; finalize must let it complete rather than cancel it.
@@ -188,6 +192,11 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
  * anyway (progress.c, wake_for_remote_locked), since a poll now would find
  * nothing. */
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
+/* A send by rendezvous that nothing else in flight will poll for: as
+ * ovl__engine_add_remote, and the thread keeps the usual pace for two
+ * polls (the peer's request to send, then its answer to ours) before it
+ * sleeps towards the predicted completion. */
+int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes);
 /* The same for a stream fragment of @bytes (op->kind SEND, or FRAG for a
  * receive): sized as ovl__engine_add_sized; @quiet and @slack_us as in
  * struct ovl__op; not woken if the thread polls before the fragment is due
@@ -658,7 +667,7 @@ struct ovl__global {
     int *node_of;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
-        st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv;
+        st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv, st_stream_msgs;
     /* OVL_STATS: transfers of every front end, their strips, bytes, time
      * spent waiting, and the split decisions by reason */
     atomic_ullong st_transfers, st_strips, st_bytes, st_wait_ns;

@@ -108,6 +108,8 @@ static struct {
     /* pacing: when the outgoing and incoming links are predicted to be free
      * of the sized transfers posted so far (ovl__now_us clock) */
     double out_free_us, in_free_us;
+    /* MPI polls of the engine's requests so far (hs_until) */
+    unsigned long polls;
 } E = { .lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER };
 
 void ovl__engine_lock(void)
@@ -214,6 +216,7 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
         E.cap = ncap;
     }
     op->due_us = due_locked(op, bytes);
+    op->hs_until = 0;
     op->slack_us = 0;
     op->quiet = 0;
     op->patient = patient;
@@ -352,6 +355,18 @@ int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes)
 {
     return add_and_wake(op, bytes, NULL, 1);
+}
+
+int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes)
+{
+    pthread_mutex_lock(&E.lock);
+    int rc = add_locked(op, bytes, NULL);
+    if (rc == OVL_SUCCESS) {
+        op->hs_until = E.polls + 2;
+        wake_for_remote_locked();
+    }
+    unlock_E();
+    return rc;
 }
 
 int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op))
@@ -589,6 +604,7 @@ int ovl__engine_drive(void)
     if (E.n > 0 && grow_batch(E.n) == 0) {
         int outcount = 0;
         int rc = testsome_errors_return(&outcount);
+        E.polls++;
         atomic_fetch_add_explicit(&ovl__g.st_polls, 1, memory_order_relaxed);
         if (outcount != MPI_UNDEFINED && outcount > 0) {
             for (int k = 0; k < outcount; k++) {
@@ -784,6 +800,8 @@ static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigne
         const struct ovl__op *op = E.ops[i];
         if (op->patient && op->patient(op))
             continue;
+        if (op->hs_until > E.polls)
+            return max_us; /* a rendezvous in its handshake */
         if (op->quiet) {
             quiet = 1;
             continue;

@@ -11,8 +11,16 @@
  *   the last fragment carries OVL__F_LAST (and OVL__F_ABORT if the marshal
  *   function failed); it may be short or empty.
  *
- * Both sides own a ring of OVL_STREAM_WINDOW fragment buffers; fragment k
- * lives in slot k % window. Fragments are sent with MPI_Issend, which
+ * One MPI message carries one fragment, except the first: a marshal
+ * function that fills its stream within the first window, quickly, sends
+ * it as one message of consecutive fragment images (each with its header,
+ * the way they lie in the ring), as a hand-written pack loop would send
+ * one buffer (see lead_hold). The receiver posts the first receive over
+ * its whole ring and reads however many images arrive.
+ *
+ * Both sides own a ring of OVL_STREAM_WINDOW fragment buffers, one block
+ * of memory (slot i at i * fragment size); fragment k lives in slot k %
+ * window on the receiver. Fragments are sent with MPI_Issend, which
  * completes only once the receiver has matched it, so a slow receiver stops
  * the sender after `window` fragments: memory stays bounded on both sides
  * (the receiver's MPI never queues more than `window` unexpected fragments).
@@ -55,6 +63,8 @@ struct frag {
     int state;
     size_t len; /* payload bytes */
     uint32_t flags, seq;
+    unsigned
+        nimg; /* send: fragment images in this slot's message (this slot's and the next ones') */
 };
 
 struct ovl__stream {
@@ -72,12 +82,18 @@ struct ovl__stream {
     int completing; /* completion claimed (engine lock) */
     size_t payload_max;
     unsigned window;
+    char *block; /* the slots' buffers: slot i at i * (header + payload_max) */
     struct frag *frags;
     unsigned nposted; /* fragments with an MPI request in flight */
     size_t tell;      /* bytes written or read by the marshal function */
     /* send side */
     int cur;
     uint32_t next_seq;
+    int in_lead;   /* full fragments are held for one first message (lead_hold) */
+    unsigned held; /* fragments held: slots 0 .. held - 1 */
+    size_t excess; /* bytes at excess_at that open the next fragment (post_full) */
+    const unsigned char *excess_at;
+    double t_start; /* ovl__now_us when the marshal function started */
     /* receive side */
     unsigned head;
     size_t rpos;
@@ -141,6 +157,30 @@ static void wsync(struct ovl__stream *s)
     wclose(s);
 }
 
+/* Bytes past the ring's last slot in its block: a first message that fills
+ * the ring may carry that much more in its last fragment, so that a
+ * stream of window x fragment size bytes (128 KiB with the defaults: 8 x
+ * 16 KiB, less the 8 headers) still goes in one message. */
+static size_t stretch_bytes(const struct ovl__stream *s)
+{
+    size_t x = (size_t)s->window * OVL__HDR_BYTES;
+    return x < s->payload_max ? x : s->payload_max;
+}
+
+static size_t block_bytes(const struct ovl__stream *s)
+{
+    return (size_t)s->window * (OVL__HDR_BYTES + s->payload_max) + stretch_bytes(s);
+}
+
+/* Payload bytes fragment f may take: the last slot, when every slot before
+ * it is held for one first message, takes the stretch too. */
+static size_t frag_cap(const struct ovl__stream *s, const struct frag *f)
+{
+    if (s->in_lead && s->held + 1 == s->window && f == &s->frags[s->window - 1])
+        return s->payload_max + stretch_bytes(s);
+    return s->payload_max;
+}
+
 /* Open the write window on the fragment being filled, if any. */
 static void wopen(struct ovl__stream *s)
 {
@@ -148,7 +188,7 @@ static void wopen(struct ovl__stream *s)
         return;
     struct frag *f = &s->frags[s->cur];
     s->win.ovl_wpos_ = payload(f) + f->len;
-    s->win.ovl_wend_ = payload(f) + s->payload_max;
+    s->win.ovl_wend_ = payload(f) + frag_cap(s, f);
 }
 
 /* Fold the helpers' reads into the head fragment's position and close. */
@@ -258,8 +298,7 @@ static void finish(struct ovl__stream *s)
     r->status.bytes = s->is_send ? s->tell : s->received;
     r->status.source = s->is_send ? ovl__g.rank : s->peer;
     r->status.tag = s->tag;
-    for (unsigned i = 0; i < s->window; i++)
-        free(s->frags[i].buf);
+    free(s->block);
     free(s->frags);
     ovl__coro_destroy(s->co);
     atomic_fetch_sub(s->is_send ? &active_send : &active_recv, 1);
@@ -296,7 +335,8 @@ static void send_done(struct ovl__op *op, MPI_Status *st)
     if (st->MPI_ERROR != MPI_SUCCESS)
         record_error(s, st->MPI_ERROR, "fragment send");
     ovl__engine_lock();
-    f->state = FR_FREE;
+    for (unsigned i = 0; i < f->nimg; i++)
+        f[i].state = FR_FREE;
     ovl__engine_unlock();
     frag_settled(s);
 }
@@ -332,9 +372,12 @@ unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, 
 }
 
 /* Add fragment f (its MPI request started; @last: a send's last) to the
- * engine, quiet unless it is a checkpoint. */
+ * engine, quiet unless it is a checkpoint. A whole stream in one message
+ * is tracked as a plain send is. */
 static int frag_add(struct ovl__stream *s, struct frag *f, size_t bytes, int last)
 {
+    if (s->is_send && f->nimg > 1)
+        return ovl__engine_add_handshake(&f->op, bytes);
     double tau = ovl__m.bw_Bpus > 0 ? (double)bytes / ovl__m.bw_Bpus : 0;
     double age = s->t_first > 0 ? ovl__now_us() - s->t_first : 0;
     unsigned k = ovl__stream_stride(s->window, bytes, ovl__m.bw_Bpus, s->is_send, age);
@@ -344,31 +387,41 @@ static int frag_add(struct ovl__stream *s, struct frag *f, size_t bytes, int las
     return ovl__engine_add_stream(&f->op, bytes, quiet, (double)(k - 1) * tau);
 }
 
-/* Post fragment f. Runs in the coroutine. */
-static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
+/* Post the @nimg fragments from slot f on (consecutive slots, all full but
+ * the last) as one message, @flags on the last. Runs in the coroutine. */
+static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags, unsigned nimg)
 {
-    struct frag_hdr h = { OVL__HDR_MAGIC, s->sid, flags, s->next_seq };
-    memcpy(f->buf, &h, sizeof h);
-    f->seq = s->next_seq++;
+    for (unsigned i = 0; i < nimg; i++) {
+        struct frag_hdr h = { OVL__HDR_MAGIC, s->sid, i + 1 == nimg ? flags : 0u, s->next_seq };
+        memcpy(f[i].buf, &h, sizeof h);
+        f[i].seq = s->next_seq++;
+    }
+    f->nimg = nimg;
     f->op.done = send_done;
     f->op.ctx = f;
     f->op.kind = OVL__OP_SEND;
     f->op.peer = s->peer;
-    int count = (int)(OVL__HDR_BYTES + f->len);
+    int count =
+        (int)((nimg - 1) * (OVL__HDR_BYTES + s->payload_max) + OVL__HDR_BYTES + f[nimg - 1].len);
     int rc = f->seq == 0 ? MPI_Issend(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
                                       &f->op.mreq)
                          : MPI_Issend(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
                                       ovl__g.comm_frag, &f->op.mreq);
     if (rc != MPI_SUCCESS) {
         record_error(s, rc, "MPI_Issend");
-        f->state = FR_FREE;
+        for (unsigned i = 0; i < nimg; i++)
+            f[i].state = FR_FREE;
         return;
     }
     ovl__engine_lock();
-    f->state = FR_INFLIGHT;
+    for (unsigned i = 0; i < nimg; i++)
+        f[i].state = FR_INFLIGHT;
     s->nposted++;
     ovl__engine_unlock();
-    atomic_fetch_add_explicit(&ovl__g.st_frag_sent, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ovl__g.st_frag_sent, nimg, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ovl__g.st_stream_msgs, 1, memory_order_relaxed);
+    if (ovl__trace_on)
+        ovl__trace_instant("stream", "fragment-send", "seq", f->seq, "bytes", count);
     if (frag_add(s, f, (size_t)count, (flags & OVL__F_LAST) != 0) != OVL_SUCCESS) {
         /* cannot track it: complete it here */
         MPI_Status st;
@@ -376,6 +429,57 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags)
         f->op.mreq = MPI_REQUEST_NULL;
         send_done(&f->op, &st);
     }
+}
+
+/* Whether the fragment that just filled (slot s->held; slots before it
+ * held already) is held too rather than posted: while the stream is in its
+ * first window, a slot is left for the next fragment, and the marshal
+ * function has taken no longer than the costs that sending the fragments
+ * one by one would add (o per message, from the model) plus a tenth of
+ * their wire time. A function that outruns the wire this way and ends
+ * within the window sends its whole stream as one message (send_body): a
+ * hand-written pack loop's one buffer, where fragment by fragment each
+ * eager send took 12-35 us of the caller's CPU on the emulated 1 Gbit/s
+ * link (docs/PERFORMANCE.md, "One message for a short stream"). A slower
+ * function, or one that fills the window, streams as before
+ * (flush_held), having delayed the wire by at most that allowance. */
+static int lead_hold(struct ovl__stream *s)
+{
+    if (!s->in_lead || s->held + 2 > s->window)
+        return 0;
+    if (ovl__g.cfg.stream_whole == OVL_STREAM_WHOLE_ON)
+        return 1;
+    double k = (double)(s->held + 1);
+    double o = ovl__m.o_us < 1 ? 1 : ovl__m.o_us > 100 ? 100 : ovl__m.o_us;
+    double allow = k * o;
+    if (ovl__m.bw_Bpus > 0)
+        allow += k * (double)s->payload_max / ovl__m.bw_Bpus / 10;
+    return ovl__now_us() - s->t_start <= allow;
+}
+
+/* Post the held fragments one by one, and stream from here on. */
+static void flush_held(struct ovl__stream *s)
+{
+    unsigned n = s->held;
+    s->held = 0;
+    s->in_lead = 0;
+    for (unsigned i = 0; i < n && !s->err; i++)
+        send_frag(s, &s->frags[i], 0, 1);
+}
+
+/* Fragment f is full and more follows, and it is not held: post what is
+ * held, then f. A stretched last slot goes as a plain fragment, its bytes
+ * past one fragment's payload opening the next (they stay in the block's
+ * stretch, which nothing else writes, until acquire_next copies them). */
+static void post_full(struct ovl__stream *s, struct frag *f)
+{
+    flush_held(s);
+    if (f->len > s->payload_max) {
+        s->excess = f->len - s->payload_max;
+        s->excess_at = payload(f) + s->payload_max;
+        f->len = s->payload_max;
+    }
+    send_frag(s, f, 0, 1);
 }
 
 /* Get a buffer to fill, parking while the whole window is in flight. */
@@ -391,10 +495,6 @@ static int acquire(struct ovl__stream *s, struct frag **out)
             f->state = FR_FILLING;
         ovl__engine_unlock();
         if (f) {
-            if (!f->buf && !(f->buf = malloc(OVL__HDR_BYTES + s->payload_max))) {
-                f->state = FR_FREE;
-                return ovl__error(OVL_ERR_NOMEM, "ovl_stream_write", "no memory for a fragment");
-            }
             f->len = 0;
             *out = f;
             return OVL_SUCCESS;
@@ -403,9 +503,22 @@ static int acquire(struct ovl__stream *s, struct frag **out)
     }
 }
 
+/* acquire, and start the fragment with the bytes post_full moved out. */
+static int acquire_next(struct ovl__stream *s, struct frag **out)
+{
+    int rc = acquire(s, out);
+    if (rc == OVL_SUCCESS && s->excess) {
+        memcpy(payload(*out), s->excess_at, s->excess);
+        (*out)->len = s->excess;
+        s->excess = 0;
+    }
+    return rc;
+}
+
 static void send_body(void *arg)
 {
     struct ovl__stream *s = arg;
+    s->t_start = ovl__now_us();
     s->fn_rc = s->fn(&s->win, s->arg);
     wsync(s);
     if (s->fn_rc > 0)
@@ -413,13 +526,30 @@ static void send_body(void *arg)
     struct frag *f;
     if (s->cur >= 0) {
         f = &s->frags[s->cur];
-    } else if (acquire(s, &f) != OVL_SUCCESS) {
+    } else if (acquire_next(s, &f) != OVL_SUCCESS) {
         if (!s->err)
             s->err = OVL_ERR_NOMEM;
         return;
     }
     s->cur = -1;
-    send_frag(s, f, OVL__F_LAST | (s->fn_rc < 0 ? OVL__F_ABORT : 0u));
+    uint32_t flags = OVL__F_LAST | (s->fn_rc < 0 ? OVL__F_ABORT : 0u);
+    if (s->in_lead && f == &s->frags[s->held]) { /* the whole stream in one message */
+        unsigned n = s->held + 1;
+        s->held = 0;
+        s->in_lead = 0;
+        send_frag(s, s->frags, flags, n);
+        return;
+    }
+    if (f->len > s->payload_max) { /* not expected: held slots out of order */
+        post_full(s, f);
+        if (acquire_next(s, &f) != OVL_SUCCESS) {
+            if (!s->err)
+                s->err = OVL_ERR_NOMEM;
+            return;
+        }
+    }
+    flush_held(s);
+    send_frag(s, f, flags, 1);
 }
 
 int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
@@ -438,13 +568,28 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
     while (bytes) {
         struct frag *f;
         if (s->cur < 0) {
-            int rc = acquire(s, &f);
+            int rc = acquire_next(s, &f);
             if (rc)
                 return rc;
             s->cur = (int)(f - s->frags);
         }
         f = &s->frags[s->cur];
-        size_t n = s->payload_max - f->len;
+        size_t cap = frag_cap(s, f);
+        if (f->len == cap) {
+            /* full, and more follows: while the stream may still go as one
+             * message, this is decided only now (a stream that ends
+             * exactly here goes whole, send_body) */
+            s->cur = -1;
+            if (lead_hold(s)) {
+                s->held++;
+                continue;
+            }
+            post_full(s, f);
+            if (s->err)
+                return s->err;
+            continue;
+        }
+        size_t n = cap - f->len;
         if (n > bytes)
             n = bytes;
         memcpy(f->buf + OVL__HDR_BYTES + f->len, p, n);
@@ -452,9 +597,9 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
         p += n;
         bytes -= n;
         s->tell += n;
-        if (f->len == s->payload_max) {
+        if (!s->in_lead && f->len == s->payload_max) {
             s->cur = -1;
-            send_frag(s, f, 0);
+            send_frag(s, f, 0, 1);
             if (s->err)
                 return s->err;
         }
@@ -465,19 +610,60 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
 
 /* ---- receive side ------------------------------------------------------------ */
 
+/* The size of the last stream received whole from each source with each
+ * tag (a few slots, by hash; 0 after one that came in fragments): a
+ * stream's first receive is sized with it, so that the progress thread
+ * sleeps towards its predicted arrival as for a plain receive instead of
+ * polling at the callback pace through the whole message (a program
+ * exchanges the same streams again and again). Unknown, 0, or a wildcard:
+ * not sized, polled at that pace as before. A stale size only moves a
+ * poll. */
+#define LEAD_SEEN 64
+static struct {
+    _Atomic int key; /* 0: empty */
+    _Atomic size_t bytes;
+} lead_seen[LEAD_SEEN];
+
+static int lead_key(int peer, int tag, unsigned *slot)
+{
+    if (peer < 0 || tag < 0)
+        return 0;
+    unsigned h = (unsigned)peer * 2654435761u ^ (unsigned)tag * 40503u;
+    *slot = h % LEAD_SEEN;
+    return (int)(h & 0x3fffffffu) | 1;
+}
+
+static size_t lead_expected(int peer, int tag)
+{
+    unsigned i;
+    int k = lead_key(peer, tag, &i);
+    if (!k || atomic_load_explicit(&lead_seen[i].key, memory_order_relaxed) != k)
+        return 0;
+    return atomic_load_explicit(&lead_seen[i].bytes, memory_order_relaxed);
+}
+
+static void lead_arrived(int peer, int tag, size_t bytes)
+{
+    unsigned i;
+    int k = lead_key(peer, tag, &i);
+    if (!k)
+        return;
+    atomic_store_explicit(&lead_seen[i].key, k, memory_order_relaxed);
+    atomic_store_explicit(&lead_seen[i].bytes, bytes, memory_order_relaxed);
+}
+
 static void recv_done(struct ovl__op *op, MPI_Status *st);
 
 /* Post a receive for fragment `seq` into f. Called with no lock. */
 static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
 {
-    if (!f->buf && !(f->buf = malloc(OVL__HDR_BYTES + s->payload_max)))
-        return OVL_ERR_NOMEM;
     f->seq = seq;
     f->op.done = recv_done;
     f->op.ctx = f;
     f->op.kind = seq == 0 ? OVL__OP_RECV : OVL__OP_FRAG;
     f->op.peer = s->peer;
-    int count = (int)(OVL__HDR_BYTES + s->payload_max);
+    /* the first receive spans the whole block: a short stream comes whole */
+    int count = (int)(seq == 0 ? block_bytes(s) : OVL__HDR_BYTES + s->payload_max);
     int rc = seq == 0 ? MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
                                   &f->op.mreq)
                       : MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, (int)s->sid, ovl__g.comm_frag,
@@ -488,7 +674,10 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     f->state = FR_POSTED;
     s->nposted++;
     ovl__engine_unlock();
-    if ((seq == 0 ? ovl__engine_add(&f->op) : frag_add(s, f, (size_t)count, 0)) != OVL_SUCCESS) {
+    size_t expect = seq == 0 ? lead_expected(s->peer, s->tag) : 0;
+    if ((seq > 0  ? frag_add(s, f, (size_t)count, 0)
+         : expect ? ovl__engine_add_receive(&f->op, expect)
+                  : ovl__engine_add(&f->op)) != OVL_SUCCESS) {
         MPI_Cancel(&f->op.mreq);
         MPI_Wait(&f->op.mreq, MPI_STATUS_IGNORE);
         ovl__engine_lock();
@@ -522,11 +711,32 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
     MPI_Test_cancelled(st, &cancelled);
     struct frag_hdr h = { 0, 0, 0, 0 };
     int count = 0;
+    /* fragment images in the message: several only in a first one */
+    const size_t fb = OVL__HDR_BYTES + s->payload_max;
+    unsigned nimg = 1;
     if (!cancelled && st->MPI_ERROR == MPI_SUCCESS) {
         MPI_Get_count(st, MPI_BYTE, &count);
         if (count >= (int)OVL__HDR_BYTES)
             memcpy(&h, f->buf, sizeof h);
-        if (h.magic != OVL__HDR_MAGIC || h.seq != f->seq)
+        if (first && (size_t)count > fb)
+            nimg = (unsigned)(((size_t)count + fb - 1) / fb);
+        if (nimg > s->window) /* a ring-filling first message: the last one stretched */
+            nimg = s->window;
+        int ok = 1;
+        for (unsigned i = 0; ok && i < nimg; i++) {
+            struct frag_hdr g;
+            size_t ilen = i + 1 < nimg ? fb : (size_t)count - i * fb;
+            if (ilen < OVL__HDR_BYTES) {
+                ok = 0;
+                break;
+            }
+            memcpy(&g, f[i].buf, sizeof g);
+            /* in order, of one stream, and only the last image ends it */
+            ok = g.magic == OVL__HDR_MAGIC && g.seq == f->seq + i && g.sid == h.sid &&
+                 (i + 1 == nimg || !(g.flags & OVL__F_LAST));
+        }
+        ok = ok && count >= (int)OVL__HDR_BYTES;
+        if (!ok)
             record_error(s, MPI_ERR_OTHER, "stream fragment check (not an ovl stream message?)");
     } else if (!cancelled) {
         record_error(s, st->MPI_ERROR, "fragment receive");
@@ -545,21 +755,30 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
             f->flags = OVL__F_LAST;
         }
     } else {
-        f->state = FR_READY;
-        f->len = (size_t)count - OVL__HDR_BYTES;
-        f->flags = h.flags;
-        s->received += f->len;
+        for (unsigned i = 0; i < nimg; i++) {
+            struct frag *g = &f[i];
+            struct frag_hdr gh;
+            memcpy(&gh, g->buf, sizeof gh);
+            g->state = FR_READY;
+            g->len = (i + 1 < nimg ? fb : (size_t)count - i * fb) - OVL__HDR_BYTES;
+            g->flags = gh.flags;
+            s->received += g->len;
+            if (gh.flags & OVL__F_LAST) {
+                s->last_seen = 1;
+                if (gh.flags & OVL__F_ABORT)
+                    s->aborted = 1;
+            }
+        }
+        if (ovl__trace_on)
+            ovl__trace_instant("stream", "fragment-recv", "seq", f->seq, "bytes", count);
         if (first) {
             s->t_first = ovl__now_us();
             s->peer = st->MPI_SOURCE;
             s->tag = st->MPI_TAG;
             s->sid = h.sid;
-            post_more = !(h.flags & OVL__F_LAST);
-        }
-        if (h.flags & OVL__F_LAST) {
-            s->last_seen = 1;
-            if (h.flags & OVL__F_ABORT)
-                s->aborted = 1;
+            s->next_post = nimg;
+            post_more = !s->last_seen;
+            lead_arrived(s->peer, s->tag, nimg > 1 ? (size_t)count : 0);
         }
     }
     int cancel_rest = s->last_seen;
@@ -568,10 +787,10 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
         s->peer < ovl__g.size)
         atomic_fetch_add(&ovl__g.recvd_from[s->peer], 1);
     if (!cancelled)
-        atomic_fetch_add_explicit(&ovl__g.st_frag_recv, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&ovl__g.st_frag_recv, nimg, memory_order_relaxed);
     if (post_more) {
         /* The stream id is known now: pre-post the rest of the window. */
-        for (unsigned i = 1; i < s->window; i++) {
+        for (unsigned i = nimg; i < s->window; i++) {
             int rc = post_recv(s, &s->frags[i], s->next_post++);
             if (rc && !s->err)
                 s->err = rc;
@@ -692,16 +911,21 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     s->window = ovl__g.cfg.stream_window;
     s->payload_max = ovl__g.cfg.fragment_size - OVL__HDR_BYTES;
     s->frags = calloc(s->window, sizeof *s->frags);
-    if (!s->frags)
+    s->block = malloc(block_bytes(s));
+    if (!s->frags || !s->block)
         goto nomem;
-    for (unsigned i = 0; i < s->window; i++)
+    for (unsigned i = 0; i < s->window; i++) {
         s->frags[i].s = s;
+        s->frags[i].buf = s->block + (size_t)i * (OVL__HDR_BYTES + s->payload_max);
+        s->frags[i].nimg = 1;
+    }
     s->is_send = is_send;
     s->peer = peer;
     s->tag = tag;
     s->fn = mf;
     s->arg = arg;
     s->cur = -1;
+    s->in_lead = is_send && ovl__g.cfg.stream_whole != OVL_STREAM_WHOLE_OFF;
     wclose(s);
     rclose(s);
     if (ovl__coro_create(ovl__g.cfg.stack_size, is_send ? send_body : recv_body, s, &s->co))
@@ -744,6 +968,7 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     return OVL_SUCCESS;
 
 nomem:
+    free(s->block);
     free(s->frags);
     free(s);
     return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a stream");

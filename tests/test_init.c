@@ -8,8 +8,8 @@
  *  - bad values through ovl_config_t::field_mask and through OVL_*
  *    environment variables -> OVL_ERR_CONFIG, leaving ovl uninitialised;
  *    fields set in the config win over the environment; fields whose bit is
- *    not in field_mask are ignored; a fragment size that differs between
- *    ranks -> OVL_ERR_CONFIG on every rank;
+ *    not in field_mask are ignored; a fragment size or a stream window
+ *    that differs between ranks -> OVL_ERR_CONFIG on every rank;
  *  - ovl_config_get reflects config and environment;
  *  - ovl_strerror is non-empty and distinct for every code, and says
  *    something for unknown codes; ovl_error_detail names the failing
@@ -177,7 +177,8 @@ static const char *const env_names[] = {
     "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
     "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US",
     "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL",     "OVL_POLL_MIN_US",
-    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",       "OVL_POLL_SERVE_US", "OVL_POLL_QUIET_SHARE"
+    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",       "OVL_POLL_SERVE_US", "OVL_POLL_QUIET_SHARE",
+    "OVL_STREAM_WHOLE"
 };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
@@ -476,6 +477,9 @@ static void check_config(void)
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
                         .progress_slice_us = 100001 };
     expect_cfg_rejected(&c, "progress_slice_us=100001");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WHOLE,
+                        .stream_whole = (ovl_stream_whole_t)3 };
+    expect_cfg_rejected(&c, "stream_whole=3");
 
     /* bad values in the environment */
     env_save();
@@ -506,6 +510,8 @@ static void check_config(void)
     expect_env_rejected("OVL_POLL_QUIET_SHARE", "101");
     expect_env_rejected("OVL_POLL_QUIET_SHARE", "half");
     expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
+    expect_env_rejected("OVL_STREAM_WHOLE", "sometimes");
+    expect_env_rejected("OVL_STREAM_WHOLE", "1");
 
     /* Fields whose bit is not in field_mask are ignored. */
     c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
@@ -533,6 +539,7 @@ static void check_config(void)
     CHECK(got.poll_min_us == got.poll_max_us ||
           (getenv("OVL_POLL_MIN_US") && got.poll_min_us < got.poll_max_us));
     CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
+    CHECK(got.stream_whole == OVL_STREAM_WHOLE_AUTO || getenv("OVL_STREAM_WHOLE"));
     /* while a callback waits: 30 us by default, never above poll_max_us */
     CHECKF(got.poll_callback_us == (got.poll_max_us < 30 ? got.poll_max_us : 30) ||
                getenv("OVL_POLL_CALLBACK_US"),
@@ -563,6 +570,7 @@ static void check_config(void)
     setenv("OVL_POLL_SERVE_US", "2000", 1);
     setenv("OVL_POLL_QUIET_SHARE", "100", 1);
     setenv("OVL_RMA_LOCAL", "Overlap", 1);
+    setenv("OVL_STREAM_WHOLE", "OFF", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.fragment_size == 8192);
@@ -579,6 +587,7 @@ static void check_config(void)
     CHECK(got.poll_serve_us == 2000); /* so may this */
     CHECK(got.poll_quiet_share == 100);
     CHECK(got.rma_local == OVL_RMA_LOCAL_OVERLAP);
+    CHECK(got.stream_whole == OVL_STREAM_WHOLE_OFF);
     CHECK(got.progress == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
@@ -688,6 +697,12 @@ static void check_config(void)
         CHECKF(rc == OVL_ERR_CONFIG, "mismatched fragment sizes gave %s", th_code_name(rc));
         CHECK(!ovl_initialized());
         CHECK(ovl_comm() == MPI_COMM_NULL);
+        /* so must the stream window: a stream's first receive spans it */
+        c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW,
+                            .stream_window = th_rank == 0 ? 8 : 4 };
+        rc = ovl_init(MPI_COMM_WORLD, &c);
+        CHECKF(rc == OVL_ERR_CONFIG, "mismatched stream windows gave %s", th_code_name(rc));
+        CHECK(!ovl_initialized());
     }
 }
 

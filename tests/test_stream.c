@@ -24,7 +24,13 @@
  *  - ovl_stream_write / read outside a marshal function, on the wrong kind
  *    of stream, or with NULL data -> OVL_ERR_ARG; blocking calls and new
  *    streams inside a marshal function -> OVL_ERR_IN_CALLBACK; argument
- *    checks of ovl_isend_stream / ovl_irecv_stream.
+ *    checks of ovl_isend_stream / ovl_irecv_stream;
+ *  - a stream that fits in its first window goes as one message
+ *    (OVL_STREAM_WHOLE=on, and auto when written quickly), at every size
+ *    around the window's edges (one fragment, the window, the window plus
+ *    its stretch, one byte more), and every fragment as its own message
+ *    otherwise (off, a slow marshal function under auto, longer streams);
+ *    data checked byte for byte in each case.
  */
 #include "harness.h"
 
@@ -707,6 +713,136 @@ static void detached_streams(void)
     ctx_free(&in);
 }
 
+/* ---- whole streams: one message for a stream that fits its first window ---- */
+
+struct whole {
+    size_t n;      /* bytes */
+    uint64_t key;  /* pattern */
+    unsigned slow; /* marshal: sleep this many ms before the first fragment fills */
+    size_t bad;    /* receive: first wrong byte, or TH_OK */
+};
+
+static int whole_marshal(ovl_stream_t s, void *arg)
+{
+    struct whole *w = arg;
+    static const size_t step[] = { 1, 8, 333, 4096, 17, 65536, 3 };
+    uint8_t buf[65536];
+    size_t at = 0;
+    for (unsigned i = 0; at < w->n; i++) {
+        size_t c = step[i % 7] < w->n - at ? step[i % 7] : w->n - at;
+        if (w->slow && at == 0) {
+            th_sleep_ms(w->slow);
+        }
+        th_fill(buf, c, w->key, at);
+        if (c == 8) { /* the inline helper too */
+            uint64_t v;
+            memcpy(&v, buf, 8);
+            int rc = ovl_stream_write_uint64(s, v);
+            if (rc)
+                return rc;
+        } else {
+            int rc = ovl_stream_write(s, buf, c);
+            if (rc)
+                return rc;
+        }
+        at += c;
+    }
+    return OVL_SUCCESS;
+}
+
+static int whole_unmarshal(ovl_stream_t s, void *arg)
+{
+    struct whole *w = arg;
+    static const size_t step[] = { 5, 1000, 64, 16384, 7 };
+    uint8_t buf[16384];
+    w->bad = TH_OK;
+    for (size_t at = 0, i = 0; at < w->n; i++) {
+        size_t c = step[i % 5] < w->n - at ? step[i % 5] : w->n - at;
+        int rc = ovl_stream_read(s, buf, c);
+        if (rc)
+            return rc;
+        size_t b = th_verify(buf, c, w->key, at);
+        if (b != TH_OK && w->bad == TH_OK)
+            w->bad = at + b;
+        at += c;
+    }
+    uint8_t extra;
+    return ovl_stream_read(s, &extra, 1) == OVL_ERR_EOF ? OVL_SUCCESS : OVL_ERR_INTERNAL;
+}
+
+/* One stream of @n bytes to the right neighbour, one from the left; returns
+ * the MPI messages this rank's stream went in, and its fragments. */
+static void whole_one(size_t n, unsigned slow, uint64_t *msgs, uint64_t *frags)
+{
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    struct whole out = { n, 0x57484f4cull ^ n ^ (uint64_t)th_rank << 40, slow, TH_OK };
+    struct whole in = { n, 0x57484f4cull ^ n ^ (uint64_t)left << 40, 0, 1 };
+    ovl_stats_t a, b;
+    CHECK_OK(ovl_stats_get(&a));
+    ovl_request_t q[2];
+    ovl_status_t st[2];
+    CHECK_OK(ovl_irecv_stream(left, 31, whole_unmarshal, &in, &q[0]));
+    CHECK_OK(ovl_isend_stream(right, 31, whole_marshal, &out, &q[1]));
+    CHECK_OK(ovl_waitall(2, q, st));
+    CHECK_OK(ovl_stats_get(&b));
+    CHECKF(in.bad == TH_OK, "%zu-byte stream: byte %zu wrong", n, in.bad);
+    CHECKF(st[0].bytes == n && st[1].bytes == n, "%zu-byte stream: status bytes %zu / %zu", n,
+           st[0].bytes, st[1].bytes);
+    *msgs = b.stream_messages - a.stream_messages;
+    *frags = b.fragments_sent - a.fragments_sent;
+}
+
+static void whole_streams(void)
+{
+    const int modes[] = { OVL_STREAM_WHOLE_ON, OVL_STREAM_WHOLE_OFF, OVL_STREAM_WHOLE_AUTO };
+    size_t w = 0, p = 0, x = 0, cap = 0;
+    for (int m = 0; m < 3; m++) {
+        CHECK_OK(ovl_finalize());
+        ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_STREAM_WHOLE,
+                           .stream_whole = (ovl_stream_whole_t)modes[m] };
+        CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
+        /* each ovl_init may choose its own fragment size (the model's) */
+        CHECK_OK(ovl_config_get(&c));
+        CHECK(c.stream_whole == (ovl_stream_whole_t)modes[m]);
+        w = c.stream_window;
+        p = c.fragment_size - HDR_BYTES;
+        x = w * HDR_BYTES < p ? w * HDR_BYTES : p; /* the last fragment's stretch */
+        cap = w * p + x;                           /* one message at most */
+        const size_t sizes[] = { 0,         1,           p - 1,      p,       p + 1,
+                                 2 * p + 5, (w - 1) * p, w * p,      cap - 1, cap,
+                                 cap + 1,   cap + p + 3, 3 * cap + 7 };
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+            size_t n = sizes[i];
+            uint64_t msgs, frags;
+            whole_one(n, 0, &msgs, &frags);
+            CHECKF(msgs >= 1 && msgs <= frags, "%zu bytes: %llu messages for %llu fragments", n,
+                   (unsigned long long)msgs, (unsigned long long)frags);
+            if (modes[m] == OVL_STREAM_WHOLE_ON && n <= cap) {
+                size_t want = n <= p ? 1 : n > w * p ? w : (n + p - 1) / p;
+                CHECKF(msgs == 1 && frags == want,
+                       "on, %zu bytes (window %zu x %zu + %zu): %llu messages, %llu fragments, "
+                       "want 1 and %zu",
+                       n, w, p, x, (unsigned long long)msgs, (unsigned long long)frags, want);
+            } else if (modes[m] != OVL_STREAM_WHOLE_AUTO) {
+                CHECKF(msgs == frags, "%s, %zu bytes: %llu messages for %llu fragments",
+                       modes[m] == OVL_STREAM_WHOLE_ON ? "on" : "off", n, (unsigned long long)msgs,
+                       (unsigned long long)frags);
+            }
+        }
+        if (modes[m] == OVL_STREAM_WHOLE_AUTO && w > 1) {
+            /* a marshal function that takes 30 ms before its first fragment is
+             * full streams from that fragment on */
+            uint64_t msgs, frags;
+            whole_one(2 * p + 1, 30, &msgs, &frags);
+            CHECKF(msgs == frags && frags >= 3, "slow marshal: %llu messages for %llu fragments",
+                   (unsigned long long)msgs, (unsigned long long)frags);
+        }
+    }
+    if (th_rank == 0)
+        printf("test_stream: whole streams up to %zu B (window %zu x %zu + %zu) ok\n", cap, w, p,
+               x);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_stream", NULL);
@@ -729,5 +865,6 @@ int main(int argc, char **argv)
     any_source();
     early_return();
     detached_streams();
+    whole_streams();
     return th_finish();
 }
