@@ -410,9 +410,11 @@ typedef int (*ovl_marshal_fn)(ovl_stream_t stream, void *arg);
  * length need not be known in advance. Fragments of OVL_FRAGMENT_SIZE bytes
  * are sent as they fill, so marshalling overlaps the transfer, and at most
  * OVL_STREAM_WINDOW fragments are buffered: a slow receiver suspends the
- * marshal function instead of growing memory. @p fn starts inside this call
- * and runs until it first suspends or returns. The request completes when
- * the last fragment has been delivered to the receiver.
+ * marshal function instead of growing memory. A stream that @p fn fills
+ * within the first window, quickly, goes as one message instead
+ * (OVL_STREAM_WHOLE). @p fn starts inside this call and runs until it first
+ * suspends or returns. The request completes when the last fragment has
+ * been delivered to the receiver.
  * Receive it with ovl_irecv_stream() (not ovl_irecv).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
  *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI, OVL_ERR_IN_CALLBACK

@@ -146,29 +146,24 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
 
     /* Fragment size and stream window must agree: receivers post
      * fragment-sized buffers, and a stream's first receive spans its ring
-     * (stream.c). */
-    unsigned long long fs[4] = { c.fragment_size, ~(unsigned long long)c.fragment_size,
-                                 c.stream_window, ~(unsigned long long)c.stream_window },
-                       fsr[4];
+     * (stream.c). Each value and its complement: one MPI_MAX finds both the
+     * largest and the smallest. */
+    static const char *const agree[2] = { "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW" };
+    const unsigned long long here[2] = { c.fragment_size, c.stream_window };
+    unsigned long long fs[4] = { here[0], ~here[0], here[1], ~here[1] }, fsr[4];
     rc = MPI_Allreduce(fs, fsr, 4, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
     if (rc != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");
         goto fail_comms;
     }
-    if (fsr[0] != ~fsr[1]) {
-        rc = ovl__error(OVL_ERR_CONFIG, fn,
-                        "OVL_FRAGMENT_SIZE differs between ranks (this rank %zu, max %llu): set "
-                        "the same value everywhere, or leave it unset (0) on every rank",
-                        c.fragment_size, fsr[0]);
-        goto fail_comms;
-    }
-    if (fsr[2] != ~fsr[3]) {
-        rc = ovl__error(OVL_ERR_CONFIG, fn,
-                        "OVL_STREAM_WINDOW differs between ranks (this rank %u, max %llu): set "
-                        "the same value everywhere, or leave it unset on every rank",
-                        c.stream_window, fsr[2]);
-        goto fail_comms;
-    }
+    for (int i = 0; i < 2; i++)
+        if (fsr[2 * i] != ~fsr[2 * i + 1]) {
+            rc = ovl__error(OVL_ERR_CONFIG, fn,
+                            "%s differs between ranks (this rank %llu, max %llu): set the same "
+                            "value everywhere, or leave it unset on every rank",
+                            agree[i], here[i], fsr[2 * i]);
+            goto fail_comms;
+        }
 
     ovl__g.sent_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.sent_to);
     ovl__g.recvd_from = calloc((size_t)ovl__g.size, sizeof *ovl__g.recvd_from);

@@ -192,10 +192,11 @@ int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl_
  * anyway (progress.c, wake_for_remote_locked), since a poll now would find
  * nothing. */
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
-/* A send by rendezvous that nothing else in flight will poll for: as
- * ovl__engine_add_remote, and the thread keeps the usual pace for two
- * polls (the peer's request to send, then its answer to ours) before it
- * sleeps towards the predicted completion. */
+/* A send that nothing else in flight will poll for: as
+ * ovl__engine_add_remote, and if it goes by rendezvous (@bytes at or above
+ * the protocol switch) the thread keeps the usual pace for two polls (the
+ * peer's request to send, then its answer to ours) before it sleeps
+ * towards the predicted completion. */
 int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes);
 /* The same for a stream fragment of @bytes (op->kind SEND, or FRAG for a
  * receive): sized as ovl__engine_add_sized; @quiet and @slack_us as in

@@ -359,10 +359,15 @@ int ovl__engine_add_remote(struct ovl__op *op, size_t bytes)
 
 int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes)
 {
+    /* below the protocol switch measured at init (else the eager limit)
+     * the message leaves eagerly: no handshake */
+    size_t sw = ovl__m.piece_switch > 0 && ovl__m.piece_switch < ovl__m.eager ? ovl__m.piece_switch
+                                                                              : ovl__m.eager;
     pthread_mutex_lock(&E.lock);
     int rc = add_locked(op, bytes, NULL);
     if (rc == OVL_SUCCESS) {
-        op->hs_until = E.polls + 2;
+        if (bytes >= sw)
+            op->hs_until = E.polls + 2;
         wake_for_remote_locked();
     }
     unlock_E();
@@ -780,7 +785,10 @@ static int has_work_locked(void)
  * usual pace, since something may arrive at any moment. Over TCP the kernel
  * moves the bytes of a started transfer without MPI being polled; what a
  * poll is needed for is a handshake, caught by the short sleeps right after
- * posting, and the completion. (Where the MPI library copies itself, as over
+ * posting, and the completion. An op added by ovl__engine_add_handshake (a
+ * marshal stream sent whole) keeps the usual pace until two polls have
+ * passed: with one, both ranks of an exchange answered each other's
+ * request to send and slept before either sent its data. (Where the MPI library copies itself, as over
  * shared memory, the model's bandwidth is that copy's and the predicted
  * times are short, so little changes.) */
 static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,

@@ -63,8 +63,7 @@ struct frag {
     int state;
     size_t len; /* payload bytes */
     uint32_t flags, seq;
-    unsigned
-        nimg; /* send: fragment images in this slot's message (this slot's and the next ones') */
+    unsigned nimg; /* send: fragments in this slot's message (this and the next slots) */
 };
 
 struct ovl__stream {
@@ -540,7 +539,7 @@ static void send_body(void *arg)
         send_frag(s, s->frags, flags, n);
         return;
     }
-    if (f->len > s->payload_max) { /* not expected: held slots out of order */
+    if (f->len > s->payload_max) { /* a stretched slot not sent whole (defensive) */
         post_full(s, f);
         if (acquire_next(s, &f) != OVL_SUCCESS) {
             if (!s->err)
