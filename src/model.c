@@ -36,13 +36,15 @@
  * splitting only if that beats the plain transfer.
  *
  * Delta size: a message of N bytes cut into n = N/d pieces flows through
- * three stages -- produce and post (d/P + fault + o), the wire (d/B; for a
- * message within the sizes measured at init, their measured one-way time:
- * a burst), take in and consume (d/P + fault + o) -- and a pipeline takes about the sum
- * of the three stage times for the first piece, plus the latency once,
- * plus (n - 1) times the slowest stage. The per-piece costs (o, the fault
- * or annotation, the protection calls) are what make small pieces lose;
- * the fill (three stages of one piece) is what makes large ones lose. A
+ * three stages -- produce and post (d/P + fault + o), the wire (d/B; for
+ * the part of the message within the link's burst, burst_B, the one-way
+ * time measured at init), take in and consume (d/P + fault + o) --
+ * simulated piece by piece (pipe_us): about the three stage times of the
+ * first piece, plus the latency once, plus the slowest stage per further
+ * piece, the wire's pace changing where the burst ends. The per-piece
+ * costs (o, the fault or annotation, the protection calls) are what make
+ * small pieces lose; the fill (three stages of one piece) is what makes
+ * large ones lose. A
  * message in one piece is sent unwatched at send_end (no protection, no
  * sender fault). Under fault triggering each piece's last page reaches
  * the receiver with the next piece, which the fill is charged for. The
@@ -419,7 +421,7 @@ static void wait_sleeping(MPI_Request *req)
 static int quick_estimate(void)
 {
     int peer = measuring_peer();
-    double lat = 0, bw = 0, out[3 + 16] = { 0 };
+    double lat = 0, bw = 0, burst = 0, out[3 + 16 + 1] = { 0 };
     size_t sw = 0;
     if (peer > 0 && (ovl__g.rank == 0 || ovl__g.rank == peer)) {
         int other = ovl__g.rank == 0 ? peer : 0;
@@ -443,6 +445,10 @@ static int quick_estimate(void)
                 bw = (double)(BIG - MID) / (tb - tm);
             else if (tm > t1)
                 bw = (double)MID / (tm - t1);
+            /* the link's burst: what of MID arrived sooner than the
+             * long-run rate allows (a token bucket refills during the
+             * pingpong's reply) */
+            burst = bw > 0 && tm > lat ? MID - (tm - lat) * bw : 0;
             again = bw <= 0;
             if (ovl__g.rank == 0)
                 MPI_Send(&again, 1, MPI_INT, other, 1, ovl__g.comm_delta);
@@ -458,10 +464,12 @@ static int quick_estimate(void)
     out[0] = lat;
     out[1] = bw > 0 ? 1.0 / bw : 0;
     out[2] = (double)sw;
-    if (MPI_Bcast(out, 3 + 16, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
+    out[3 + 16] = burst > 0 ? burst : 0;
+    if (MPI_Bcast(out, 3 + 16 + 1, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Bcast failed");
     ovl__m.piece_switch = (size_t)out[2];
     memcpy(ovl__m.oneway_us, out + 3, sizeof ovl__m.oneway_us);
+    ovl__m.burst_B = (size_t)out[3 + 16] / ovl__watch_page() * ovl__watch_page();
     if (out[0] > 0 && out[1] > 0) {
         ovl__m.lat_us = out[0];
         ovl__m.bw_Bpus = 1.0 / out[1];
@@ -565,9 +573,9 @@ int ovl__model_calibrate(void)
         ovl__m.fault_us = ovl__m.fault_uffd_us;
     ovl__m.init_us = ovl__now_us() - t0;
     ovl__info("model: latency %.1f us, bandwidth %.1f MB/s, eager limit %zu B, protocol switch "
-              "%zu B, fault %.1f us, poll sleep %.0f us; %s; %.0f us at init",
-              ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.piece_switch, ovl__m.fault_us,
-              ovl__m.poll_sleep_us, ovl__m.source_detail, ovl__m.init_us);
+              "%zu B, burst %zu B, fault %.1f us, poll sleep %.0f us; %s; %.0f us at init",
+              ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.piece_switch, ovl__m.burst_B,
+              ovl__m.fault_us, ovl__m.poll_sleep_us, ovl__m.source_detail, ovl__m.init_us);
     (void)lrc;
     return OVL_SUCCESS;
 }
@@ -931,19 +939,23 @@ int ovl__model_copy_piece(size_t len)
     return len < sw;
 }
 
-/* Whether a message of @bytes passes in one burst: it is within the sizes
- * whose one-way times the quick estimate measured (@sz[0..*n), below the
- * eager limit), every one of them measured. A link with a burst allowance
- * passes such a message far faster than its long-run rate. */
-static int in_burst(size_t bytes, size_t *sz, size_t *n)
+/* How many of a message's @bytes the link passes in one burst, priced at
+ * the one-way times measured at init (@sz[0..*n), below the eager limit,
+ * every one of them measured; 0 if not measured): all of them within the
+ * measured sizes, else the link's burst allowance (burst_B, the token
+ * bucket a shaped link or a switch buffer lets through before its
+ * long-run rate applies). */
+static size_t burst_part(size_t bytes, size_t *sz, size_t *n)
 {
     *n = ovl__model_switch_sizes(sz, 16, (size_t)-1);
-    if (*n < 2 || bytes > sz[*n - 1])
+    if (*n < 2)
         return 0;
     for (size_t i = 0; i < *n; i++)
         if (ovl__m.oneway_us[i] <= 0)
             return 0;
-    return 1;
+    if (bytes <= sz[*n - 1])
+        return bytes;
+    return ovl__m.burst_B < bytes ? ovl__m.burst_B : bytes;
 }
 
 /* The measured one-way time of @d bytes (sz[0] <= d <= sz[n - 1]), less the
@@ -958,6 +970,61 @@ static double burst_wire_us(size_t d, const size_t *sz, size_t n, double L)
     return t > L ? t - L : 0;
 }
 
+/* The terms of one delta-size decision. */
+struct dterms {
+    double P, B, o, f, L, pb;
+    int faults;
+    const size_t *bsz; /* measured one-way sizes (burst_wire_us) */
+    size_t nb;
+};
+
+/* Predicted time of @m bytes in pieces of @d through the three stages --
+ * produce and post, the wire, take in and consume -- simulated piece by
+ * piece: a piece leaves once produced and the wire is free, crosses in the
+ * measured one-way time of its size while the message is still within the
+ * link's burst (@bk bytes), at the long-run rate after it, and is consumed
+ * once arrived (plus the latency) and the one before is. In the burst the
+ * pieces' fixed costs set the pace, so larger pieces win; at the long-run
+ * rate the wire does, and smaller pieces fill the pipeline sooner. Past
+ * the burst and a few pieces the stages are steady, each further piece
+ * adding the slowest of them. @one: the whole message is one piece (sent
+ * unwatched: no protection, no sender fault). */
+static double pipe_us(size_t m, size_t d, size_t bk, int one, const struct dterms *c)
+{
+    size_t n = (m + d - 1) / d;
+    double s = (double)d / c->P + c->o + (one ? 0 : c->f + 2 * c->pb); /* produce and post */
+    double r = (double)d / c->P + c->f + c->o + c->pb;                 /* take in and consume */
+    double tb = bk > 0 ? burst_wire_us(d, c->bsz, c->nb, c->L) : 0;    /* in the burst */
+    double tp = (double)d / c->B;                                      /* at the long-run rate */
+    double hs = d >= ovl__m.eager ? 2 * c->L : 0;                      /* rendezvous handshake */
+    double produced = 0, wire = 0, used = 0;
+    size_t at = 0, i = 0, steady = bk / d + 4;
+    for (; i < n && i < steady; i++) {
+        size_t len = m - at < d ? m - at : d;
+        produced += s;
+        double start = produced > wire ? produced : wire;
+        wire = start + hs + (at + len <= bk ? tb : (double)len / c->B);
+        at += len;
+        double arrive = wire + c->L;
+        used = (arrive > used ? arrive : used) + r;
+    }
+    double slow = s > tp + hs ? s : tp + hs;
+    if (r > slow)
+        slow = r;
+    double total = used + (double)(n - i) * slow + (one ? 0 : 4 * c->pb);
+    /* A fault-triggered piece ends 64 bytes short of the page being
+     * written (watch.c: a store may straddle the boundary), so the
+     * receiver gets each piece's last page with the next piece: the last
+     * piece's last page waits about one stage. With one-page pieces nothing
+     * can be used before the next piece arrives. */
+    if (c->faults && !one) {
+        size_t ps = ovl__watch_page();
+        double lag = slow - r * (double)(d - ps) / (double)d;
+        total += lag > 0 ? lag : 0;
+    }
+    return total;
+}
+
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
 {
     size_t ps = ovl__watch_page();
@@ -965,40 +1032,45 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
         return ovl__g.cfg.delta_size > MAX_DELTA ? MAX_DELTA : ovl__g.cfg.delta_size;
     if (bytes <= ps)
         return ps;
-    double B = ovl__m.bw_Bpus, P = rate > 0 ? rate : B;
-    double f = faults ? ovl__m.fault_us : 0.2;
+    struct dterms c;
+    c.B = ovl__m.bw_Bpus;
+    c.P = rate > 0 ? rate : c.B;
+    c.f = faults ? ovl__m.fault_us : 0.2;
+    c.faults = faults;
     /* What one piece costs besides its bytes, clamped so that a calibration
      * taken on a loaded machine cannot push the size to either extreme: the
      * sender posts it and the receiver takes it in (o each), each side
-     * takes a fault or an annotation on it, and a receiving progress thread
-     * finds it half a poll sleep late. The latency is paid once, in the
-     * fill: pieces in flight overlap on the wire. */
-    double o = ovl__m.o_us < 1 ? 1 : ovl__m.o_us > 100 ? 100 : ovl__m.o_us;
-    double L = ovl__m.lat_us > 1000 ? 1000 : ovl__m.lat_us;
-    /* The receiver's progress thread notices a piece half a sleep late.
-     * Under explicit annotation nothing waits for that: a consumer that
-     * needs a piece not yet taken in drives progress itself in
-     * ovl_delta_need, and one that does not is busy with earlier data.
-     * Charged, it sent explicit 128-256 KB messages to 16 KiB pieces where
-     * 4-8 KiB ran 4-14 % faster (docs/PERFORMANCE.md, "No poll lag under
-     * explicit annotation"). A fault-triggered piece keeps it: there it
-     * stands in for per-piece fault costs the model undercharges (without
-     * it, OS-triggered 64-128 KB messages went to 4 KiB pieces and lost
-     * 15-19 %). */
+     * takes a fault or an annotation on it. The latency is paid once, in
+     * the fill: pieces in flight overlap on the wire. */
+    c.o = ovl__m.o_us < 1 ? 1 : ovl__m.o_us > 100 ? 100 : ovl__m.o_us;
+    c.L = ovl__m.lat_us > 1000 ? 1000 : ovl__m.lat_us;
+    /* A fault-triggered message's receiving progress thread notices its
+     * last piece half a sleep late; the others the consumer either waits
+     * for (its fault drives progress) or finds there while busy with
+     * earlier data. Charged once, it moves no size; charged per piece (the
+     * rule before 2026-11-25, last), it sent 256 KB messages to 16 KiB
+     * pieces where 4-8 KiB ran 5-7 % faster (docs/PERFORMANCE.md, "Delta
+     * sizes through the link's burst"). Under explicit annotation nothing
+     * waits for it: a consumer that needs a piece drives progress itself
+     * in ovl_delta_need. */
     double w = !faults ? 0 : ovl__m.poll_sleep_us > 2000 ? 1000 : ovl__m.poll_sleep_us / 2;
-    size_t bsz[16], nb = 0;
-    int burst = in_burst(bytes, bsz, &nb);
+    size_t bsz[16];
+    c.bsz = bsz;
+    /* The part of the message the link passes in one burst (pipe_us; the
+     * sweep on the emulated 1 Gbit/s link, with a 64 KiB token bucket: 8-16
+     * KiB pieces best at 64 KB, 4-8 KiB at 256 KB). */
+    size_t bk = burst_part(bytes, bsz, &c.nb);
     /* A fault-monitored send in several pieces write-protects the buffer
      * at begin (register + protect), opens each next delta and re-protects
      * the one sent (two protection calls per piece), seals the buffer at
      * send_end and drops the protection at completion; one piece needs none
      * of it (delta.c sends it at send_end, unwatched). The receiver installs
      * each piece (one call). */
-    double pb = 0;
+    c.pb = 0;
     if (faults) {
         ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
-        pb = ovl__model_protect_us(mon, 1);
-        pb = pb < 0.5 ? 0.5 : pb > 50 ? 50 : pb;
+        c.pb = ovl__model_protect_us(mon, 1);
+        c.pb = c.pb < 0.5 ? 0.5 : c.pb > 50 ? 50 : c.pb;
     }
     double best_t = 1e300, totals[MAX_DELTA / 4096]; /* [k]: pieces of (k + 1) pages */
     size_t best = ps;
@@ -1014,46 +1086,28 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
     size_t nk = cap / ps < kmax ? cap / ps : kmax;
     for (size_t k = 0; k < nk; k++) {
         size_t d = (k + 1) * ps;
-        double n = (double)((bytes + d - 1) / d);
         int one = d >= bytes;
-        double s = (double)d / P + o + (one ? 0 : f + 2 * pb);           /* produce and post */
-        double t = burst ? burst_wire_us(d, bsz, nb, L) : (double)d / B; /* on the wire */
-        double r = (double)d / P + f + o + pb + (burst ? 0 : w);         /* take in and consume */
-        if (d >= ovl__m.eager)
-            t += 2 * L; /* rendezvous handshake */
-        double slow = s > t ? s : t;
-        if (r > slow)
-            slow = r;
-        /* The receiver's progress thread notices a piece half a sleep
-         * late. When the link paces the pieces, every piece (w in r); when
-         * the message passes in one burst, only the first: the program
-         * finds the later ones there and takes them in itself. */
-        double total = s + L + t + (burst ? w : 0) + r + (n - 1) * slow + (one ? 0 : 4 * pb);
-        /* A fault-triggered piece ends 64 bytes short of the page being
-         * written (watch.c: a store may straddle the boundary), so the
-         * receiver gets each piece's last page with the next piece: the
-         * first piece's last page waits about one stage. With one-page
-         * pieces nothing can be used before the next piece arrives. */
-        if (faults && !one) {
-            double lag = slow - r * (double)(d - ps) / (double)d;
-            total += lag > 0 ? lag : 0;
-        }
+        double total = w + pipe_us(bytes, d, bk, one, &c);
         totals[k] = total;
         if (total < best_t) {
             best_t = total;
             best = d;
         }
     }
-    /* Among sizes predicted within TIE of the best, the largest: each piece
-     * carries costs the model may undercharge (measured: OS-triggered 16-32
-     * KB messages, where it predicted a 1-2 % tie between 8 and 16 KB
-     * pieces and 16 KB was 6-16 % faster), and the quick estimate moves
-     * from run to run by more than that. */
-    for (size_t k = nk; k-- > 0 && (k + 1) * ps > best;)
-        if (totals[k] <= best_t * (1 + TIE)) {
-            best = (k + 1) * ps;
-            break;
-        }
+    /* A fault-triggered message: among sizes predicted within TIE of the
+     * best, the largest. Each of its pieces carries costs the model may
+     * undercharge (measured: OS-triggered 16-32 KB messages, where it
+     * predicted a 1-2 % tie between 8 and 16 KB pieces and 16 KB was 6-16 %
+     * faster), and the quick estimate moves from run to run by more than
+     * that. An explicitly annotated piece costs a call: its best stands (the
+     * tie sent explicit 128 and 256 KB messages to 8 KiB pieces, 5-11 %
+     * slower than 4 KiB). */
+    if (faults)
+        for (size_t k = nk; k-- > 0 && (k + 1) * ps > best;)
+            if (totals[k] <= best_t * (1 + TIE)) {
+                best = (k + 1) * ps;
+                break;
+            }
     return best;
 }
 

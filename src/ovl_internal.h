@@ -444,6 +444,10 @@ struct ovl__model {
                           * UCX's TCP copy-to-zero-copy switch); 0 = none seen */
     double oneway_us[16]; /* one-way time of the sizes of ovl__model_switch_sizes
                            * (measured at init; 0 = not measured) */
+    size_t burst_B;       /* bytes of a message the link passes in one burst before
+                           * its long-run rate applies (a shaper's token bucket, a
+                           * switch buffer): the one-way time of 128 KiB less what
+                           * the long-run rate explains; 0 = none */
     double poll_sleep_us; /* one poll-interval sleep of the progress thread, as
                            * it really lasts (0: no progress thread) */
     int calibrated;

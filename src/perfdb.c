@@ -71,6 +71,7 @@ static const struct key keys[] = {
     { "G_us_per_B", NOSTORE, 0, 1e-9, 1e3, 0, 0 },
     { "eager_B", F(eager), 1, 1, 1e12, 0, 0 },
     { "piece_switch_B", F(piece_switch), 1, 0, 1e12, 1, 0 },
+    { "burst_B", F(burst_B), 1, 0, 1e12, 1, 0 },
     { "fault_mprotect_us", F(fault_mprotect_us), 0, 1e-3, 1e7, 0, 1 },
     { "fault_uffd_us", F(fault_uffd_us), 0, 1e-3, 1e7, 1, 1 },
     { "protect_mprotect_base_us", F(prot_base_us), 0, 0, 1e7, 0, 0 },
