@@ -398,6 +398,24 @@ static void test_split(void)
 /* The automatic delta size on a model with known figures (a 1 Gbit/s
  * link: the case where a fit through a burst-inflated small ping-pong
  * once gave a 1 us latency and 4 KiB pieces). */
+/* The model terms of a link as the quick estimate measures it: one-way
+ * times of ovl__model_switch_sizes' sizes (@n of them), L = o, bandwidth,
+ * fault, poll sleep and protection cost. Returns how many sizes there are. */
+static size_t set_link(const double *oneway, size_t n, double lat, double bw, double fault,
+                       double poll, double prot)
+{
+    size_t sz[16];
+    size_t nsz = ovl__model_switch_sizes(sz, 16, (size_t)-1);
+    for (size_t i = 0; i < 16; i++)
+        ovl__m.oneway_us[i] = i < nsz && i < n ? oneway[i] : 0;
+    ovl__m.lat_us = ovl__m.o_us = lat;
+    ovl__m.bw_Bpus = bw;
+    ovl__m.fault_us = fault;
+    ovl__m.poll_sleep_us = poll;
+    ovl__m.uffd_wp_base_us = ovl__m.prot_base_us = prot;
+    return nsz;
+}
+
 static void test_delta_size(void)
 {
     setenv("OVL_PERFDB", "off", 1);
@@ -573,15 +591,7 @@ static void test_delta_size(void)
          * long-run rate gave two pieces (mutation check: 8 KiB at 120). */
         static const double epyc[] = { 13.0,  13.2,  13.4,  13.7,  85.4, 104.5,
                                        120.2, 137.5, 172.4, 205.3, 240.0 };
-        size_t sz[16];
-        size_t nsz = ovl__model_switch_sizes(sz, 16, (size_t)-1);
-        for (size_t i = 0; i < 16; i++)
-            ovl__m.oneway_us[i] = i < nsz && i < sizeof epyc / sizeof *epyc ? epyc[i] : 0;
-        ovl__m.lat_us = ovl__m.o_us = 7.5;
-        ovl__m.bw_Bpus = 119.6;
-        ovl__m.fault_us = 3.7;
-        ovl__m.poll_sleep_us = 70;
-        ovl__m.uffd_wp_base_us = ovl__m.prot_base_us = 1.0;
+        size_t nsz = set_link(epyc, sizeof epyc / sizeof *epyc, 7.5, 119.6, 3.7, 70, 1.0);
         size_t os16 = ovl__model_delta_size(16384, 120, 1);
         size_t ex16 = ovl__model_delta_size(16384, 270, 0);
         size_t ex8 = ovl__model_delta_size(8192, 270, 0);
@@ -607,13 +617,7 @@ static void test_delta_size(void)
          * goes to 4 KiB (mutation checks). */
         static const double xeon[] = { 7.5,  8.2,  9.8,   14.0,  66.7, 105.4,
                                        81.8, 58.1, 138.4, 193.2, 235.1 };
-        for (size_t i = 0; i < 16; i++)
-            ovl__m.oneway_us[i] = i < nsz && i < sizeof xeon / sizeof *xeon ? xeon[i] : 0;
-        ovl__m.lat_us = ovl__m.o_us = 4.3;
-        ovl__m.bw_Bpus = 119.0;
-        ovl__m.fault_us = 2.6;
-        ovl__m.poll_sleep_us = 72;
-        ovl__m.uffd_wp_base_us = ovl__m.prot_base_us = 0.85;
+        set_link(xeon, sizeof xeon / sizeof *xeon, 4.3, 119.0, 2.6, 72, 0.85);
         ovl__m.burst_B = 57344;
         size_t os64 = ovl__model_delta_size(65536, 200, 1);
         size_t os256 = ovl__model_delta_size(262144, 200, 1);
