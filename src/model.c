@@ -421,7 +421,10 @@ static void wait_sleeping(MPI_Request *req)
 static int quick_estimate(void)
 {
     int peer = measuring_peer();
-    double lat = 0, bw = 0, burst = 0, out[3 + 16 + 1] = { 0 };
+    /* what rank 0 measured, broadcast: latency, inverse bandwidth, protocol
+     * switch, the one-way times of the switch sizes, the link's burst */
+    enum { Q_LAT, Q_G, Q_SW, Q_ONEWAY, Q_BURST = Q_ONEWAY + 16, Q_N };
+    double lat = 0, bw = 0, burst = 0, out[Q_N] = { 0 };
     size_t sw = 0;
     if (peer > 0 && (ovl__g.rank == 0 || ovl__g.rank == peer)) {
         int other = ovl__g.rank == 0 ? peer : 0;
@@ -433,7 +436,7 @@ static int quick_estimate(void)
         double t1 = pingpong(other, buf, 1, 8);
         lat = t1 < 1 ? 1 : t1;
         /* before the large sizes: a link with a burst allowance has it back */
-        sw = measure_piece_switch(other, buf, BIG, lat, out + 3);
+        sw = measure_piece_switch(other, buf, BIG, lat, out + Q_ONEWAY);
         /* A descheduled rank (more ranks than cores) can make the middle
          * size look as slow as the large one: measure again, up to four
          * times, rather than fall back to the built-in figures. Rank 0's
@@ -461,23 +464,24 @@ static int quick_estimate(void)
     if (MPI_Ibarrier(ovl__g.comm_delta, &rq) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Ibarrier failed");
     wait_sleeping(&rq);
-    out[0] = lat;
-    out[1] = bw > 0 ? 1.0 / bw : 0;
-    out[2] = (double)sw;
-    out[3 + 16] = burst > 0 ? burst : 0;
-    if (MPI_Bcast(out, 3 + 16 + 1, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
+    out[Q_LAT] = lat;
+    out[Q_G] = bw > 0 ? 1.0 / bw : 0;
+    out[Q_SW] = (double)sw;
+    out[Q_BURST] = burst > 0 ? burst : 0;
+    if (MPI_Bcast(out, Q_N, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Bcast failed");
-    ovl__m.piece_switch = (size_t)out[2];
-    memcpy(ovl__m.oneway_us, out + 3, sizeof ovl__m.oneway_us);
-    ovl__m.burst_B = (size_t)out[3 + 16] / ovl__watch_page() * ovl__watch_page();
-    if (out[0] > 0 && out[1] > 0) {
-        ovl__m.lat_us = out[0];
-        ovl__m.bw_Bpus = 1.0 / out[1];
-        ovl__m.rtt_us = 2 * out[0];
+    _Static_assert(sizeof ovl__m.oneway_us == 16 * sizeof(double), "Q_ONEWAY holds 16");
+    ovl__m.piece_switch = (size_t)out[Q_SW];
+    memcpy(ovl__m.oneway_us, out + Q_ONEWAY, sizeof ovl__m.oneway_us);
+    ovl__m.burst_B = (size_t)out[Q_BURST] / ovl__watch_page() * ovl__watch_page();
+    if (out[Q_LAT] > 0 && out[Q_G] > 0) {
+        ovl__m.lat_us = out[Q_LAT];
+        ovl__m.bw_Bpus = 1.0 / out[Q_G];
+        ovl__m.rtt_us = 2 * out[Q_LAT];
         /* No separate measurement of o and g here: take the one-way time as
          * the per-message cost (pessimistic) and half of it as the gap. */
-        ovl__m.o_us = out[0];
-        ovl__m.gap_us = out[0] / 2;
+        ovl__m.o_us = out[Q_LAT];
+        ovl__m.gap_us = out[Q_LAT] / 2;
         ovl__m.calibrated = 1;
     }
     double f = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);
@@ -922,6 +926,12 @@ size_t ovl__model_fragment_size(void)
 size_t ovl__model_max_delta(void)
 {
     return MAX_DELTA;
+}
+
+size_t ovl__model_rendezvous_bytes(void)
+{
+    size_t sw = ovl__m.piece_switch;
+    return sw > 0 && sw < ovl__m.eager ? sw : ovl__m.eager;
 }
 
 /* Whether a delta piece whose message (header and bytes) is @len bytes is

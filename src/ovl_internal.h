@@ -481,6 +481,10 @@ size_t ovl__model_detect_eager(void);
  * jump in the one-way times @t of sizes @sz (0 = no jump). */
 size_t ovl__model_switch_sizes(size_t *sz, int max, size_t limit);
 size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double lat);
+/* The smallest message the MPI library sends by rendezvous, as far as the
+ * model knows: the protocol switch measured below the eager limit, else
+ * the eager limit. */
+size_t ovl__model_rendezvous_bytes(void);
 /* M(N): predicted cost of protecting @npages pages with @mon's mechanism. */
 double ovl__model_protect_us(ovl_monitor_t mon, size_t npages);
 

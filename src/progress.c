@@ -329,12 +329,16 @@ void ovl__engine_start_polls(void)
     unlock_E();
 }
 
+/* Add @op and wake the thread as its kind needs; @hs_polls: polls at the
+ * usual pace before it may sleep towards the op's completion (hs_until). */
 static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op),
-                        int remote)
+                        int remote, unsigned hs_polls)
 {
     pthread_mutex_lock(&E.lock);
     int rc = add_locked(op, bytes, patient);
     if (rc == OVL_SUCCESS) {
+        if (hs_polls)
+            op->hs_until = E.polls + hs_polls;
         if (patient) {
             start_polls_locked();
         } else if (remote) {
@@ -349,34 +353,23 @@ static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const s
 
 int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
 {
-    return add_and_wake(op, bytes, NULL, 0);
+    return add_and_wake(op, bytes, NULL, 0, 0);
 }
 
 int ovl__engine_add_remote(struct ovl__op *op, size_t bytes)
 {
-    return add_and_wake(op, bytes, NULL, 1);
+    return add_and_wake(op, bytes, NULL, 1, 0);
 }
 
 int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes)
 {
-    /* below the protocol switch measured at init (else the eager limit)
-     * the message leaves eagerly: no handshake */
-    size_t sw = ovl__m.piece_switch > 0 && ovl__m.piece_switch < ovl__m.eager ? ovl__m.piece_switch
-                                                                              : ovl__m.eager;
-    pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, bytes, NULL);
-    if (rc == OVL_SUCCESS) {
-        if (bytes >= sw)
-            op->hs_until = E.polls + 2;
-        wake_for_remote_locked();
-    }
-    unlock_E();
-    return rc;
+    /* below the rendezvous the message leaves eagerly: no handshake */
+    return add_and_wake(op, bytes, NULL, 1, bytes >= ovl__model_rendezvous_bytes() ? 2 : 0);
 }
 
 int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op))
 {
-    return add_and_wake(op, 0, patient, 0);
+    return add_and_wake(op, 0, patient, 0, 0);
 }
 
 int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us)
@@ -788,9 +781,9 @@ static int has_work_locked(void)
  * posting, and the completion. An op added by ovl__engine_add_handshake (a
  * marshal stream sent whole) keeps the usual pace until two polls have
  * passed: with one, both ranks of an exchange answered each other's
- * request to send and slept before either sent its data. (Where the MPI library copies itself, as over
- * shared memory, the model's bandwidth is that copy's and the predicted
- * times are short, so little changes.) */
+ * request to send and slept before either sent its data. (Where the MPI
+ * library copies itself, as over shared memory, the model's bandwidth is
+ * that copy's and the predicted times are short, so little changes.) */
 static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
                                      int *predicted)
 {

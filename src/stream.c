@@ -88,10 +88,9 @@ struct ovl__stream {
     /* send side */
     int cur;
     uint32_t next_seq;
-    int in_lead;   /* full fragments are held for one first message (lead_hold) */
-    unsigned held; /* fragments held: slots 0 .. held - 1 */
-    size_t excess; /* bytes at excess_at that open the next fragment (post_full) */
-    const unsigned char *excess_at;
+    int in_lead;    /* full fragments are held for one first message (lead_hold) */
+    unsigned held;  /* fragments held: slots 0 .. held - 1 */
+    size_t excess;  /* bytes past the last slot's payload that open the next fragment (post_full) */
     double t_start; /* ovl__now_us when the marshal function started */
     /* receive side */
     unsigned head;
@@ -475,7 +474,6 @@ static void post_full(struct ovl__stream *s, struct frag *f)
     flush_held(s);
     if (f->len > s->payload_max) {
         s->excess = f->len - s->payload_max;
-        s->excess_at = payload(f) + s->payload_max;
         f->len = s->payload_max;
     }
     send_frag(s, f, 0, 1);
@@ -507,7 +505,7 @@ static int acquire_next(struct ovl__stream *s, struct frag **out)
 {
     int rc = acquire(s, out);
     if (rc == OVL_SUCCESS && s->excess) {
-        memcpy(payload(*out), s->excess_at, s->excess);
+        memcpy(payload(*out), payload(&s->frags[s->window - 1]) + s->payload_max, s->excess);
         (*out)->len = s->excess;
         s->excess = 0;
     }
@@ -538,14 +536,6 @@ static void send_body(void *arg)
         s->in_lead = 0;
         send_frag(s, s->frags, flags, n);
         return;
-    }
-    if (f->len > s->payload_max) { /* a stretched slot not sent whole (defensive) */
-        post_full(s, f);
-        if (acquire_next(s, &f) != OVL_SUCCESS) {
-            if (!s->err)
-                s->err = OVL_ERR_NOMEM;
-            return;
-        }
     }
     flush_held(s);
     send_frag(s, f, flags, 1);
