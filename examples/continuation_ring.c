@@ -74,10 +74,13 @@ int main(int argc, char **argv)
         if (ovl_progress() != OVL_SUCCESS)
             MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    printf("rank %d: %d arrivals, token %d, computed %ld blocks meanwhile (%g)\n", rank,
-           atomic_load(&arrivals), token, iters, x);
+    /* Each hop adds one: rank r's last arrival carries (LAPS - 1) * size + r,
+     * rank 0's carries LAPS * size. */
+    int expect = rank == 0 ? LAPS * size : (LAPS - 1) * size + rank;
+    printf("rank %d: %d arrivals, token %d (expected %d), computed %ld blocks meanwhile (%g)\n",
+           rank, atomic_load(&arrivals), token, expect, iters, x);
     if (ovl_finalize() != OVL_SUCCESS)
         MPI_Abort(MPI_COMM_WORLD, 1);
     MPI_Finalize();
-    return 0;
+    return token != expect;
 }

@@ -32,7 +32,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     double *a = malloc(N * sizeof *a);
     ovl_request_t req;
-    int rc = OVL_SUCCESS;
+    int rc = OVL_SUCCESS, wrong = 0;
 
     if (size >= 2 && rank == 0) {
         rc = ovl_delta_send_begin(a, N, MPI_DOUBLE, 1, 0, &req);
@@ -48,8 +48,17 @@ int main(int argc, char **argv)
         ovl_status_t st;
         if (rc == OVL_SUCCESS)
             rc = ovl_wait(&req, &st);
-        if (rc == OVL_SUCCESS)
-            printf("rank 1 received %zu bytes, sum of squares %.6f\n", st.bytes, sum);
+        /* The same values computed here must give the same sum, bit for bit. */
+        double expect = 0;
+        for (int i = 0; i < N; i++) {
+            double v = sin(i * 1e-3) * cos(i * 2e-3);
+            expect += v * v;
+        }
+        if (rc == OVL_SUCCESS) {
+            wrong = st.bytes != N * sizeof *a || sum != expect;
+            printf("rank 1 received %zu bytes, sum of squares %.6f (%s)\n", st.bytes, sum,
+                   wrong ? "WRONG" : "ok");
+        }
     }
     if (rc != OVL_SUCCESS)
         fprintf(stderr, "rank %d: %s: %s\n", rank, ovl_strerror(rc), ovl_error_detail());
@@ -57,5 +66,5 @@ int main(int argc, char **argv)
     if (ovl_finalize() != OVL_SUCCESS)
         rc = OVL_ERR_INTERNAL;
     MPI_Finalize();
-    return rc == OVL_SUCCESS ? 0 : 1;
+    return rc != OVL_SUCCESS || wrong;
 }
