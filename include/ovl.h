@@ -313,6 +313,11 @@ OVL_NODISCARD int ovl_progress(void);
  * receiver may use ovl_irecv or ovl_delta_recv). A buffer that only
  * overlaps bytes not yet arrived (part of a delta receive, a pending
  * ovl_get) is refused with OVL_ERR_PENDING, nothing sent.
+ * As in MPI, @p dest may be MPI_PROC_NULL (the edge of a halo exchange):
+ * nothing is sent and the request completes at once, its status giving
+ * source MPI_PROC_NULL, tag MPI_ANY_TAG and 0 bytes. The same holds for
+ * ovl_irecv(), ovl_isend_stream() and ovl_irecv_stream() (whose function
+ * then never runs).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
  *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MPI, OVL_ERR_PENDING
  */
@@ -322,7 +327,8 @@ OVL_NODISCARD int ovl_isend(const void *buf, int count, MPI_Datatype datatype, i
 /**
  * Start receiving up to @p count elements of @p datatype into @p buf from
  * @p source (or OVL_ANY_SOURCE) with @p tag (or OVL_ANY_TAG). A longer
- * message completes with OVL_ERR_TRUNCATE.
+ * message completes with OVL_ERR_TRUNCATE. @p source may be MPI_PROC_NULL:
+ * the request completes at once with 0 bytes, @p buf untouched.
  * @return as ovl_isend.
  */
 OVL_NODISCARD int ovl_irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,

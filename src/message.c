@@ -210,17 +210,34 @@ static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int tsize
     return 1;
 }
 
+int ovl__post_proc_null(const char *fn, int kind, ovl_request_t *req)
+{
+    struct ovl__req *r;
+    ovl_request_t h;
+    if (ovl__req_alloc(kind, &r, &h) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
+    r->status.source = MPI_PROC_NULL;
+    r->status.tag = MPI_ANY_TAG;
+    r->status.bytes = 0;
+    r->status.error = OVL_SUCCESS;
+    *req = h;
+    ovl__req_complete(r);
+    return OVL_SUCCESS;
+}
+
 static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt, int peer, int tag,
                 ovl_request_t *req)
 {
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = check_buf(fn, buf, count, dt, req)) ||
-        (rc = ovl__check_peer(fn, peer, kind == OVL__REQ_RECV)) ||
+        (peer != MPI_PROC_NULL && (rc = ovl__check_peer(fn, peer, kind == OVL__REQ_RECV))) ||
         (rc = ovl__check_tag(fn, tag, kind == OVL__REQ_RECV)))
         return rc;
     int tsize = 0;
     if (MPI_Type_size(dt, &tsize) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
+    if (peer == MPI_PROC_NULL)
+        return ovl__post_proc_null(fn, kind, req);
     if (kind == OVL__REQ_SEND && isend_arriving(buf, count, dt, tsize, peer, tag, req, &rc))
         return rc;
 

@@ -173,6 +173,9 @@ int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle);
 /* Validate a handle; OVL_ERR_REQUEST for stale/foreign ones. */
 int ovl__req_lookup(ovl_request_t h, struct ovl__req **out);
 void ovl__req_release(struct ovl__req *r);
+/* message.c: a request of @kind to or from MPI_PROC_NULL, completed at once
+ * as MPI does (source MPI_PROC_NULL, tag MPI_ANY_TAG, 0 bytes). */
+int ovl__post_proc_null(const char *fn, int kind, ovl_request_t *req);
 
 /* ---- progress.c -------------------------------------------------------- */
 

@@ -888,11 +888,15 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     if (!req || !mf)
         return ovl__error(OVL_ERR_ARG, fn, "%s is NULL",
                           req ? "marshal function" : "request pointer");
-    if ((rc = ovl__check_peer(fn, peer, !is_send)) || (rc = ovl__check_tag(fn, tag, !is_send)))
+    if ((peer != MPI_PROC_NULL && (rc = ovl__check_peer(fn, peer, !is_send))) ||
+        (rc = ovl__check_tag(fn, tag, !is_send)))
         return rc;
     if (ovl__tls()->coro)
         return ovl__error(OVL_ERR_IN_CALLBACK, fn,
                           "cannot start a stream inside a marshal function");
+    /* As MPI: nothing travels, the (un)marshal function never runs. */
+    if (peer == MPI_PROC_NULL)
+        return ovl__post_proc_null(fn, is_send ? OVL__REQ_SEND : OVL__REQ_RECV, req);
 
     struct ovl__stream *s = calloc(1, sizeof *s);
     if (!s)

@@ -17,7 +17,11 @@
  *    messages;
  *  - several application threads at once, each exchanging its own stream
  *    of messages (ovl_wait, ovl_test and ovl_waitall) with the neighbours:
- *    the library is used from every thread MPI_THREAD_MULTIPLE allows.
+ *    the library is used from every thread MPI_THREAD_MULTIPLE allows;
+ *  - MPI_PROC_NULL peers, as in a non-periodic halo exchange: the end
+ *    ranks' requests complete at once (source MPI_PROC_NULL, tag
+ *    MPI_ANY_TAG, 0 bytes, buffer untouched, stream functions never run),
+ *    a continuation on one runs, the inner exchanges are byte-checked.
  */
 #include "harness.h"
 
@@ -379,6 +383,88 @@ static void concurrent_threads(void)
         CHECK(pthread_join(th[t], NULL) == 0);
 }
 
+static atomic_int proc_null_fn_runs, proc_null_conts;
+
+static int proc_null_fn(ovl_stream_t s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    atomic_fetch_add(&proc_null_fn_runs, 1);
+    return OVL_SUCCESS;
+}
+
+static void proc_null_cont(const ovl_status_t *st, void *arg)
+{
+    (void)arg;
+    CHECK(st->source == MPI_PROC_NULL && st->bytes == 0 && st->error == OVL_SUCCESS);
+    atomic_fetch_add(&proc_null_conts, 1);
+}
+
+static void check_proc_null_status(const ovl_status_t *st)
+{
+    CHECKF(st->source == MPI_PROC_NULL && st->tag == MPI_ANY_TAG && st->bytes == 0 &&
+               st->error == OVL_SUCCESS,
+           "status source %d tag %d bytes %zu error %d", st->source, st->tag, st->bytes, st->error);
+}
+
+/* A non-periodic 1-D halo exchange: the end ranks' missing neighbours are
+ * MPI_PROC_NULL, as in MPI codes. */
+static void proc_null(void)
+{
+    enum { N = 3000 };
+    int left = th_rank > 0 ? th_rank - 1 : MPI_PROC_NULL;
+    int right = th_rank < th_size - 1 ? th_rank + 1 : MPI_PROC_NULL;
+    static double mine[N], from_left[N], from_right[N];
+    for (int i = 0; i < N; i++) {
+        mine[i] = th_rank * 1e6 + i;
+        from_left[i] = from_right[i] = -1.0;
+    }
+    ovl_request_t r[4];
+    ovl_status_t st[4];
+    CHECK_OK(ovl_irecv(from_left, N, MPI_DOUBLE, left, 7, &r[0]));
+    CHECK_OK(ovl_irecv(from_right, N, MPI_DOUBLE, right, 8, &r[1]));
+    CHECK_OK(ovl_isend(mine, N, MPI_DOUBLE, right, 7, &r[2]));
+    CHECK_OK(ovl_isend(mine, N, MPI_DOUBLE, left, 8, &r[3]));
+    CHECK_OK(ovl_waitall(4, r, st));
+    const int from[2] = { left, right };
+    double *got[2] = { from_left, from_right };
+    for (int k = 0; k < 2; k++) {
+        if (from[k] == MPI_PROC_NULL) {
+            check_proc_null_status(&st[k]);
+            for (int i = 0; i < N; i++)
+                CHECKF(got[k][i] == -1.0, "buffer of a MPI_PROC_NULL receive written at %d", i);
+            continue;
+        }
+        CHECK(st[k].source == from[k] && st[k].bytes == N * sizeof(double));
+        for (int i = 0; i < N; i++)
+            CHECKF(got[k][i] == from[k] * 1e6 + i, "halo from %d wrong at %d", from[k], i);
+    }
+    /* Requests to MPI_PROC_NULL behave like any other: a continuation runs
+     * once, and test reports them complete. */
+    ovl_request_t q;
+    int flag = 0;
+    CHECK_OK(ovl_isend(mine, N, MPI_DOUBLE, MPI_PROC_NULL, 0, &q));
+    CHECK_OK(ovl_continue(q, proc_null_cont, NULL));
+    CHECK_OK(ovl_test(&q, &flag, &st[0]));
+    CHECK(flag == 1 && q == OVL_REQUEST_NULL);
+    CHECK(atomic_load(&proc_null_conts) == 1);
+    check_proc_null_status(&st[0]);
+    CHECK_OK(ovl_irecv(NULL, 0, MPI_BYTE, MPI_PROC_NULL, MPI_ANY_TAG, &q));
+    CHECK_OK(ovl_wait(&q, &st[0]));
+    check_proc_null_status(&st[0]);
+    /* Streams: the functions never run. */
+    CHECK_OK(ovl_isend_stream(MPI_PROC_NULL, 1, proc_null_fn, NULL, &r[0]));
+    CHECK_OK(ovl_irecv_stream(MPI_PROC_NULL, 1, proc_null_fn, NULL, &r[1]));
+    CHECK_OK(ovl_waitall(2, r, st));
+    check_proc_null_status(&st[0]);
+    check_proc_null_status(&st[1]);
+    CHECK(atomic_load(&proc_null_fn_runs) == 0);
+    /* The argument checks still apply. */
+    EXPECT_ERR(ovl_isend(mine, -1, MPI_DOUBLE, MPI_PROC_NULL, 0, &q), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_irecv(mine, 1, MPI_DOUBLE, MPI_PROC_NULL, -5, &q), OVL_ERR_TAG);
+    EXPECT_ERR(ovl_isend(mine, 1, MPI_DOUBLE, MPI_PROC_NULL, 0, NULL), OVL_ERR_ARG);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_message", NULL);
@@ -391,5 +477,6 @@ int main(int argc, char **argv)
     test_polling();
     waitall_many();
     concurrent_threads();
+    proc_null();
     return th_finish();
 }
