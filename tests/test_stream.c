@@ -630,7 +630,7 @@ static void misuse(void)
     CHECK(ovl_stream_tell(NULL) == 0);
     EXPECT_ERR(ovl_isend_stream(peer, 0, NULL, NULL, &r), OVL_ERR_ARG);
     EXPECT_ERR(ovl_isend_stream(peer, 0, small_marshal, NULL, NULL), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_isend_stream(-1, 0, small_marshal, NULL, &r), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_isend_stream(-5, 0, small_marshal, NULL, &r), OVL_ERR_RANK);
     EXPECT_ERR(ovl_isend_stream(th_size, 0, small_marshal, NULL, &r), OVL_ERR_RANK);
     EXPECT_ERR(ovl_isend_stream(OVL_ANY_SOURCE, 0, small_marshal, NULL, &r), OVL_ERR_RANK);
     EXPECT_ERR(ovl_isend_stream(peer, OVL_ANY_TAG, small_marshal, NULL, &r), OVL_ERR_TAG);
