@@ -4,7 +4,8 @@
 # your project"): install the built library into a fresh prefix, then build
 # one example against the installed copy twice, once as a CMake project with
 # find_package(ovl) and once with plain mpicc and pkg-config, and run both
-# under mpiexec with 2 ranks (the example verifies its own data).
+# under mpiexec with 2 ranks (the example verifies its own data); and a C++
+# program that includes ovl.h compiles and links.
 #
 #   install_check.sh BUILD_DIR SOURCE_DIR MPICC MPIEXEC [MPIEXEC flags...]
 set -eu
@@ -48,4 +49,16 @@ flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs ovl) ||
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$mpiexec" "$@" -n 2 "$work/app_pc" ||
     { echo "FAIL: pkg-config consumer run"; exit 1; }
+# C++ programs include the same header (extern "C", no C-only syntax).
+mpicxx=$(printf '%s' "$mpicc" | sed 's/mpicc\([^/]*\)$/mpicxx\1/')
+if [ "$mpicxx" != "$mpicc" ] && command -v "$mpicxx" >/dev/null 2>&1; then
+    echo "== C++: $mpicxx includes ovl.h"
+    printf '#include <ovl.h>\nint main() { return ovl_strerror(OVL_SUCCESS) == nullptr; }\n' \
+        >"$work/app.cpp"
+    # shellcheck disable=SC2086
+    "$mpicxx" -Wall -Wextra -Werror "$work/app.cpp" $flags -o "$work/app_cxx" ||
+        { echo "FAIL: ovl.h in C++"; exit 1; }
+else
+    echo "== C++: no MPI C++ compiler next to $mpicc, not checked"
+fi
 echo "install_check: ok"
