@@ -160,6 +160,8 @@ typedef enum {
  * Options for ovl_init(). Set field_mask to the OVL_CONFIG_FIELD_* bits of
  * the fields you fill in; the others take their OVL_* environment variable,
  * or the default (docs/ENV.md). Fields set here win over the environment.
+ * A bit that no OVL_CONFIG_FIELD_* names makes ovl_init fail with
+ * OVL_ERR_CONFIG.
  */
 typedef struct {
     uint64_t field_mask;
@@ -173,7 +175,7 @@ typedef struct {
     unsigned
         stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream, same on every rank (default 8) */
     size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
-    int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info */
+    int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info; more = 2; negative: OVL_ERR_CONFIG */
     ovl_monitor_t monitor; /**< OVL_MONITOR: auto|uffd|mprotect|explicit (default auto) */
     size_t
         delta_size; /**< OVL_DELTA_SIZE: bytes per delta; 0 = chosen at run time by the model (default 0) */
@@ -205,7 +207,12 @@ typedef struct {
  * MPI must be initialised. With OVL_PROGRESS_THREAD the MPI library must
  * provide MPI_THREAD_MULTIPLE (MPI_Init_thread); otherwise OVL_ERR_THREAD.
  * Every rank must use the same fragment size and stream window (checked:
- * OVL_ERR_CONFIG).
+ * OVL_ERR_CONFIG). A configuration error or OVL_ERR_THREAD on some ranks
+ * only fails the call on every rank, none initialised: a failing rank
+ * returns its own code and detail, every other rank the same code (the
+ * most negative one if ranks failed differently) with a detail naming the
+ * rank that failed. (OVL_ERR_ALREADY_INIT and OVL_ERR_ARG are returned at
+ * once, before any collective.)
  *
  * @param comm  communicator (MPI_COMM_WORLD in most programs)
  * @param cfg   options, or NULL for environment and defaults
@@ -262,7 +269,9 @@ typedef struct {
  * Wait for @p req to complete, then release it and set *req to
  * OVL_REQUEST_NULL. Waiting on OVL_REQUEST_NULL returns at once with an empty
  * status, as in MPI. A handle that was already released (e.g. a copy of one
- * already waited on) gives OVL_ERR_REQUEST.
+ * already waited on) gives OVL_ERR_REQUEST. Calls racing on copies of one
+ * handle (two threads waiting, a wait against ovl_request_free) release it
+ * once: one call succeeds, the others return OVL_ERR_REQUEST.
  *
  * @return OVL_SUCCESS, or the operation's error (also in status->error):
  *         OVL_ERR_MPI, OVL_ERR_TRUNCATE, OVL_ERR_EOF, OVL_ERR_CANCELLED, a
@@ -362,7 +371,9 @@ typedef void (*ovl_continue_fn)(const ovl_status_t *status, void *arg);
  * ovl_continue gives fire-and-forget messaging.
  *
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (fn NULL),
- *         OVL_ERR_REQUEST, OVL_ERR_BUSY (already has a continuation)
+ *         OVL_ERR_REQUEST (also a request already given to
+ *         ovl_request_free, or released by another thread meanwhile),
+ *         OVL_ERR_BUSY (already has a continuation)
  */
 OVL_NODISCARD int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg);
 
@@ -504,10 +515,16 @@ const char *ovl_monitor_name(ovl_monitor_t monitor);
 
 /**
  * Which monitor @p requested resolves to in this process, and why, e.g.
- * "uffd: userfaultfd(UFFD_USER_MODE_ONLY) works". Needs neither MPI nor
- * ovl_init (the ovl-info tool calls it). @p why may be NULL.
+ * "uffd: userfaultfd works (...), allowed by UFFD_USER_MODE_ONLY ...": the
+ * same resolver ovl_init() and every request use, so *@p chosen is what
+ * they pick. Needs neither MPI nor ovl_init (the ovl-info tool calls it).
+ * @p why may be NULL. Without a /proc/self/mem that writes protected pages
+ * no fault monitor works: auto then gives explicit (ovl_init warns).
  * @return OVL_SUCCESS; OVL_ERR_ARG (chosen NULL, unknown monitor);
- *         OVL_ERR_UNSUPPORTED (uffd requested but unavailable: @p why says why)
+ *         OVL_ERR_UNSUPPORTED (uffd requested but unavailable: *@p chosen
+ *         is the fallback ovl_init takes, mprotect; @p why says why);
+ *         OVL_ERR_MONITOR (uffd or mprotect requested where no fault
+ *         monitor works: ovl_init, or a request asking for it, fails)
  */
 OVL_NODISCARD int ovl_monitor_probe(ovl_monitor_t requested, ovl_monitor_t *chosen, char *why,
                                     size_t why_len);
@@ -562,11 +579,17 @@ OVL_NODISCARD int ovl_free(void *base);
  * The datatype must be contiguous (MPI_DOUBLE, MPI_BYTE, a contiguous
  * type, ...). The message can be received with ovl_delta_recv() or
  * ovl_irecv(). A buffer that is itself still arriving through
- * ovl_delta_recv() is forwarded piece by piece as it arrives.
+ * ovl_delta_recv() is forwarded piece by piece as it arrives, if it
+ * starts where the receive's buffer does; one overlapping a pending
+ * fault-monitored delta receive or ovl_get any other way is refused
+ * (OVL_ERR_PENDING) until that has completed.
  *
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer,
- *         negative count, non-contiguous datatype), OVL_ERR_RANK,
- *         OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI
+ *         negative count, non-contiguous datatype), OVL_ERR_RANK (also
+ *         MPI_PROC_NULL, which delta transfers do not take, unlike
+ *         ovl_isend/ovl_irecv), OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MONITOR (also: a fault
+ *         monitor asked for by name that cannot work here), OVL_ERR_PENDING,
+ *         OVL_ERR_MPI
  */
 OVL_NODISCARD int ovl_delta_send_begin(void *buf, int count, MPI_Datatype datatype, int dest,
                                        int tag, ovl_request_t *req);
@@ -626,8 +649,8 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  *
  * While data is pending, the buffer must not be given to a system call
  * (read, write, send, ...): the kernel does not wait and the call fails
- * with EFAULT. Nor to MPI directly (MPI_Send, MPI_Put, ...): MPI reads
- * through the kernel or from another process (shared-memory copy, CMA,
+ * with EFAULT (nothing is read or written; the data still arrives). Nor
+ * to MPI directly (MPI_Send, MPI_Put, ...): MPI reads through the kernel or from another process (shared-memory copy, CMA,
  * sockets, RDMA), which does not wait either; measured with MPICH, an
  * MPI_Send of a pending buffer sent zeros for the missing pages, or hung.
  * Call ovl_delta_need() or ovl_wait() first, or send it with ovl_isend()
@@ -641,7 +664,7 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * pages. Threaded programs should pass page-aligned buffers
  * (posix_memalign, mmap, or malloc blocks of 128 KiB and more).
  *
- * @return as ovl_delta_send_begin()
+ * @return as ovl_delta_send_begin() (but not OVL_ERR_PENDING)
  */
 OVL_NODISCARD int ovl_delta_recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
                                  ovl_request_t *req);
@@ -680,9 +703,17 @@ typedef struct ovl_segment_s *ovl_segment_t;
  * A computing target stays responsive only while something calls MPI:
  * with OVL_PROGRESS=thread the progress thread polls while a segment
  * exists; with OVL_PROGRESS=inline only ovl calls on that rank do.
- * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer),
- *         OVL_ERR_NOMEM (too many segments), OVL_ERR_MPI,
- *         OVL_ERR_IN_CALLBACK
+ * At most 256 segments live at once, each rank's part at most 2^46 bytes.
+ * An error on one rank (a bad argument, no memory, the limit, a failed
+ * MPI call on its part) is an error on every rank: the ranks agree before
+ * each collective step, so none waits for the others forever, and a rank
+ * whose own arguments were fine returns the failing rank's code, its
+ * detail naming that rank. OVL_ERR_NOT_INIT and OVL_ERR_IN_CALLBACK are
+ * returned at once (nothing is agreed then). *base and *seg are written
+ * only on success.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer, more
+ *         than 2^46 bytes), OVL_ERR_NOMEM (no memory, more than 256
+ *         segments), OVL_ERR_MPI, OVL_ERR_IN_CALLBACK
  */
 OVL_NODISCARD int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg);
 
@@ -716,6 +747,9 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * different by default (OVL_RMA_LOCAL=direct): MPI copies those bytes with
  * this rank's CPU, so there is nothing to overlap, and the get completes
  * inside the call, unsplit and unguarded; @p dst is ready on return.
+ * As in MPI, @p rank may be MPI_PROC_NULL: nothing moves, @p dst is left
+ * as it is (ovl_put() and ovl_get_nb() too; the latter's request completes
+ * at once).
  *
  * Consistency: the data is that of the target at some time between the
  * call and the arrival; order against remote writes with ovl_fence(),
@@ -731,8 +765,12 @@ OVL_NODISCARD int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_
 /**
  * ovl_get() that also returns a request completing when the FIRST strip is
  * in place (HUNT's explicitly non-blocking form: the program already
- * overlaps, so the first strip is large, and later strips are still
- * demand-driven). Complete it with ovl_wait()/ovl_test()/ovl_request_free().
+ * overlaps, so a split get's first strip is large, about half, and later
+ * strips are still demand-driven). The first strip is the one read first:
+ * it starts at @p dst, or, after ovl_hint_order(OVL_ORDER_DOWN), ends at
+ * @p dst + @p bytes; the status's bytes is its length, and those bytes may
+ * be used without a wait (even under OVL_MONITOR=explicit).
+ * Complete it with ovl_wait()/ovl_test()/ovl_request_free().
  * A target on this node (OVL_RMA_LOCAL=direct): the request is already
  * complete.
  * @return as ovl_get()
@@ -763,7 +801,9 @@ OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
  * A target on this rank's node (OVL_RMA_LOCAL=direct, the default): the
  * bytes have left @p src when the call returns, nothing is held.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
- *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI, OVL_ERR_PENDING
+ *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI, OVL_ERR_PENDING,
+ *         OVL_ERR_IN_CALLBACK (inside a callback, @p src an outstanding
+ *         get's destination that would have to be waited for)
  */
 OVL_NODISCARD int ovl_put(const void *src, int rank, size_t offset, size_t bytes,
                           ovl_segment_t seg);
@@ -840,10 +880,24 @@ typedef enum {
 OVL_NODISCARD int ovl_hint_order(ovl_order_t order);
 
 /**
- * Trains (HUNT 5.3): a get started while at least @p threshold others are
- * outstanding is not split, and its synchronisation is piggybacked on the
- * last get before it: that get's last strip is only made visible once the
- * train has arrived. 0 (default) turns it off.
+ * Trains (HUNT 5.3): a get that joins a train is neither split nor guarded
+ * (it lands straight in its destination), and its synchronisation is
+ * piggybacked on the last watched get before it: that get's last strip is
+ * only made visible once the train has arrived.
+ *
+ * Default (until the first call, again after ovl_init): the runtime
+ * decides from the performance model. A get smaller than the model's
+ * piggyback threshold (below it, guarding costs more than the transfer's
+ * wire time could hide), started while a watched get is outstanding,
+ * joins, under OVL_MONITOR=explicit, where ovl_get_need() waits for it as
+ * for any get. Under a fault monitor no get joins by default: an unguarded
+ * destination read before the train has arrived would show old bytes.
+ *
+ * This call overrides the default: from now on a get started while at
+ * least @p threshold others are outstanding joins, with any monitor; the
+ * program promises to read destinations in the order the gets were
+ * started (touching the get before a train retires it), or to call
+ * ovl_get_need() first. 0 turns trains off.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT
  */
 OVL_NODISCARD int ovl_hint_piggyback(unsigned threshold);

@@ -6,11 +6,24 @@
  */
 #include "ovl_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* Every OVL_CONFIG_FIELD_* bit (ovl.h); a new field adds its bit here. */
+#define KNOWN_FIELDS                                                                       \
+    (OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US | OVL_CONFIG_FIELD_SPIN_US | \
+     OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_STREAM_WINDOW |                     \
+     OVL_CONFIG_FIELD_STACK_SIZE | OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_MONITOR |   \
+     OVL_CONFIG_FIELD_DELTA_SIZE | OVL_CONFIG_FIELD_EAGER_LIMIT |                          \
+     OVL_CONFIG_FIELD_PROGRESS_SLICE_US | OVL_CONFIG_FIELD_POLL_QUIET_US |                 \
+     OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_RMA_LOCAL |                     \
+     OVL_CONFIG_FIELD_POLL_MIN_US | OVL_CONFIG_FIELD_POLL_CALLBACK_US |                    \
+     OVL_CONFIG_FIELD_POLL_RMA_US | OVL_CONFIG_FIELD_POLL_SERVE_US |                       \
+     OVL_CONFIG_FIELD_POLL_QUIET_SHARE | OVL_CONFIG_FIELD_STREAM_WHOLE)
 
 #define OVL_MIN_FRAGMENT 64u
 #define OVL_MAX_FRAGMENT (64u << 20)
@@ -21,22 +34,24 @@ static int parse_size(const char *name, const char *s, unsigned long long *out)
     errno = 0;
     char *end = NULL;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
+    /* digits first: strtoull would take " -5" (space, sign) as 2^64 - 5 */
+    if (errno || end == s || !isdigit((unsigned char)s[0]))
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\" is not a number", name, s);
+    unsigned shift = 0;
     switch (*end) {
     case 'k':
     case 'K':
-        v <<= 10;
+        shift = 10;
         end++;
         break;
     case 'm':
     case 'M':
-        v <<= 20;
+        shift = 20;
         end++;
         break;
     case 'g':
     case 'G':
-        v <<= 30;
+        shift = 30;
         end++;
         break;
     default:
@@ -44,7 +59,10 @@ static int parse_size(const char *name, const char *s, unsigned long long *out)
     }
     if (*end != '\0')
         return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\": unexpected \"%s\"", name, s, end);
-    *out = v;
+    /* a shift that drops bits would wrap a huge value into a small one */
+    if (v > (~0ull >> shift))
+        return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\" is too large", name, s);
+    *out = v << shift;
     return OVL_SUCCESS;
 }
 
@@ -131,14 +149,25 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
     unsigned long long v;
     int rc;
 
-    if (m & OVL_CONFIG_FIELD_VERBOSE)
-        c.verbose = user->verbose;
-    else if ((rc = env_size("OVL_VERBOSE", &v)) <= 0) {
+    if (m & ~(uint64_t)KNOWN_FIELDS)
+        return ovl__error(OVL_ERR_CONFIG, "ovl_init",
+                          "field_mask %#llx has bits no OVL_CONFIG_FIELD_* names (%#llx): a "
+                          "field this version of ovl does not know, or garbage",
+                          (unsigned long long)m, (unsigned long long)(m & ~(uint64_t)KNOWN_FIELDS));
+
+    /* 0 silent, 1 errors, 2 info; more is as much as 2 (the same for the
+     * field and the variable, which cannot be negative) */
+    if (m & OVL_CONFIG_FIELD_VERBOSE) {
+        if (user->verbose < 0)
+            return ovl__error(OVL_ERR_CONFIG, "ovl_init", "verbose=%d is negative", user->verbose);
+        c.verbose = user->verbose > 2 ? 2 : user->verbose;
+    } else if ((rc = env_size("OVL_VERBOSE", &v)) <= 0) {
         if (rc < 0)
             return rc;
         c.verbose = (int)(v > 2 ? 2 : v);
     }
 
+    /* "none" (no progress thread) is another name for inline (docs/ENV.md) */
     static const char *const progress_names[] = { "inline", "thread", "none" };
     static const int progress_values[] = { OVL_PROGRESS_INLINE, OVL_PROGRESS_THREAD,
                                            OVL_PROGRESS_INLINE };

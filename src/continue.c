@@ -27,7 +27,25 @@ int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg)
         return ovl__error(OVL_ERR_REQUEST, fname, "invalid or released request handle");
 
     ovl__engine_lock();
+    /* The lookup above ran without the lock: another thread may since have
+     * waited on a copy of the handle (the slot may even hold a new request
+     * now) or freed it. Re-validate the generation and pin the slot, so no
+     * ovl_wait/ovl_test/ovl_request_free releases it while the continuation
+     * is registered. A request freed with ovl_request_free belongs to the
+     * engine: nobody could wait for its continuation. */
+    if (ovl__req_pin(req, r) != OVL_SUCCESS) {
+        ovl__engine_unlock();
+        return ovl__error(OVL_ERR_REQUEST, fname,
+                          "request %p was released (waited on, tested complete or freed)",
+                          (void *)req);
+    }
+    if (r->detached) {
+        ovl__req_unpin(req, r);
+        ovl__engine_unlock();
+        return ovl__error(OVL_ERR_REQUEST, fname, "request %p was already freed", (void *)req);
+    }
     if (r->cont_registered) {
+        ovl__req_unpin(req, r);
         ovl__engine_unlock();
         return ovl__error(OVL_ERR_BUSY, fname, "the request already has a continuation");
     }
@@ -39,10 +57,13 @@ int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg)
     ovl__engine_continuation_locked(r);
     if (r->completed) {
         /* Already finished: run at the next progress step, and hold back
-         * `done` so that ovl_wait still returns only after the callback. */
+         * `done` so that ovl_wait still returns only after the callback
+         * (a waiter that saw it set finds it withdrawn when it claims the
+         * request, request.c). */
         atomic_store(&r->done, 0);
         ovl__engine_defer_callback(r);
     }
+    ovl__req_unpin(req, r);
     ovl__engine_unlock();
     return OVL_SUCCESS;
 }

@@ -33,6 +33,7 @@
  */
 #include "ovl_internal.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,7 @@ struct ovl__delta {
     char *landing; /* a plain message received where the monitor lets MPI write */
     char *staging; /* a plain message received into a guarded buffer */
     size_t staging_len, staging_cap;
+    size_t plain_bytes; /* the plain message's size, from its probe */
     struct ovl__op plain_op;
     atomic_int done;
     struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
@@ -296,6 +298,10 @@ static int check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int
     }
     if (!buf && *cap > 0)
         return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with count %d", count);
+    if (peer == MPI_PROC_NULL)
+        return ovl__error(OVL_ERR_RANK, fn,
+                          "MPI_PROC_NULL: a delta transfer needs a real peer (ovl_isend and "
+                          "ovl_irecv accept MPI_PROC_NULL)");
     if ((rc = ovl__check_peer(fn, peer, any_ok)) || (rc = ovl__check_tag(fn, tag, any_ok)))
         return rc;
     return OVL_SUCCESS;
@@ -309,6 +315,21 @@ static int check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_
                           "pages; use heap memory or OVL_MONITOR_EXPLICIT",
                           buf, ovl_monitor_name(mon));
     return OVL_SUCCESS;
+}
+
+/* A fault monitor asked for by name (not auto) that cannot work in this
+ * process (ovl__watch_resolve gave explicit: no /proc/self/mem): an
+ * error, not a silent switch to annotations the program does not make. */
+static int check_monitor(const char *fn, ovl_monitor_t asked, ovl_monitor_t got)
+{
+    if (got != OVL_MONITOR_EXPLICIT || asked == OVL_MONITOR_AUTO || asked == OVL_MONITOR_EXPLICIT)
+        return OVL_SUCCESS;
+    ovl_monitor_t c;
+    char why[480] = "";
+    int prc = ovl_monitor_probe(asked, &c, why, sizeof why);
+    (void)prc; /* only the reason is wanted */
+    return ovl__error(OVL_ERR_MONITOR, fn, "the %s monitor cannot work in this process: %s",
+                      ovl_monitor_name(asked), why);
 }
 
 static int lookup(const char *fn, ovl_request_t h, int kind, struct ovl__req **out)
@@ -713,6 +734,40 @@ int ovl__delta_arriving(const void *buf, size_t len)
     return find_recv((void *)(uintptr_t)buf, len) != NULL;
 }
 
+/* Does a pending fault-monitored delta receive hold any byte of
+ * [buf, buf+len)? */
+static int overlaps_recv(const void *buf, size_t len)
+{
+    uintptr_t lo = (uintptr_t)buf, hi = lo + len;
+    int hit = 0;
+    pthread_mutex_lock(&D.lock);
+    for (struct ovl__delta *d = D.head; d && !hit; d = d->next)
+        hit = !d->is_send && !d->plain && d->mon != OVL_MONITOR_EXPLICIT && d->cap > 0 &&
+              !atomic_load(&d->done) && (uintptr_t)d->buf < hi && lo < (uintptr_t)d->buf + d->cap;
+    pthread_mutex_unlock(&D.lock);
+    return hit;
+}
+
+/* A delta send of a buffer that a fault-monitored receive (a delta receive
+ * or a get) still guards, other than a delta receive's buffer from its
+ * start (forwarded as it arrives): MPI would read bytes not yet there
+ * without waiting, and the send's own monitoring would fight the
+ * receive's guards (mprotect: its write protection opens pages still
+ * pending; uffd: its write-protect registration replaces the missing-page
+ * one, so pending pages read as zeros and their data is lost). Refused, as
+ * ovl_isend and ovl_put refuse it. */
+static int check_pending(const char *fn, const void *buf, size_t len)
+{
+    if (len == 0 || (!ovl__watch_pending(buf, len, 1) && !overlaps_recv(buf, len)))
+        return OVL_SUCCESS;
+    return ovl__error(OVL_ERR_PENDING, fn,
+                      "buffer [%p, +%zu) overlaps a delta receive or ovl_get still pending: "
+                      "wait for its data first (ovl_delta_need, ovl_get_need, ovl_wait), or "
+                      "send the delta receive's buffer from its start, which is forwarded as "
+                      "it arrives",
+                      buf, len);
+}
+
 static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, size_t cap)
 {
     struct ovl__delta *d = calloc(1, sizeof *d);
@@ -741,6 +796,9 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     int rc = check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap);
     if (rc)
         return rc;
+    const ovl_monitor_t mon = ovl__watch_resolve(monitor);
+    if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
+        return rc;
 
     struct ovl__req *r = NULL;
     ovl_request_t h;
@@ -756,7 +814,7 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     r->count = count;
     d->peer = dest;
     d->sid = ovl__delta_new_sid();
-    d->mon = ovl__watch_resolve(monitor);
+    d->mon = mon;
     d->t_begin = ovl__now_us();
     size_t maxp = ovl__model_max_delta();
     d->max_piece = cap < maxp ? (cap ? cap : 1) : maxp;
@@ -781,7 +839,8 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->forwarding = d->fwd_src != NULL;
     if (d->fwd_src) /* its arrivals now drive this send: match it at the usual pace */
         ovl__match_hurry(&d->fwd_src->req->match);
-    if (!d->fwd_src && (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS) {
+    if (!d->fwd_src && ((rc = check_pending(fn, buf, cap)) != OVL_SUCCESS ||
+                        (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS)) {
         r->delta = NULL;
         ovl__delta_free(d);
         ovl__req_release(r);
@@ -1162,7 +1221,9 @@ static void plain_done(struct ovl__op *op, MPI_Status *st)
     if (st->MPI_ERROR != MPI_SUCCESS) {
         err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
     } else {
-        MPI_Get_elements_x(st, MPI_BYTE, &n);
+        /* as probed: the receive took all of it (its buffer is that size;
+         * over 2 GiB its datatype is not MPI_BYTE, ovl__imrecv_bytes) */
+        n = (MPI_Count)d->plain_bytes;
         const char *src = d->staging ? d->staging : d->landing;
         if (src)
             ovl__watch_recv_install(d->w, 0, src, (size_t)n > d->cap ? d->cap : (size_t)n);
@@ -1170,6 +1231,36 @@ static void plain_done(struct ovl__op *op, MPI_Status *st)
     d->total_r = (size_t)n;
     d->last_seen = 1;
     finish_recv(d, err);
+}
+
+/* Receive the matched message @msg of @n bytes into @buf. MPI counts are
+ * int: a message of 2 GiB or more is received as one element of a type of
+ * exactly @n bytes (blocks of 1 GiB and the rest), which every MPI library
+ * has, MPI-4's large-count calls or not. */
+int ovl__imrecv_bytes(void *buf, size_t n, MPI_Message *msg, MPI_Request *rq)
+{
+    if (n <= INT_MAX)
+        return MPI_Imrecv(buf, (int)n, MPI_BYTE, msg, rq);
+    const size_t blk = (size_t)1 << 30;
+    MPI_Datatype gib = MPI_DATATYPE_NULL, blocks = MPI_DATATYPE_NULL, t = MPI_DATATYPE_NULL;
+    int bl[2] = { 1, (int)(n % blk) };
+    MPI_Aint disp[2] = { 0, (MPI_Aint)(n - n % blk) };
+    int rc = MPI_Type_contiguous((int)blk, MPI_BYTE, &gib);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_contiguous((int)(n / blk), gib, &blocks);
+    if (rc == MPI_SUCCESS) {
+        MPI_Datatype ty[2] = { blocks, MPI_BYTE };
+        rc = MPI_Type_create_struct(bl[1] ? 2 : 1, bl, disp, ty, &t);
+    }
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&t)) == MPI_SUCCESS)
+        rc = MPI_Imrecv(buf, 1, t, msg, rq); /* the type may go: the receive keeps it */
+    if (t != MPI_DATATYPE_NULL)
+        MPI_Type_free(&t);
+    if (blocks != MPI_DATATYPE_NULL)
+        MPI_Type_free(&blocks);
+    if (gib != MPI_DATATYPE_NULL)
+        MPI_Type_free(&gib);
+    return rc;
 }
 
 /* A plain message (ovl_isend) matched an ovl_delta_recv. */
@@ -1181,6 +1272,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
     r->status.source = st->MPI_SOURCE;
     r->status.tag = st->MPI_TAG;
     d->staging_len = (size_t)n;
+    d->plain_bytes = (size_t)n;
     d->plain_op.ctx = d;
     d->plain_op.done = plain_done;
     d->plain_op.kind = OVL__OP_FRAG;
@@ -1188,7 +1280,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
     if ((size_t)n <= d->cap && (d->landing = ovl__watch_recv_landing(d->w)) != NULL) {
         /* straight into the buffer (explicit) or the monitor's shadow */
         d->staging_len = 0;
-        rc = MPI_Imrecv(d->landing, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
+        rc = ovl__imrecv_bytes(d->landing, (size_t)n, &msg, &d->plain_op.mreq);
     } else {
         d->staging = ovl__stage_get((size_t)n, &d->staging_cap);
         if (!d->staging) {
@@ -1196,7 +1288,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
             finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer"));
             return;
         }
-        rc = MPI_Imrecv(d->staging, (int)n, MPI_BYTE, &msg, &d->plain_op.mreq);
+        rc = ovl__imrecv_bytes(d->staging, (size_t)n, &msg, &d->plain_op.mreq);
     }
     if (rc != MPI_SUCCESS) {
         finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Imrecv"));
@@ -1261,6 +1353,9 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     int rc = check_args(fn, buf, count, dt, source, tag, 1, monitor, req, &cap);
     if (rc)
         return rc;
+    const ovl_monitor_t mon = ovl__watch_resolve(monitor);
+    if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
+        return rc;
     struct ovl__req *r = NULL;
     ovl_request_t h;
     if (ovl__req_alloc(OVL__REQ_DRECV, &r, &h) != OVL_SUCCESS)
@@ -1271,7 +1366,7 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory");
     }
     r->count = count;
-    d->mon = ovl__watch_resolve(monitor);
+    d->mon = mon;
     if ((rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS ||
         (rc = ovl__watch_recv_create("ovl_delta_recv", d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
         ovl__req_release(r);

@@ -112,17 +112,22 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     if (comm == MPI_COMM_NULL)
         return ovl__error(OVL_ERR_ARG, fn, "communicator is MPI_COMM_NULL");
 
-    ovl_config_t c;
+    /* A bad OVL_* value, or a thread level too low, on some ranks only:
+     * such a rank must not return before the collectives below, or the
+     * others hang in them. Its error is kept (with its detail) and every
+     * rank learns of it in the agreement after the duplicates, which need
+     * no configuration. */
+    ovl_config_t c = { .field_mask = 0 };
     int serve_auto = 0;
-    if ((rc = ovl__config_resolve(cfg, &c, &serve_auto)) != OVL_SUCCESS)
-        return rc;
+    int local = ovl__config_resolve(cfg, &c, &serve_auto);
     MPI_Query_thread(&ovl__g.thread_level);
-    if (c.progress == OVL_PROGRESS_THREAD && ovl__g.thread_level < MPI_THREAD_MULTIPLE)
-        return ovl__error(OVL_ERR_THREAD, fn,
-                          "OVL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI provides "
-                          "level %d: start MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, "
-                          "...) or use OVL_PROGRESS=inline",
-                          ovl__g.thread_level);
+    if (local == OVL_SUCCESS && c.progress == OVL_PROGRESS_THREAD &&
+        ovl__g.thread_level < MPI_THREAD_MULTIPLE)
+        local = ovl__error(OVL_ERR_THREAD, fn,
+                           "OVL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI provides "
+                           "level %d: start MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, "
+                           "...) or use OVL_PROGRESS=inline",
+                           ovl__g.thread_level);
 
     ovl__g.comm_msg = ovl__g.comm_stream = ovl__g.comm_frag = ovl__g.comm_delta = MPI_COMM_NULL;
     if ((rc = MPI_Comm_dup(comm, &ovl__g.comm_msg)) != MPI_SUCCESS ||
@@ -144,24 +149,43 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     /* The upper half of the tag space marks delta headers (match.c). */
     ovl__g.tag_ub = ovl__g.mpi_tag_ub / 2;
 
-    /* Fragment size and stream window must agree: receivers post
+    /* What every rank must agree on, in one MPI_MAX: whether any rank failed
+     * above (its code's magnitude over the complement of its rank, so the
+     * maximum names the most negative code and, among the ranks with it,
+     * the lowest rank), then fragment size and stream window, each value
+     * and its complement (the maximum finds both the largest and the
+     * smallest). Fragment size and window must agree: receivers post
      * fragment-sized buffers, and a stream's first receive spans its ring
-     * (stream.c). Each value and its complement: one MPI_MAX finds both the
-     * largest and the smallest. */
+     * (stream.c). */
     static const char *const agree[2] = { "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW" };
     const unsigned long long here[2] = { c.fragment_size, c.stream_window };
-    unsigned long long fs[4] = { here[0], ~here[0], here[1], ~here[1] }, fsr[4];
-    rc = MPI_Allreduce(fs, fsr, 4, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
+    unsigned long long failed = 0;
+    if (local != OVL_SUCCESS)
+        failed = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
+    unsigned long long fs[5] = { failed, here[0], ~here[0], here[1], ~here[1] }, fsr[5];
+    rc = MPI_Allreduce(fs, fsr, 5, MPI_UNSIGNED_LONG_LONG, MPI_MAX, ovl__g.comm_msg);
     if (rc != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");
         goto fail_comms;
     }
+    if (fsr[0] != 0) {
+        /* This rank keeps its own code and detail; the others say which
+         * rank failed, with its code. */
+        int code = -(int)(fsr[0] >> 32), who = (int)(0xffffffffull - (fsr[0] & 0xffffffffull));
+        rc = local != OVL_SUCCESS
+                 ? local
+                 : ovl__error(code, fn,
+                              "rank %d failed (%s; its own error says why), so no rank "
+                              "initialised ovl",
+                              who, ovl_strerror(code));
+        goto fail_comms;
+    }
     for (int i = 0; i < 2; i++)
-        if (fsr[2 * i] != ~fsr[2 * i + 1]) {
+        if (fsr[1 + 2 * i] != ~fsr[2 + 2 * i]) {
             rc = ovl__error(OVL_ERR_CONFIG, fn,
                             "%s differs between ranks (this rank %llu, max %llu): set the same "
                             "value everywhere, or leave it unset on every rank",
-                            agree[i], here[i], fsr[2 * i]);
+                            agree[i], here[i], fsr[1 + 2 * i]);
             goto fail_comms;
         }
 

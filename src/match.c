@@ -576,8 +576,9 @@ void ovl__match_drop_unexpected(void)
         MPI_Count n = 0;
         MPI_Get_elements_x(&u->st, MPI_BYTE, &n);
         void *tmp = malloc(n > 0 ? (size_t)n : 1);
-        if (tmp)
-            MPI_Mrecv(tmp, (int)n, MPI_BYTE, &u->msg, MPI_STATUS_IGNORE);
+        MPI_Request rq = MPI_REQUEST_NULL;
+        if (tmp && ovl__imrecv_bytes(tmp, n > 0 ? (size_t)n : 0, &u->msg, &rq) == MPI_SUCCESS)
+            MPI_Wait(&rq, MPI_STATUS_IGNORE);
         free(tmp);
         free(u);
         u = next;

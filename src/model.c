@@ -1123,15 +1123,16 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
 
 /* ---- one-sided transfers: strips of a get or put --------------------------
  * The plan of ovl__model_split (HUNT 5.1, above) as a list of strip sizes
- * for rma.c; the decision's reason is counted for OVL_STATS. */
-size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max)
+ * for rma.c, with the decision's reason; rma.c counts one reason per
+ * transfer for OVL_STATS (its own front-end reasons may replace this one). */
+size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max, int *reason)
 {
     if (max < 1)
         return 0;
     sizes[0] = bytes;
     struct ovl__split sp;
     ovl__model_split(bytes, peer, &sp);
-    ovl__stats_split_reason(sp.reason);
+    *reason = sp.reason;
     if (!sp.should_split || sp.nstrips < 2 || max < 2)
         return 1;
     size_t n = 0, at = 0;

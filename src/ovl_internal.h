@@ -172,10 +172,17 @@ void ovl__req_table_fini(void);
 int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle);
 /* Validate a handle; OVL_ERR_REQUEST for stale/foreign ones. */
 int ovl__req_lookup(ovl_request_t h, struct ovl__req **out);
+/* Hold @r (looked up from @h) against release by other calls until
+ * ovl__req_unpin; OVL_ERR_REQUEST if it was released or freed meanwhile. */
+int ovl__req_pin(ovl_request_t h, struct ovl__req *r);
+void ovl__req_unpin(ovl_request_t h, struct ovl__req *r);
 void ovl__req_release(struct ovl__req *r);
 /* message.c: a request of @kind to or from MPI_PROC_NULL, completed at once
  * as MPI does (source MPI_PROC_NULL, tag MPI_ANY_TAG, 0 bytes). */
 int ovl__post_proc_null(const char *fn, int kind, ovl_request_t *req);
+/* delta.c: MPI_Imrecv of a matched message of @n bytes, any size (over
+ * 2 GiB as one element of an @n-byte type). */
+int ovl__imrecv_bytes(void *buf, size_t n, MPI_Message *msg, MPI_Request *rq);
 
 /* ---- progress.c -------------------------------------------------------- */
 
@@ -565,8 +572,9 @@ size_t ovl__model_fragment_size(void);
 int ovl__model_copy_piece(size_t len);
 
 /* One-sided transfers (rma.c): strip sizes for a transfer of @bytes from
- * @peer (HUNT 5.1); fills sizes[0..n) (n <= max) and returns n, 1 = no split. */
-size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max);
+ * @peer (HUNT 5.1); fills sizes[0..n) (n <= max) and returns n, 1 = no split;
+ * *reason: the decision's enum ovl__split_reason (not counted). */
+size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max, int *reason);
 
 /* ---- delta.c ---------------------------------------------------------- */
 

@@ -5,6 +5,15 @@
  * double free) is recognised and rejected with OVL_ERR_REQUEST instead of
  * touching memory that now belongs to another request. Slots live in chunks
  * that never move until ovl_finalize, so lookups need no lock.
+ *
+ * A lookup alone does not make a handle safe to release: two threads may
+ * wait on copies of one handle, or one waits while another frees it. The
+ * slot's generation word is therefore also its state, changed only by
+ * compare-and-swap from the handle's generation: a caller *pins* the slot
+ * (GEN_BUSY) while it decides, then releases it (the next generation),
+ * marks it freed by the user (GEN_DETACHED: the engine releases it once
+ * complete) or unpins it. Exactly one holder of a handle gets to release
+ * its slot; every other gets OVL_ERR_REQUEST.
  */
 #include "ovl_internal.h"
 
@@ -29,6 +38,18 @@ static struct {
     uint32_t first_gen;
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER, .first_gen = 1 };
 
+/* The generation word of a slot: a generation (what handles carry) and two
+ * state bits that no handle has. */
+#define GEN_BUSY     (1u << 30) /* pinned by a caller that holds its handle */
+#define GEN_DETACHED (1u << 31) /* freed by the user before completion */
+#define GEN_MASK     (GEN_BUSY - 1u)
+
+static uint32_t gen_next(uint32_t g)
+{
+    uint32_t n = ((g & GEN_MASK) + 1u) & GEN_MASK;
+    return n ? n : 1u;
+}
+
 static inline ovl_request_t make_handle(uint32_t idx, uint32_t gen)
 {
     return (ovl_request_t)(uintptr_t)(((uint64_t)gen << 32) | (uint64_t)(idx + 1));
@@ -48,10 +69,10 @@ void ovl__req_table_fini(void)
     for (unsigned i = 0; i < tab.nchunks; i++) {
         struct ovl__req *c = atomic_load(&tab.chunks[i]);
         for (uint32_t k = 0; k < CHUNK_SLOTS; k++)
-            if (c[k].gen > max_gen)
-                max_gen = c[k].gen;
+            if ((c[k].gen & GEN_MASK) > max_gen)
+                max_gen = c[k].gen & GEN_MASK;
     }
-    tab.first_gen = max_gen + 1 ? max_gen + 1 : 1;
+    tab.first_gen = gen_next(max_gen);
     for (unsigned i = 0; i < tab.nchunks; i++) {
         free(atomic_load(&tab.chunks[i]));
         atomic_store(&tab.chunks[i], NULL);
@@ -123,44 +144,119 @@ int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle)
     return OVL_SUCCESS;
 }
 
-int ovl__req_lookup(ovl_request_t h, struct ovl__req **out)
+static int split_handle(ovl_request_t h, uint32_t *idx, uint32_t *gen)
 {
     uint64_t v = (uint64_t)(uintptr_t)h;
-    uint32_t idx1 = (uint32_t)(v & 0xffffffffu), gen = (uint32_t)(v >> 32);
-    if (idx1 == 0 || idx1 > MAX_CHUNKS * CHUNK_SLOTS)
+    uint32_t idx1 = (uint32_t)(v & 0xffffffffu);
+    *gen = (uint32_t)(v >> 32);
+    if (idx1 == 0 || idx1 > MAX_CHUNKS * CHUNK_SLOTS || (*gen & ~GEN_MASK) != 0)
         return OVL_ERR_REQUEST;
-    struct ovl__req *r = slot(idx1 - 1);
+    *idx = idx1 - 1;
+    return OVL_SUCCESS;
+}
+
+static uint32_t handle_gen(ovl_request_t h)
+{
+    return (uint32_t)((uint64_t)(uintptr_t)h >> 32);
+}
+
+int ovl__req_lookup(ovl_request_t h, struct ovl__req **out)
+{
+    uint32_t idx, gen;
+    if (split_handle(h, &idx, &gen) != OVL_SUCCESS)
+        return OVL_ERR_REQUEST;
+    struct ovl__req *r = slot(idx);
     /* Atomic loads: a stale handle may be looked up while another thread
-     * releases the slot; the answer is then simply "invalid". */
+     * releases the slot; the answer is then simply "invalid". A pinned slot
+     * is still valid (its pinner may unpin it); a detached one is not. */
     if (!r || !__atomic_load_n(&r->in_use, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) != gen)
+        (__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) & ~GEN_BUSY) != gen)
         return OVL_ERR_REQUEST;
     *out = r;
     return OVL_SUCCESS;
 }
 
-void ovl__req_release(struct ovl__req *r)
+/* Pin @r for a holder of generation @g: 1 once pinned, 0 if the slot was
+ * released or detached meanwhile. Another holder's pin lasts a few
+ * instructions (never across a wait or a lock), so it is waited out. */
+static int pin(struct ovl__req *r, uint32_t g)
 {
+    for (;;) {
+        uint32_t cur = g;
+        if (__atomic_compare_exchange_n(&r->gen, &cur, g | GEN_BUSY, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return 1;
+        if (cur != (g | GEN_BUSY))
+            return 0;
+        ovl__relax();
+    }
+}
+
+static void unpin(struct ovl__req *r, uint32_t g)
+{
+    __atomic_store_n(&r->gen, g, __ATOMIC_RELEASE);
+}
+
+int ovl__req_pin(ovl_request_t h, struct ovl__req *r)
+{
+    return pin(r, handle_gen(h)) ? OVL_SUCCESS : OVL_ERR_REQUEST;
+}
+
+void ovl__req_unpin(ovl_request_t h, struct ovl__req *r)
+{
+    unpin(r, handle_gen(h));
+}
+
+/* Give the slot back with generation @next. The generation goes first:
+ * stale handles fail from here on, and it ends the caller's pin, so no
+ * other caller waits on it through what follows (ovl_continue waits under
+ * the engine lock, which freeing a delta's monitor state may take). */
+static void recycle(struct ovl__req *r, uint32_t next)
+{
+    __atomic_store_n(&r->gen, next, __ATOMIC_RELEASE);
     if (r->delta) {
         ovl__delta_free(r->delta);
         r->delta = NULL;
     }
     pthread_mutex_lock(&tab.lock);
-    uint32_t gen = r->gen + 1;
-    __atomic_store_n(&r->gen, gen ? gen : 1u, __ATOMIC_RELEASE);
     __atomic_store_n(&r->in_use, 0, __ATOMIC_RELEASE);
     tab.free_idx[tab.nfree++] = r->idx;
     pthread_mutex_unlock(&tab.lock);
 }
 
+/* The owner's release: a request whose handle was never handed out, or one
+ * the user detached (nobody else can pin it). */
+void ovl__req_release(struct ovl__req *r)
+{
+    recycle(r, gen_next(__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE)));
+}
+
 /* ---- public request calls ------------------------------------------------ */
 
-static int take_status(struct ovl__req *r, ovl_status_t *status)
+enum { CLAIM_OK, CLAIM_NOT_DONE, CLAIM_GONE };
+
+/* Claim a request for release by a holder of generation @g: CLAIM_OK (it
+ * is complete and stays pinned: take_status releases it), CLAIM_NOT_DONE
+ * (not complete: a continuation registered after the completion runs
+ * first), CLAIM_GONE (another call released or freed it). */
+static int claim(struct ovl__req *r, uint32_t g)
+{
+    if (!pin(r, g))
+        return CLAIM_GONE;
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        unpin(r, g);
+        return CLAIM_NOT_DONE;
+    }
+    return CLAIM_OK;
+}
+
+/* Claimed: hand out the status and release the slot. */
+static int take_status(struct ovl__req *r, uint32_t g, ovl_status_t *status)
 {
     int err = r->status.error;
     if (status)
         *status = r->status;
-    ovl__req_release(r);
+    recycle(r, gen_next(g));
     return err;
 }
 
@@ -176,14 +272,54 @@ static void empty_status(ovl_status_t *status)
 
 static int lookup_checked(const char *fn, ovl_request_t h, struct ovl__req **r)
 {
+    /* (a request freed with ovl_request_free is detached: its generation
+     * word no longer matches, so the lookup refuses it too) */
     if (ovl__req_lookup(h, r) != OVL_SUCCESS)
         return ovl__error(OVL_ERR_REQUEST, fn,
                           "request handle %p was never issued or was already released "
                           "(waited on, tested complete or freed)",
                           (void *)h);
-    if ((*r)->detached)
-        return ovl__error(OVL_ERR_REQUEST, fn, "request was already freed");
     return OVL_SUCCESS;
+}
+
+static int gone(const char *fn, ovl_request_t h)
+{
+    return ovl__error(OVL_ERR_REQUEST, fn,
+                      "request %p was released by another call (ovl_wait, ovl_test or "
+                      "ovl_request_free on a copy of the handle) while this one used it",
+                      (void *)h);
+}
+
+struct waiter {
+    struct ovl__req *r;
+    uint32_t gen;
+};
+
+/* Complete, or no longer this generation's (released or detached by
+ * another call): the generation word is read first, so a slot released
+ * meanwhile is not read further. */
+static int wait_over(const void *p)
+{
+    const struct waiter *w = p;
+    if ((__atomic_load_n(&w->r->gen, __ATOMIC_ACQUIRE) & ~GEN_BUSY) != w->gen)
+        return 1;
+    return atomic_load_explicit(&w->r->done, memory_order_acquire);
+}
+
+/* ovl__engine_wait_flag on r->done, which also stops if another call
+ * releases the request meanwhile. */
+static void wait_done(struct ovl__req *r, uint32_t g)
+{
+    struct waiter w = { r, g };
+    if (wait_over(&w))
+        return;
+    uint64_t t0 = ovl__now_ns();
+    ovl__engine_spin(wait_over, &w);
+    uint64_t dt = ovl__now_ns() - t0;
+    ovl__stats_wait_ns(dt);
+    if (ovl__trace_on)
+        ovl__trace_complete("wait", "wait", (double)t0 / 1e3, (double)dt / 1e3, NULL, 0, NULL, 0,
+                            NULL, 0);
 }
 
 int ovl_wait(ovl_request_t *req, ovl_status_t *status)
@@ -201,15 +337,27 @@ int ovl_wait(ovl_request_t *req, ovl_status_t *status)
     }
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
+    ovl_request_t h = *req;
+    uint32_t g = handle_gen(h);
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         if ((rc = ovl__check_not_in_callback(fn)))
             return rc;
         if (r->kind == OVL__REQ_DSEND)
             ovl__delta_implied_end(r); /* ovl_wait implies ovl_delta_send_end */
-        ovl__engine_wait_flag(&r->done);
     }
+    int c;
+    for (;;) {
+        wait_done(r, g);
+        if ((c = claim(r, g)) != CLAIM_NOT_DONE)
+            break;
+        /* a continuation registered after the completion runs first */
+        if ((rc = ovl__check_not_in_callback(fn)))
+            return rc;
+    }
+    if (c == CLAIM_GONE)
+        return gone(fn, h);
     *req = OVL_REQUEST_NULL;
-    return take_status(r, status);
+    return take_status(r, g, status);
 }
 
 int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
@@ -228,18 +376,24 @@ int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
     }
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
+    ovl_request_t h = *req;
+    uint32_t g = handle_gen(h);
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         if (r->kind == OVL__REQ_DSEND)
             ovl__delta_implied_end(r);
         ovl__engine_drive();
     }
-    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+    struct waiter w = { r, g };
+    int c = wait_over(&w) ? claim(r, g) : CLAIM_NOT_DONE;
+    if (c == CLAIM_GONE)
+        return gone(fn, h);
+    if (c == CLAIM_NOT_DONE) {
         *flag = 0;
         return OVL_SUCCESS;
     }
     *flag = 1;
     *req = OVL_REQUEST_NULL;
-    return take_status(r, status);
+    return take_status(r, g, status);
 }
 
 int ovl_waitall(int count, ovl_request_t reqs[], ovl_status_t statuses[])
@@ -279,15 +433,25 @@ int ovl_request_free(ovl_request_t *req)
         return ovl__error(OVL_ERR_REQUEST, fn, "request is OVL_REQUEST_NULL");
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
+    ovl_request_t h = *req;
+    uint32_t g = handle_gen(h);
     if (r->kind == OVL__REQ_DSEND && !atomic_load(&r->done))
         ovl__delta_implied_end(r); /* nobody could end it after this */
+    /* Under the engine lock `done` cannot change (completion publishes it,
+     * and ovl_continue withdraws it, under this lock). */
     ovl__engine_lock();
+    if (!pin(r, g)) {
+        ovl__engine_unlock();
+        return gone(fn, h);
+    }
     int done = atomic_load(&r->done);
-    if (!done)
+    if (!done) {
         r->detached = 1; /* released by the engine once complete */
+        __atomic_store_n(&r->gen, g | GEN_DETACHED, __ATOMIC_RELEASE);
+    }
     ovl__engine_unlock();
     if (done)
-        ovl__req_release(r);
+        recycle(r, gen_next(g));
     *req = OVL_REQUEST_NULL;
     return OVL_SUCCESS;
 }

@@ -21,10 +21,16 @@
  * that overlaps another outstanding put, and every source under the
  * explicit monitor.
  *
- * Trains (HUNT 5.3, ovl_hint_piggyback): a get issued while enough others
- * are outstanding is neither split nor guarded: it lands directly in the
- * destination, and the last strip of the guarded get before it is held back
- * until the train has arrived, so touching that strip retires the train.
+ * Trains (HUNT 5.3): a get that joins a train is neither split nor
+ * guarded: it lands directly in the destination, and the last strip of the
+ * watched get before it (its anchor) is held back until the train has
+ * arrived, so touching that strip retires the train. Who joins: under
+ * ovl_hint_piggyback(n), a get issued while n others are outstanding (the
+ * program promises to use destinations in issue order); by default, a get
+ * smaller than the model's piggyback threshold (its guard would cost more
+ * than its wire time could hide), but only under the explicit monitor:
+ * there ovl_get_need waits for a member, whereas under a fault monitor an
+ * unguarded member read before its anchor would show bytes not yet arrived.
  *
  * Targets on the caller's node (OVL_RMA_LOCAL=direct, the default): MPI
  * copies those bytes with this rank's CPU, so there is nothing to overlap;
@@ -92,6 +98,7 @@ static struct {
     int err; /* first transfer error not yet reported by a retire */
     /* hints */
     unsigned decomp, piggyback;
+    int piggy_hint; /* ovl_hint_piggyback was called: its count decides trains */
     ovl_order_t order;
     /* stats */
     atomic_ullong transfers, strips, split, bytes, waits, wait_ns;
@@ -132,6 +139,7 @@ int ovl_hint_piggyback(unsigned threshold)
         return rc;
     pthread_mutex_lock(&X.lock);
     X.piggyback = threshold;
+    X.piggy_hint = 1;
     pthread_mutex_unlock(&X.lock);
     return OVL_SUCCESS;
 }
@@ -150,16 +158,16 @@ int ovl_get_split_threshold(size_t *bytes)
 /* ---- strips ------------------------------------------------------------------ */
 
 /* Cut [0, bytes) of a buffer at @addr into strips whose inner boundaries
- * fall on page boundaries of the buffer; returns the count. */
+ * fall on page boundaries of the buffer; returns the count, and in *reason
+ * why (enum ovl__split_reason; the caller counts one per transfer). */
 static int plan(uintptr_t addr, size_t bytes, int peer, int may_split, unsigned decomp,
-                ovl_order_t order, size_t *sz)
+                ovl_order_t order, size_t *sz, int *reason)
 {
     size_t n = 1;
     sz[0] = bytes;
+    *reason = OVL__SPLIT_HINT;
     if (may_split && decomp > 0)
-        n = ovl__model_strips(bytes, peer, sz, MAX_STRIPS);
-    else
-        ovl__stats_split_reason(OVL__SPLIT_HINT);
+        n = ovl__model_strips(bytes, peer, sz, MAX_STRIPS, reason);
     if (n > 1 && decomp > 1) { /* more aggressive: equal strips */
         n = n * decomp > MAX_STRIPS ? MAX_STRIPS : n * decomp;
         for (size_t i = 0; i < n; i++)
@@ -381,10 +389,13 @@ static int check_common(const char *fn, const void *buf, int rank, size_t offset
     int rc;
     struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__seg_lookup(fn, seg, &s)) ||
-        (rc = ovl__check_peer(fn, rank, 0)))
+        (rank != MPI_PROC_NULL && (rc = ovl__check_peer(fn, rank, 0))))
         return rc;
     if (!buf && bytes > 0)
         return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with %zu bytes", bytes);
+    *out = NULL;
+    if (rank == MPI_PROC_NULL)
+        return OVL_SUCCESS; /* as in MPI: no transfer (the caller sees no segment) */
     size_t cap = s->sizes[rank];
     if (offset > cap || bytes > cap - offset)
         return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) beyond rank %d's segment of %zu bytes",
@@ -518,7 +529,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
     ovl_request_t h = OVL_REQUEST_NULL;
     if (req && ovl__req_alloc(OVL__REQ_RMA, &r, &h) != OVL_SUCCESS)
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
-    if (bytes == 0) {
+    if (bytes == 0 || !s) {
         count(0, 0);
         if (r) {
             r->status.source = rank;
@@ -585,27 +596,50 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         ngets++;
         if ((uintptr_t)o->ubuf < phi && (uintptr_t)o->ubuf + o->bytes + ps > plo)
             page_shared = 1;
-        if (!anchor && !o->direct && o->w && !o->last_arrived)
-            anchor = o; /* the list is newest first */
+        /* the list is newest first; an ovl_get_nb whose request is still
+         * waiting for its only strip cannot hold that strip back */
+        if (!anchor && !o->direct && o->w && !o->last_arrived && !(o->req && o->first == o->last))
+            anchor = o;
     }
-    int piggy = X.piggyback > 0 && (unsigned)ngets >= X.piggyback && anchor && !page_shared &&
-                mon != OVL_MONITOR_EXPLICIT && !r;
-    x->nstrips = piggy ? 1 : plan((uintptr_t)dst, bytes, rank, 1, X.decomp, X.order, sz);
-    if (piggy) {
+    /* A train (HUNT 5.3): under ovl_hint_piggyback, by its count of
+     * outstanding gets, with any monitor (the program promised to use
+     * destinations in issue order); by default, below the model's
+     * piggyback threshold and only under the explicit monitor, where
+     * ovl_get_need waits for an unguarded member (under a fault monitor a
+     * member read before its anchor would show bytes not yet there). */
+    int piggy =
+        anchor && !page_shared && !r &&
+        (X.piggy_hint ? X.piggyback > 0 && (unsigned)ngets >= X.piggyback
+                      : mon == OVL_MONITOR_EXPLICIT && bytes < ovl__model_piggyback_threshold());
+    int reason = OVL__SPLIT_TRAIN;
+    x->nstrips = piggy ? 1 : plan((uintptr_t)dst, bytes, rank, 1, X.decomp, X.order, sz, &reason);
+    if (piggy)
         sz[0] = bytes;
-        ovl__stats_split_reason(OVL__SPLIT_TRAIN);
-    }
-    if (r && x->nstrips > 2) {
-        /* explicitly non-blocking: the program overlaps already; one large
-         * first strip (half), the rest demand-driven (HUNT 5.3) */
-        size_t half = bytes / 2 / ps * ps, rest = bytes - half;
-        if (half > 0 && rest > 0) {
-            size_t k =
-                (size_t)plan((uintptr_t)dst + half, rest, rank, 1, X.decomp, X.order, sz + 1);
-            sz[0] = half;
+    if (r && x->nstrips > 1) {
+        /* Explicitly non-blocking (HUNT 5.3), a get the model splits: the
+         * program overlaps already. One large strip, about half, is read
+         * first and leaves first (the request completes with it); the rest
+         * is planned as a get of its own, demand-driven. Under DOWN the part
+         * read first is the end. The cut falls on a page boundary of dst, as
+         * the strips' do, and the large strip fits MPI's int count. */
+        size_t half = bytes / 2 < MAX_STRIP - ps ? bytes / 2 : MAX_STRIP - ps;
+        uintptr_t a = (uintptr_t)dst;
+        uintptr_t cut = (a + (X.order == OVL_ORDER_DOWN ? bytes - half : half) + ps / 2) / ps * ps;
+        if (cut > a && cut < a + bytes) {
+            size_t lo = (size_t)(cut - a), hi = bytes - lo, k;
+            int ignored;
+            if (X.order == OVL_ORDER_DOWN) { /* [rest][large] */
+                k = (size_t)plan(a, lo, rank, 1, X.decomp, X.order, sz, &ignored);
+                sz[k] = hi;
+            } else { /* [large][rest] */
+                k = (size_t)plan(cut, hi, rank, 1, X.decomp, X.order, sz + 1, &ignored);
+                sz[0] = lo;
+            }
             x->nstrips = (int)k + 1;
+            reason = OVL__SPLIT_NONBLOCKING;
         }
     }
+    ovl__stats_split_reason(reason);
     x->st = calloc((size_t)x->nstrips, sizeof *x->st);
     if (!x->st) {
         pthread_mutex_unlock(&X.lock);
@@ -701,8 +735,11 @@ static int pending_not(const void *p)
     return !a->pending(a->arg);
 }
 
-/* Wait (driving progress) while @pending() holds; counts the wait. */
-static int wait_while(const char *fn, int (*pending)(const void *), const void *arg)
+/* Wait (driving progress) while @pending() holds; counts the wait and, under
+ * OVL_TRACE, records it as a `wait` event, as ovl_wait's are, with @key
+ * (a string literal) = @val saying what was waited for. */
+static int wait_while(const char *fn, int (*pending)(const void *), const void *arg,
+                      const char *key, long long val)
 {
     if (!pending(arg))
         return OVL_SUCCESS;
@@ -715,6 +752,8 @@ static int wait_while(const char *fn, int (*pending)(const void *), const void *
     atomic_fetch_add_explicit(&X.waits, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&X.wait_ns, ns, memory_order_relaxed);
     ovl__stats_wait_ns(ns);
+    if (ovl__trace_on)
+        ovl__trace_complete("wait", "wait", t0, (double)ns / 1e3, key, val, NULL, 0, NULL, 0);
     return OVL_SUCCESS;
 }
 
@@ -755,7 +794,7 @@ int ovl_get_need(const void *dst, size_t bytes)
     if (!dst && bytes > 0)
         return ovl__error(OVL_ERR_ARG, fn, "dst is NULL with %zu bytes", bytes);
     struct range_arg a = { dst, bytes, 0 };
-    return wait_while(fn, range_pending, &a);
+    return wait_while(fn, range_pending, &a, "bytes", (long long)bytes);
 }
 
 int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg)
@@ -765,7 +804,7 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
     struct ovl__seg *s = NULL;
     if ((rc = check_common(fn, src, rank, offset, bytes, seg, &s)))
         return rc;
-    if (bytes == 0) {
+    if (bytes == 0 || !s) {
         count(0, 0);
         return OVL_SUCCESS;
     }
@@ -803,10 +842,12 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
     size_t head = hold ? ia - a : 0, tail = hold ? e - ie : 0, mid = hold ? ie - ia : 0;
     size_t sz[MAX_STRIPS + 2];
     int nm = 0;
+    int reason;
     if (hold)
-        nm = plan(ia, mid, rank, 1, X.decomp, OVL_ORDER_UP, sz + (head ? 1 : 0));
+        nm = plan(ia, mid, rank, 1, X.decomp, OVL_ORDER_UP, sz + (head ? 1 : 0), &reason);
     else
-        nm = plan(a, bytes, rank, 1, X.decomp, OVL_ORDER_UP, sz);
+        nm = plan(a, bytes, rank, 1, X.decomp, OVL_ORDER_UP, sz, &reason);
+    ovl__stats_split_reason(reason);
     int n = nm;
     if (hold) {
         if (head)
@@ -882,7 +923,7 @@ static int retire_pending(const void *arg)
 int ovl__rma_retire(struct ovl__seg *s, int rank)
 {
     struct retire_arg a = { s, rank };
-    int rc = wait_while("ovl_fence", retire_pending, &a);
+    int rc = wait_while("ovl_fence", retire_pending, &a, "peer", rank);
     if (rc)
         return rc;
     /* Puts complete at their targets. */
@@ -938,6 +979,7 @@ void ovl__rma_finalize(void)
     pthread_mutex_lock(&X.lock);
     X.decomp = 1;
     X.piggyback = 0;
+    X.piggy_hint = 0;
     X.order = OVL_ORDER_RANDOM;
     X.err = 0;
     pthread_mutex_unlock(&X.lock);

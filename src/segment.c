@@ -30,7 +30,9 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_SEGS 256
+#define MAX_SEGS 256 /* live segments at once (ovl.h says so) */
+/* largest part of a segment one rank may ask for (ovl.h says so): 64 TiB */
+#define MAX_SEG_BYTES ((size_t)1 << 46)
 /* The serving probe: its words after the lock word, and how long the
  * target stays out of MPI (with nothing arrived; with the first steps
  * arrived). */
@@ -233,51 +235,91 @@ int ovl__rma_poll(void)
     return 0;
 }
 
+/* Agree on failure before the next collective, so that no rank returns
+ * while the others wait in it: every rank passes its own error (@mine, 0
+ * if none; recorded already) and @flag (ORed over the ranks into *@any);
+ * returns 0 if no rank failed, else @mine on a rank that failed and the
+ * failing rank's code on the others. An MPI failure of the agreement
+ * itself is returned as such (nothing can be agreed then). */
+static int agree(const char *fn, MPI_Comm comm, int mine, int flag, int *any)
+{
+    /* the code (negated, so the maximum is the lowest code), the highest
+     * failing rank + 1, the flag */
+    int v[3] = { -mine, mine ? ovl__g.rank + 1 : 0, flag != 0 }, all[3] = { 0, 0, 0 };
+    MPI_Request r;
+    int mrc = MPI_Iallreduce(v, all, 3, MPI_INT, MPI_MAX, comm, &r);
+    if (mrc == MPI_SUCCESS)
+        mrc = ovl__engine_spin_mpi(&r);
+    if (mrc != MPI_SUCCESS)
+        return mine ? mine : ovl__mpi_error(mrc, fn, "MPI_Iallreduce (agreeing on failure)");
+    if (any)
+        *any = all[2];
+    if (!all[0] || mine)
+        return mine;
+    return ovl__error(-all[0], fn, "rank %d could not create its part of the segment (%s)",
+                      all[1] - 1, ovl_strerror(-all[0]));
+}
+
 int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
 {
     static const char *fn = "ovl_segment_create";
-    int rc;
+    int rc, bad = 0, any = 0, mrc;
+    /* These two cannot be agreed on (no communicator; a callback must not
+     * block): every rank gets them alike when every rank calls alike. */
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
+    /* Every failure below is agreed on by all ranks before the next
+     * collective (agree()), so each rank returns an error instead of some
+     * waiting forever in a collective the others have left. */
     if (!base || !seg)
-        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL", base ? "seg" : "base");
-    if (bytes > (size_t)1 << 46)
-        return ovl__error(OVL_ERR_ARG, fn, "segment of %zu bytes is too large", bytes);
+        bad = ovl__error(OVL_ERR_ARG, fn, "%s is NULL", base ? "seg" : "base");
+    else if (bytes > MAX_SEG_BYTES)
+        bad = ovl__error(OVL_ERR_ARG, fn, "segment of %zu bytes is too large (at most %zu)", bytes,
+                         (size_t)MAX_SEG_BYTES);
+    struct ovl__seg *s = calloc(1, sizeof *s);
+    size_t *sizes = calloc((size_t)ovl__g.size, sizeof *sizes);
+    unsigned long long mine = bytes, *all = calloc((size_t)ovl__g.size, sizeof *all);
+    if ((!s || !sizes || !all) && !bad)
+        bad = ovl__error(OVL_ERR_NOMEM, fn, "no memory for a segment");
     pthread_mutex_lock(&S.lock);
-    if (S.comm == MPI_COMM_NULL) {
-        rc = MPI_Comm_dup(ovl__g.comm_msg, &S.comm);
-        if (rc == MPI_SUCCESS)
-            MPI_Comm_set_errhandler(S.comm, MPI_ERRORS_RETURN);
-    }
-    int slot = -1;
+    int slot = -1, dup = S.comm == MPI_COMM_NULL; /* the same on every rank */
     for (int i = 0; i < MAX_SEGS && slot < 0; i++)
         if (!S.v[i])
             slot = i;
     pthread_mutex_unlock(&S.lock);
-    if (rc != MPI_SUCCESS)
-        return ovl__mpi_error(rc, fn, "MPI_Comm_dup");
-    /* Agree on failure before the collective window creation. */
-    int bad = slot < 0, anybad = 0;
-    MPI_Request r;
-    if ((rc = MPI_Iallreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, S.comm, &r)) != MPI_SUCCESS ||
-        (rc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS)
-        return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
-    if (anybad)
-        return ovl__error(OVL_ERR_NOMEM, fn, "more than %d segments on some rank", MAX_SEGS);
+    if (slot < 0 && !bad)
+        bad = ovl__error(OVL_ERR_NOMEM, fn, "more than %d segments", MAX_SEGS);
+    /* The first segment's communicator: collective, so every rank makes it
+     * (even one that failed above); kept only if every rank has it. */
+    MPI_Comm c = S.comm;
+    if (dup) {
+        if ((mrc = MPI_Comm_dup(ovl__g.comm_msg, &c)) == MPI_SUCCESS) {
+            MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+        } else {
+            c = MPI_COMM_NULL;
+            if (!bad)
+                bad = ovl__mpi_error(mrc, fn, "MPI_Comm_dup");
+        }
+    }
+    rc = agree(fn, ovl__g.comm_msg, bad, dup && c == MPI_COMM_NULL, &any);
+    if (dup && c != MPI_COMM_NULL) {
+        pthread_mutex_lock(&S.lock);
+        if (!any) /* every rank has it: keep it for later segments */
+            S.comm = c;
+        pthread_mutex_unlock(&S.lock);
+        if (any) /* some rank has none (MPI frees a communicator locally) */
+            MPI_Comm_free(&c);
+    }
+    if (rc)
+        goto fail_alloc;
 
-    struct ovl__seg *s = calloc(1, sizeof *s);
-    size_t *sizes = calloc((size_t)ovl__g.size, sizeof *sizes);
-    unsigned long long mine = bytes, *all = calloc((size_t)ovl__g.size, sizeof *all);
-    if (!s || !sizes || !all) {
-        rc = ovl__error(OVL_ERR_NOMEM, fn, "no memory for a segment");
-        goto fail_alloc;
-    }
-    if ((rc = MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
-                             S.comm, &r)) != MPI_SUCCESS ||
-        (rc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS) {
-        rc = ovl__mpi_error(rc, fn, "MPI_Iallgather of the sizes");
-        goto fail_alloc;
-    }
+    /* From here every rank takes every collective step, and a failure is
+     * agreed on after the window's creation. */
+    MPI_Request r;
+    if ((mrc = MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
+                              S.comm, &r)) != MPI_SUCCESS ||
+        (mrc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS)
+        bad = ovl__mpi_error(mrc, fn, "MPI_Iallgather of the sizes");
     for (int i = 0; i < ovl__g.size; i++)
         sizes[i] = (size_t)all[i];
     free(all);
@@ -288,26 +330,29 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
     void *b = NULL;
     /* whole cache lines: MPICH 4.0 (ch4, shared memory) misplaces remote
      * displacements when the ranks' sizes are not multiples of 16 */
-    rc = MPI_Win_allocate((MPI_Aint)((s->lock_at + 8 + PROBE_BYTES + 63) / 64 * 64), 1,
-                          MPI_INFO_NULL, S.comm, &b, &s->win);
-    if (rc != MPI_SUCCESS) {
-        rc = ovl__mpi_error(rc, fn, "MPI_Win_allocate");
-        goto fail_alloc;
+    mrc = MPI_Win_allocate((MPI_Aint)((s->lock_at + 8 + PROBE_BYTES + 63) / 64 * 64), 1,
+                           MPI_INFO_NULL, S.comm, &b, &s->win);
+    int have_win = mrc == MPI_SUCCESS, locked = 0;
+    if (!have_win) {
+        bad = bad ? bad : ovl__mpi_error(mrc, fn, "MPI_Win_allocate");
+    } else {
+        MPI_Win_set_errhandler(s->win, MPI_ERRORS_RETURN);
+        s->base = b;
+        memset(s->base + s->lock_at, 0, 8 + PROBE_BYTES);
+        if ((mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win)) == MPI_SUCCESS)
+            locked = 1;
+        else if (!bad)
+            bad = ovl__mpi_error(mrc, fn, "MPI_Win_lock_all");
     }
-    MPI_Win_set_errhandler(s->win, MPI_ERRORS_RETURN);
-    s->base = b;
-    memset(s->base + s->lock_at, 0, 8 + PROBE_BYTES);
-    if ((rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win)) != MPI_SUCCESS) {
-        MPI_Win_free(&s->win);
-        rc = ovl__mpi_error(rc, fn, "MPI_Win_lock_all");
-        goto fail_alloc;
-    }
-    /* Every rank's lock word is zero before anyone may lock it. */
-    if ((rc = MPI_Ibarrier(S.comm, &r)) != MPI_SUCCESS ||
-        (rc = ovl__engine_spin_mpi(&r)) != MPI_SUCCESS) {
-        MPI_Win_unlock_all(s->win);
-        MPI_Win_free(&s->win);
-        rc = ovl__mpi_error(rc, fn, "MPI_Ibarrier");
+    /* Agreed on by every rank; also the barrier after which every rank's
+     * lock word is zero, before anyone may lock it. */
+    if ((rc = agree(fn, S.comm, bad, !have_win, &any))) {
+        if (locked)
+            MPI_Win_unlock_all(s->win);
+        /* MPI_Win_free is collective: only where every rank has the window
+         * (else this rank's part is left to MPI_Finalize) */
+        if (have_win && !any)
+            MPI_Win_free(&s->win);
         goto fail_alloc;
     }
     if (!S.probed) /* the same on every rank: segments are collective */

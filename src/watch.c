@@ -69,9 +69,6 @@ static struct {
     _Atomic uintptr_t probe;
     int probe_uffd;
     double fault_us[4];
-    ovl_monitor_t resolved;
-    int resolved_ok;
-    char why[200];
 } W = { .lock = PTHREAD_MUTEX_INITIALIZER, .mem_fd = -1 };
 
 size_t ovl__watch_page(void)
@@ -344,24 +341,74 @@ static int edge_get_locked(uintptr_t page, uintptr_t probe)
     return 0;
 }
 
-static void edge_put_locked(uintptr_t page)
+/* Open edge page @page (its last reference is going). mprotect needs a
+ * new mapping when the page shares one with other guarded pages, and at
+ * vm.max_map_count that fails with ENOMEM: the cached uffd shadows are
+ * given back and it is tried once more. Never retried in a loop: nothing
+ * says a mapping will ever free up. 0 or an errno. */
+static int edge_open_page(uintptr_t page)
+{
+    if (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) == 0)
+        return 0;
+    if (errno != ENOMEM)
+        return errno;
+    ovl__uffd_shadow_trim();
+    return mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) == 0 ? 0 : errno;
+}
+
+/* Drop a reference on edge page @page; with the last one, open the page
+ * first (@open; else the caller has opened it), so a waiter that sees
+ * refs == 0 retries an accessible page. 0, or an errno with the page still
+ * guarded and the reference kept. */
+static int edge_put_locked(uintptr_t page, int open)
 {
     for (int i = 0; i < MAX_EDGES; i++) {
         if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0) {
             ovl__spin_lock(&W.edges[i].busy);
-            if (atomic_load(&W.edges[i].refs) == 1) {
-                /* Open before dropping the last reference: a waiter that
-                 * sees refs == 0 retries an accessible page. Retry on
-                 * ENOMEM (map count) rather than leave it guarded. */
-                while (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0 &&
-                       errno == ENOMEM)
-                    ovl__relax();
-            }
-            atomic_fetch_sub(&W.edges[i].refs, 1);
+            int err = 0;
+            if (open && atomic_load(&W.edges[i].refs) == 1)
+                err = edge_open_page(page);
+            if (!err)
+                atomic_fetch_sub(&W.edges[i].refs, 1);
             ovl__spin_unlock(&W.edges[i].busy);
-            return;
+            return err;
         }
     }
+    return 0;
+}
+
+static int edge_guarded(uintptr_t page);
+
+/* Give back @w's references on its edge pages (lock held; the message is
+ * over). An edge that cannot be opened alone (map count) is opened with
+ * the buffer's other pages, except an edge another region still guards:
+ * one call, which needs no new mapping when the guarded pages are a
+ * mapping of their own. If even that fails the references go anyway, with
+ * an error on stderr: an access to the page then crashes with the usual
+ * SIGSEGV, where keeping them would leave its waiters waiting forever. */
+static void edges_release_locked(struct ovl__watch *w)
+{
+    const size_t ps = ovl__watch_page();
+    uintptr_t last = w->p0 + (w->npages ? w->npages - 1 : 0) * ps;
+    if (w->edge_lo && edge_put_locked(w->p0, 1) == 0)
+        w->edge_lo = 0;
+    if (w->edge_hi && edge_put_locked(last, 1) == 0)
+        w->edge_hi = 0;
+    if (!w->edge_lo && !w->edge_hi)
+        return;
+    uintptr_t lo = w->edge_lo || !edge_guarded(w->p0) ? w->p0 : w->p0 + ps;
+    uintptr_t hi = w->edge_hi || !edge_guarded(last) ? last + ps : last;
+    if (hi > lo && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
+        ovl__error(OVL_ERR_MONITOR, "ovl delta receive",
+                   "cannot open the first or last page of buffer [%p, +%zu): %s%s", w->base, w->len,
+                   strerror(errno),
+                   errno == ENOMEM ? " (vm.max_map_count reached, or the buffer was unmapped)"
+                                   : "");
+    if (w->edge_lo)
+        edge_put_locked(w->p0, 0);
+    if (w->edge_hi)
+        edge_put_locked(last, 0);
+    w->edge_lo = w->edge_hi = 0;
 }
 
 /* From the handler: the slot of a guarded edge page, or -1. */
@@ -860,11 +907,7 @@ static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, 
             err = 0; /* cannot protect it now: the later guard finds out */
     }
     if (err) {
-        if (w->edge_lo)
-            edge_put_locked(w->p0);
-        if (w->edge_hi)
-            edge_put_locked(w->p0 + (w->npages - 1) * ovl__watch_page());
-        w->edge_lo = w->edge_hi = 0;
+        edges_release_locked(w);
         pthread_mutex_unlock(&W.lock);
         ovl__watch_destroy(w);
         if (err == EXDEV)
@@ -907,15 +950,20 @@ static void page_complete(struct ovl__watch *w, size_t i)
         return;
     }
     if (is_edge(w, i)) {
+        int err = 0;
         pthread_mutex_lock(&W.lock);
         if ((i == 0 && w->edge_lo) || (i == w->npages - 1 && w->edge_hi)) {
-            edge_put_locked((uintptr_t)ovl__watch_page_addr(w, i));
-            if (i == 0)
+            err = edge_put_locked((uintptr_t)ovl__watch_page_addr(w, i), 1);
+            if (!err && i == 0)
                 w->edge_lo = 0;
-            else
+            else if (!err)
                 w->edge_hi = 0;
         }
         pthread_mutex_unlock(&W.lock);
+        if (err) { /* map count: tried again at the next piece, opened at finish */
+            w->edge_stuck = 1;
+            return;
+        }
         atomic_store(&w->valid[i], 1);
     }
 }
@@ -976,6 +1024,14 @@ void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, 
     }
     if (run != (size_t)-1)
         open_interior(w, run, i1 + 1);
+    if (w->edge_stuck) { /* complete edge pages that could not be opened yet */
+        size_t last = w->npages - 1;
+        w->edge_stuck = 0;
+        if (w->edge_lo && w->got[0] >= page_bytes(w, 0))
+            page_complete(w, 0);
+        if (last > 0 && w->edge_hi && w->got[last] >= page_bytes(w, last))
+            page_complete(w, last);
+    }
     if (w->open_deferred && w->mon == OVL_MONITOR_MPROTECT) {
         /* coarser: open the longest complete run around this piece */
         size_t lo = i0, hi = i1 + 1;
@@ -1053,16 +1109,16 @@ void ovl__watch_recv_finish(struct ovl__watch *w)
         open_interior(w, i, j);
         i = j;
     }
+    /* Edges first: one that cannot be opened alone (map count) is opened
+     * with the interior, after which the backend has nothing left to split. */
+    pthread_mutex_lock(&W.lock);
+    edges_release_locked(w);
+    pthread_mutex_unlock(&W.lock);
     if (w->ihi > w->ilo)
         backend(w)->recv_done(w);
     if (w->touch && w->touched)
         ovl__trace_page_access(w->base, w->len, w->npages, w->touch, atomic_load(&w->ntouch));
     pthread_mutex_lock(&W.lock);
-    if (w->edge_lo)
-        edge_put_locked(w->p0);
-    if (w->edge_hi)
-        edge_put_locked(w->p0 + (w->npages - 1) * ovl__watch_page());
-    w->edge_lo = w->edge_hi = 0;
     for (size_t i = 0; i < w->npages; i++)
         atomic_store(&w->valid[i], 1);
     reg_remove_locked(w);
@@ -1088,7 +1144,7 @@ const char *ovl_monitor_name(ovl_monitor_t m)
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static int uffd_ok;
-static char uffd_why[160];
+static char uffd_why[256];
 
 /* The descriptor is kept open: it serves every region of the process. */
 static void probe_uffd(void)
@@ -1096,41 +1152,106 @@ static void probe_uffd(void)
     uffd_ok = ovl__uffd_open(uffd_why, sizeof uffd_why) == 0;
 }
 
+static pthread_once_t mem_once = PTHREAD_ONCE_INIT;
+static char mem_why[160]; /* why /proc/self/mem cannot serve; "" when it can */
+
+/* /proc/self/mem, through which fault monitors write arriving bytes onto
+ * guarded pages: opened once, kept for the life of the process. Checked by
+ * writing a PROT_NONE page, as a receive does: the open may succeed where
+ * that write is refused (proc_mem.force_override=never, a security
+ * module). */
+static void open_mem(void)
+{
+    size_t ps = ovl__watch_page();
+    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(mem_why, sizeof mem_why, "/proc/self/mem cannot be opened for writing (%s)",
+                 strerror(errno));
+        return;
+    }
+    char *p = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) { /* else: cannot tell, assume it works */
+        const char c = 0x5a;
+        p[0] = 0;
+        int e = 0;
+        ssize_t n = -1;
+        if (mprotect(p, ps, PROT_NONE) == 0) {
+            n = pwrite(fd, &c, 1, (off_t)(uintptr_t)p);
+            e = errno;
+            mprotect(p, ps, PROT_READ);
+        }
+        if (n == 1 && p[0] != c)
+            n = 0;
+        if (n != 1) {
+            snprintf(mem_why, sizeof mem_why, "/proc/self/mem does not write protected pages (%s)",
+                     n < 0 ? strerror(e) : "nothing written");
+            close(fd);
+            fd = -1;
+        }
+        munmap(p, ps);
+    }
+    W.mem_fd = fd;
+}
+
+/* The one resolver behind ovl_monitor_probe (so ovl-info) and the library
+ * (ovl_init, every request): what @req gives in this process, and why
+ * (@why may be NULL). OVL_SUCCESS; OVL_ERR_UNSUPPORTED: uffd was asked for
+ * and is unavailable, *chosen is the fallback ovl_init takes (mprotect);
+ * OVL_ERR_MONITOR: a fault monitor was asked for where none can work
+ * (ovl_init fails), *chosen = @req. Auto then gives explicit: nothing
+ * guards arriving data, and ovl_init warns. */
+static int resolve(ovl_monitor_t req, ovl_monitor_t *chosen, char *why, size_t len)
+{
+    pthread_once(&mem_once, open_mem);
+    const char *name = ovl_monitor_name(req);
+    if (req == OVL_MONITOR_EXPLICIT) {
+        *chosen = OVL_MONITOR_EXPLICIT;
+        if (why)
+            snprintf(why, len,
+                     "explicit: no faults, ovl_delta_produced/ovl_delta_need annotations "
+                     "(requested)");
+        return OVL_SUCCESS;
+    }
+    if (mem_why[0]) {
+        if (req == OVL_MONITOR_AUTO) {
+            *chosen = OVL_MONITOR_EXPLICIT;
+            if (why)
+                snprintf(why, len,
+                         "auto -> explicit: %s, so no fault monitor can work: a program that "
+                         "does not call ovl_delta_need/ovl_get_need reads data before it arrives",
+                         mem_why);
+            return OVL_SUCCESS;
+        }
+        *chosen = req;
+        if (why)
+            snprintf(why, len,
+                     "%s: unusable: %s (fault monitors write arriving data through it); "
+                     "asked for by name, ovl_init and requests fail with OVL_ERR_MONITOR",
+                     name, mem_why);
+        return OVL_ERR_MONITOR;
+    }
+    if (req == OVL_MONITOR_MPROTECT) {
+        *chosen = OVL_MONITOR_MPROTECT;
+        if (why)
+            snprintf(why, len, "mprotect: page protection and a SIGSEGV handler (requested)");
+        return OVL_SUCCESS;
+    }
+    pthread_once(&probe_once, probe_uffd);
+    *chosen = uffd_ok ? OVL_MONITOR_UFFD : OVL_MONITOR_MPROTECT;
+    if (why && uffd_ok)
+        snprintf(why, len, "%s: %s", req == OVL_MONITOR_AUTO ? "auto -> uffd" : "uffd", uffd_why);
+    else if (why)
+        snprintf(why, len, "%s -> mprotect: %s%s", name, uffd_why,
+                 req == OVL_MONITOR_UFFD ? "; ovl_init falls back to mprotect" : "");
+    return uffd_ok || req == OVL_MONITOR_AUTO ? OVL_SUCCESS : OVL_ERR_UNSUPPORTED;
+}
+
 int ovl_monitor_probe(ovl_monitor_t req, ovl_monitor_t *chosen, char *why, size_t why_len)
 {
     if (!chosen || (unsigned)req > OVL_MONITOR_EXPLICIT)
         return OVL_ERR_ARG;
-    pthread_once(&probe_once, probe_uffd);
-    char buf[240];
-    int rc = OVL_SUCCESS;
-    switch (req) {
-    case OVL_MONITOR_AUTO:
-        *chosen = uffd_ok ? OVL_MONITOR_UFFD : OVL_MONITOR_MPROTECT;
-        snprintf(buf, sizeof buf, "auto -> %s: %s", uffd_ok ? "uffd" : "mprotect", uffd_why);
-        break;
-    case OVL_MONITOR_UFFD:
-        *chosen = OVL_MONITOR_UFFD;
-        snprintf(buf, sizeof buf, "uffd: %s", uffd_why);
-        if (!uffd_ok)
-            rc = OVL_ERR_UNSUPPORTED;
-        break;
-    case OVL_MONITOR_MPROTECT:
-        *chosen = OVL_MONITOR_MPROTECT;
-        if (access("/proc/self/mem", W_OK) != 0) {
-            snprintf(buf, sizeof buf, "mprotect: /proc/self/mem is not writable (%s)",
-                     strerror(errno));
-            rc = OVL_ERR_UNSUPPORTED;
-        } else {
-            snprintf(buf, sizeof buf, "mprotect: page protection and a SIGSEGV handler");
-        }
-        break;
-    default:
-        *chosen = OVL_MONITOR_EXPLICIT;
-        snprintf(buf, sizeof buf,
-                 "explicit: no faults, ovl_delta_produced/ovl_delta_need "
-                 "annotations (requested)");
-        break;
-    }
+    char buf[480];
+    int rc = resolve(req, chosen, buf, sizeof buf);
     if (why && why_len) {
         strncpy(why, buf, why_len - 1);
         why[why_len - 1] = 0;
@@ -1142,13 +1263,10 @@ ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m)
 {
     if (m == OVL_MONITOR_AUTO)
         m = ovl__g.cfg.monitor;
-    if (m != OVL_MONITOR_EXPLICIT && !W.installed)
-        return OVL_MONITOR_EXPLICIT; /* no /proc/self/mem: faults cannot be served */
-    if (m == OVL_MONITOR_AUTO || m == OVL_MONITOR_UFFD) {
-        pthread_once(&probe_once, probe_uffd);
-        return uffd_ok ? OVL_MONITOR_UFFD : OVL_MONITOR_MPROTECT;
-    }
-    return m;
+    ovl_monitor_t chosen = OVL_MONITOR_EXPLICIT;
+    if (resolve(m, &chosen, NULL, 0) == OVL_ERR_MONITOR || !W.installed)
+        return OVL_MONITOR_EXPLICIT; /* no fault can be served (ovl_init said so) */
+    return chosen;
 }
 
 /* ---- fault cost ------------------------------------------------------------- */
@@ -1288,12 +1406,23 @@ double ovl__watch_protect_cost_us(ovl_monitor_t m, size_t npages, int reps)
 int ovl__watch_init(void)
 {
     ovl__watch_page();
-    if (W.mem_fd < 0) {
-        W.mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-        if (W.mem_fd < 0)
-            ovl__info("watch: /proc/self/mem unavailable (%s): fault monitors disabled",
-                      strerror(errno));
-    }
+    ovl_monitor_t m = ovl__g.cfg.monitor, chosen;
+    char why[480];
+    int rc = resolve(m, &chosen, why, sizeof why);
+    if (rc == OVL_ERR_MONITOR)
+        return ovl__error(OVL_ERR_MONITOR, "ovl_init",
+                          "OVL_MONITOR=%s cannot work in this process: %s. Use "
+                          "OVL_MONITOR=explicit with ovl_delta_produced/ovl_delta_need and "
+                          "ovl_get_need, or make /proc/self/mem writable (ovl-info)",
+                          ovl_monitor_name(m), mem_why);
+    if (W.mem_fd < 0 && m == OVL_MONITOR_AUTO &&
+        (ovl__g.cfg.verbose >= 2 ||
+         (ovl__g.cfg.verbose >= 1 &&
+          (!ovl__g.node_of || ovl__g.node_of[ovl__g.rank] == ovl__g.rank))))
+        fprintf(stderr,
+                "ovl: warning: %s: no fault monitor, OVL_MONITOR=auto gives explicit: call "
+                "ovl_delta_need/ovl_get_need before using arriving data (ovl-info)\n",
+                mem_why);
     if (!W.installed && W.mem_fd >= 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);

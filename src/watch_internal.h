@@ -36,6 +36,7 @@ struct ovl__watch {
     int shadow_dirty;     /* uffd: an interior shadow page may still hold a page */
     int open_deferred;    /* mprotect hit the map-count limit: open later, coarser */
     int edge_lo, edge_hi; /* holds a reference on its first / last page */
+    int edge_stuck;       /* a complete edge page could not be opened yet (map count) */
     /* OVL_TRACE page-access trace: pages in the order of their first fault */
     uint32_t *touch;
     _Atomic uint8_t *touched;

@@ -74,46 +74,86 @@ struct uffdio_move {
 
 static int ufd = -1;
 static uint64_t features;
+static char why_open[256]; /* how ufd was opened, and why the kernel allowed it */
 
 int ovl__uffd_fd(void)
 {
     return ufd;
 }
 
-static int new_fd(int flags)
+/* A new userfaultfd with @flags: the system call, else /dev/userfaultfd
+ * (whose permissions grant it without privilege); *@dev says which. */
+static int new_fd(int flags, int *dev)
 {
+    *dev = 0;
 #ifdef SYS_userfaultfd
     int fd = (int)syscall(SYS_userfaultfd, flags);
     if (fd >= 0)
         return fd;
 #endif
-    int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-    if (dev < 0)
+    int e = errno;
+    int d = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+    if (d < 0) {
+        errno = e; /* the system call's reason */
         return -1;
-    int fd2 = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
-    close(dev);
+    }
+    int fd2 = ioctl(d, USERFAULTFD_IOC_NEW, flags);
+    e = errno;
+    close(d);
+    errno = e;
+    *dev = fd2 >= 0;
     return fd2;
+}
+
+/* Does this process have CAP_SYS_PTRACE (root has), which lets the system
+ * call make a userfaultfd that also handles kernel-mode faults? */
+static int cap_sys_ptrace(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned long long eff = 0;
+    int found = 0;
+    if (!f)
+        return geteuid() == 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "CapEff: %llx", &eff) == 1;
+    fclose(f);
+    return found ? (eff >> 19) & 1 : geteuid() == 0; /* CAP_SYS_PTRACE is 19 */
+}
+
+/* Why the kernel let this process have a userfaultfd (for ovl-info). */
+static const char *allowed_by(int user_mode_only, int dev)
+{
+    if (dev)
+        return user_mode_only ? "/dev/userfaultfd, which this user may open (user-mode faults)"
+                              : "/dev/userfaultfd, which this user may open";
+    if (user_mode_only)
+        return "UFFD_USER_MODE_ONLY (user-mode faults only), which any user may ask for on "
+               "Linux >= 5.11";
+    if (cap_sys_ptrace())
+        return geteuid() == 0 ? "running as root (CAP_SYS_PTRACE)" : "CAP_SYS_PTRACE";
+    return "vm.unprivileged_userfaultfd=1";
 }
 
 int ovl__uffd_open(char *why, size_t why_len)
 {
     if (ufd >= 0) {
-        snprintf(why, why_len, "userfaultfd in SIGBUS mode works");
+        snprintf(why, why_len, "%s", why_open);
         return 0;
     }
     const int base = O_CLOEXEC | O_NONBLOCK;
-    const char *mode = "UFFD_USER_MODE_ONLY";
-    int fd = new_fd(base | UFFD_USER_MODE_ONLY);
+    int umo = 1, dev = 0;
+    int fd = new_fd(base | UFFD_USER_MODE_ONLY, &dev);
     if (fd < 0) {
-        mode = "full";
-        fd = new_fd(base);
+        umo = 0;
+        fd = new_fd(base, &dev);
     }
     if (fd < 0) {
         int e = errno;
         snprintf(
             why, why_len,
-            "userfaultfd unavailable (%s): needs CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1, "
-            "access to /dev/userfaultfd, or UFFD_USER_MODE_ONLY support (Linux >= 5.11)",
+            "userfaultfd unavailable (%s): needs UFFD_USER_MODE_ONLY support (Linux >= 5.11), "
+            "root or CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1, or access to /dev/userfaultfd",
             strerror(e));
         return -1;
     }
@@ -121,7 +161,8 @@ int ovl__uffd_open(char *why, size_t why_len)
      * handshake happens once per descriptor). */
     struct uffdio_api api = { .api = UFFD_API, .features = 0 };
     uint64_t avail = 0;
-    int probe = new_fd(base | (strcmp(mode, "full") ? UFFD_USER_MODE_ONLY : 0));
+    int pdev = 0;
+    int probe = new_fd(base | (umo ? UFFD_USER_MODE_ONLY : 0), &pdev);
     if (probe >= 0) {
         if (ioctl(probe, UFFDIO_API, &api) == 0)
             avail = api.features;
@@ -150,9 +191,10 @@ int ovl__uffd_open(char *why, size_t why_len)
     }
     features = want;
     ufd = fd;
-    snprintf(why, why_len, "userfaultfd (%s, SIGBUS mode%s%s) works", mode,
+    snprintf(why_open, sizeof why_open, "userfaultfd works (SIGBUS mode%s%s), allowed by %s",
              (want & UFFD_FEATURE_WP_UNPOPULATED) ? ", write-protect of unpopulated pages" : "",
-             (want & UFFD_FEATURE_MOVE) ? ", zero-copy page moves" : "");
+             (want & UFFD_FEATURE_MOVE) ? ", zero-copy page moves" : "", allowed_by(umo, dev));
+    snprintf(why, why_len, "%s", why_open);
     return 0;
 }
 
@@ -374,10 +416,12 @@ static void recv_place(struct ovl__watch *w, size_t off, const void *src, size_t
         memcpy(t, src, len);
 }
 
+/* Install [src, src+len) at the missing pages [dst, dst+len). */
 static int copy_pages(char *dst, const char *src, size_t len)
 {
+    const size_t ps = ovl__watch_page();
     struct uffdio_copy c = { .dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len, .mode = 0 };
-    while (ioctl(ufd, UFFDIO_COPY, &c) != 0) {
+    while (c.len > 0 && ioctl(ufd, UFFDIO_COPY, &c) != 0) {
         if (errno == EAGAIN && c.copy > 0) { /* partial copy: go on from there */
             c.dst += (uint64_t)c.copy;
             c.src += (uint64_t)c.copy;
@@ -385,9 +429,25 @@ static int copy_pages(char *dst, const char *src, size_t len)
             c.copy = 0;
             continue;
         }
-        if (errno == EEXIST) /* already populated: cannot happen unless remapped */
-            return 0;
-        return errno;
+        if (errno != EEXIST)
+            return errno;
+        /* The page at c.dst is present although it should be missing:
+         * something populated it behind the monitor's back (a registration
+         * replaced, the range remapped), and UFFDIO_COPY wrote nothing
+         * there. Write the bytes into it anyway and say so: whoever read
+         * the page before may have seen old bytes. */
+        int err = ovl__watch_poke((void *)(uintptr_t)c.dst, (const void *)(uintptr_t)c.src, ps);
+        ovl__error(OVL_ERR_MONITOR, "ovl delta receive",
+                   "page %p of a pending buffer was populated before its data arrived "
+                   "(userfaultfd EEXIST): its data was written %s; a read before may have "
+                   "seen old bytes",
+                   (void *)(uintptr_t)c.dst, err ? "NOT written" : "through /proc/self/mem");
+        if (err)
+            return err;
+        c.dst += ps;
+        c.src += ps;
+        c.len -= ps;
+        c.copy = 0;
     }
     return 0;
 }

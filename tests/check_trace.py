@@ -6,7 +6,11 @@ well-formed events, and the event names asked for present.
   check_trace.py SPEC...
   SPEC = FILE:RANK:NAME[,NAME...][:PATTERN[,PATTERN...]]
 
-PATTERN: page-access verdicts that must appear (sequential-up, ...).
+NAME: an event name that must appear; NAME/ARG: an event of that name
+whose args hold ARG (e.g. wait/bytes: a wait in ovl_get_need).
+PATTERN: a page-access verdict that must appear (sequential-up, ...) among
+the traces of 2 or more pages; bytes=N: a page-access trace of a watched
+transfer of N bytes (of any length).
 One process checks every rank's file (python starts slowly on a busy
 machine).
 """
@@ -42,19 +46,29 @@ def check(path, rank, names, pattern):
                 fail("%s: bad dur in %r" % (path, e))
         seen.setdefault(e["name"], []).append(e)
     for n in names:
-        if n not in seen:
-            fail("%s: no %r event (have %s)" % (path, n, sorted(seen)))
-    if pattern:
+        name, _, arg = n.partition("/")
+        if name not in seen:
+            fail("%s: no %r event (have %s)" % (path, name, sorted(seen)))
+        if arg and not any(arg in e.get("args", {}) for e in seen[name]):
+            fail("%s: no %r event with argument %r" % (path, name, arg))
+    for e in seen.get("page-access", []):
+        a = e["args"]
+        if a["touched"] != len(a["order"]) or len(set(a["order"])) != len(a["order"]):
+            fail("%s: inconsistent page-access %r" % (path, a))
+        if any(p < 0 or p >= a["pages"] for p in a["order"]):
+            fail("%s: page out of range in %r" % (path, a))
+    wants = pattern.split(",") if pattern else []
+    for want in [w for w in wants if w.startswith("bytes=")]:
+        n = int(want[len("bytes="):])
+        if not any(e["args"]["bytes"] == n for e in seen.get("page-access", [])):
+            fail("%s: no page-access trace of a %d-byte transfer: %r" %
+                 (path, n, [e["args"] for e in seen.get("page-access", [])]))
+    verdicts = [w for w in wants if not w.startswith("bytes=")]
+    if verdicts:
         pa = [e for e in seen.get("page-access", []) if e["args"]["touched"] >= 2]
         if not pa:
             fail("%s: no page-access trace with 2 or more pages" % path)
-        for e in pa:
-            a = e["args"]
-            if a["touched"] != len(a["order"]) or len(set(a["order"])) != len(a["order"]):
-                fail("%s: inconsistent page-access %r" % (path, a))
-            if any(p < 0 or p >= a["pages"] for p in a["order"]):
-                fail("%s: page out of range in %r" % (path, a))
-        for want in pattern.split(","):
+        for want in verdicts:
             if not any(e["args"]["pattern"] == want for e in pa):
                 fail("%s: no page-access with pattern %s: %r" % (path, want,
                                                                   [e["args"] for e in pa]))

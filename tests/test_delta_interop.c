@@ -21,9 +21,13 @@
  *    in place, nothing written past the buffer;
  *  - resend: ovl_isend of a delta receive's whole buffer before anything
  *    arrived is forwarded as it arrives (received by ovl_irecv, checked);
- *    ovl_isend of a part of it, and ovl_put of it, are OVL_ERR_PENDING
- *    until it has arrived (fault monitors).
- * Pairs: rank r with r^1; wildcards: a ring.
+ *    ovl_isend of a part of it, ovl_put of it, and delta sends of a part
+ *    of it or of a range shifted from its start (any monitor) are
+ *    OVL_ERR_PENDING until it has arrived (fault monitors), and the
+ *    receive's data still arrives intact; afterwards the part goes by
+ *    ovl_isend and by delta send.
+ * Pairs: rank r with r^1; wildcards: a ring. Mode "big" (its own ctest):
+ * a plain message over 2 GiB into a delta receive.
  */
 #include "delta_common.h"
 
@@ -256,9 +260,9 @@ static void wildcards(void)
                            m == OVL_MONITOR_EXPLICIT ? DT_PROD_RANDOM : DT_PROD_PLAIN, &rng);
                 CHECK_OK(ovl_delta_send_end(sr));
             }
-            /* only the left neighbour sends here: use the data at once
-             * (FAILS with uffd when first written: the message is shorter
-             * than the buffer, its last page reads as zeros) */
+            /* only the left neighbour sends here: use the data at once,
+             * the page holding the end of the message (shorter than the
+             * buffer) too */
             dt_use(rr, m == OVL_MONITOR_EXPLICIT, in.buf, rbytes, rkey, &rng);
             CHECK_OK(ovl_wait(&rr, &st));
             CHECKF(st.source == left && st.tag == 400 + 10 * i + w && st.bytes == rbytes &&
@@ -420,9 +424,12 @@ static void truncation(void)
 
 /* The odd rank delta-receives a buffer under each fault monitor and, before
  * any byte has come (the sender waits for a barrier), ovl_isends all of it
- * back (forwarded as it arrives), tries a part of it with ovl_isend and its
- * whole with ovl_put (OVL_ERR_PENDING, nothing sent), then after ovl_wait
- * sends the part, which now goes. The even rank checks both messages. */
+ * back (forwarded as it arrives), tries a part of it with ovl_isend, its
+ * whole with ovl_put, and parts of it with delta sends (OVL_ERR_PENDING,
+ * nothing sent: a delta send's own write protection would undo the
+ * receive's guards, or, under uffd, replace its registration and lose
+ * pages), then after ovl_wait sends the part, which now goes, by ovl_isend
+ * and by delta send. The even rank checks the three messages. */
 static void resend(void)
 {
     size_t pg = dt_page(), bytes = 64 * pg + 77;
@@ -455,6 +462,13 @@ static void resend(void)
             CHECK_OK(ovl_wait(&r2, &st));
             CHECK(st.bytes == bytes - pg);
             CHECK(th_verify(part, bytes - pg, key, pg) == TH_OK);
+            memset(part, 0, bytes);
+            CHECK_OK(ovl_delta_recv(part, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, &r2));
+            CHECK_OK(ovl_wait(&r2, &st));
+            CHECK(st.bytes == bytes - pg && st.error == OVL_SUCCESS);
+            CHECKF(th_verify(part, bytes - pg, key, pg) == TH_OK,
+                   "%s: the part sent by delta send after arrival is wrong",
+                   ovl_monitor_name(monitors[m]));
             dt_free(back, bytes);
             dt_free(part, bytes);
         } else {
@@ -465,10 +479,29 @@ static void resend(void)
                        OVL_ERR_PENDING);
             CHECK(p2 == OVL_REQUEST_NULL);
             EXPECT_ERR(ovl_put(b, peer, 0, bytes, seg), OVL_ERR_PENDING);
+            /* delta sends overlapping it, other than from its start */
+            ovl_request_t d2 = OVL_REQUEST_NULL;
+            EXPECT_ERR(
+                ovl_delta_send_begin(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, &d2),
+                OVL_ERR_PENDING);
+            EXPECT_ERR(ovl_delta_send_begin_with(b + 1, (int)(bytes - 1), MPI_BYTE, peer, tag + 3,
+                                                 OVL_MONITOR_EXPLICIT, &d2),
+                       OVL_ERR_PENDING);
+            for (int k = 0; k < nmon; k++)
+                EXPECT_ERR(ovl_delta_send_begin_with(b + bytes / 2, (int)(bytes / 4), MPI_BYTE,
+                                                     peer, tag + 3, monitors[k], &d2),
+                           OVL_ERR_PENDING);
+            CHECK(d2 == OVL_REQUEST_NULL);
             MPI_Barrier(MPI_COMM_WORLD);
             CHECK_OK(ovl_wait(&r, NULL));
+            size_t bad = th_verify(b, bytes, key, 0);
+            CHECKF(bad == TH_OK, "%s: byte %zu of the receive wrong after refused delta sends",
+                   ovl_monitor_name(monitors[m]), bad);
             CHECK_OK(ovl_isend(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 2, &p2));
             CHECK_OK(ovl_wait(&p2, NULL));
+            CHECK_OK(ovl_delta_send_begin(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, &d2));
+            CHECK_OK(ovl_delta_send_end(d2));
+            CHECK_OK(ovl_wait(&d2, NULL));
             CHECK_OK(ovl_wait(&f, NULL));
             CHECK(th_verify(b, bytes, key, 0) == TH_OK);
         }
@@ -477,9 +510,74 @@ static void resend(void)
     CHECK_OK(ovl_segment_free(&seg));
 }
 
+/* ---- a message over 2 GiB --------------------------------------------------- */
+
+/* Mode "big" (its own ctest, 2 ranks): a plain ovl_isend of 2 GiB + 24
+ * bytes (MPI_DOUBLE) into an ovl_delta_recv, its first, middle and last
+ * pages read while it arrives, then every byte checked. MPI's int count
+ * cannot say that many bytes (ovl receives it with a datatype of that
+ * size). Skipped where memory is short. */
+static long long mem_available_mib(void)
+{
+    long long kib = -1;
+    char line[128];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib < 0 ? -1 : kib / 1024;
+}
+
+static int big(void)
+{
+    const int count = (1 << 28) + 3;
+    const size_t bytes = (size_t)count * sizeof(double), pg = dt_page();
+    /* each rank one buffer, plus the receiver's staging or shadow */
+    int ok = mem_available_mib() > (long long)(bytes >> 20) * 3 + 1024, all = 0;
+    CHECK_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!all) {
+        if (th_rank == 0)
+            printf("test_delta_interop big: SKIPPED: not enough memory for 2 x %zu bytes\n", bytes);
+        fflush(stdout);
+        dt_watchdog_stop();
+        CHECK_OK(ovl_finalize());
+        MPI_Finalize();
+        return 77;
+    }
+    uint64_t key = 0xb16 + (uint64_t)(th_rank / 2);
+    unsigned char *b = dt_alloc(bytes);
+    ovl_request_t req;
+    ovl_status_t st = { .error = 1 };
+    if (even) {
+        th_fill(b, bytes, key, 0);
+        CHECK_OK(ovl_isend(b, count, MPI_DOUBLE, peer, 90, &req));
+        CHECK_OK(ovl_wait(&req, &st));
+    } else {
+        int ex = dt_monitor() == OVL_MONITOR_EXPLICIT;
+        CHECK_OK(ovl_delta_recv(b, count, MPI_DOUBLE, peer, 90, &req));
+        const size_t at[3] = { 0, bytes / 2, bytes - pg };
+        for (int i = 0; i < 3; i++) {
+            if (ex)
+                CHECK_OK(ovl_delta_need(req, at[i], pg));
+            size_t bad = th_verify(b + at[i], pg, key, at[i]);
+            CHECKF(bad == TH_OK, "byte %zu wrong while arriving", at[i] + bad);
+        }
+        CHECK_OK(ovl_wait(&req, &st));
+        CHECKF(st.bytes == bytes && st.error == OVL_SUCCESS, "status {%zu, %d}, expected %zu bytes",
+               st.bytes, st.error, bytes);
+        size_t bad = th_verify(b, bytes, key, 0);
+        CHECKF(bad == TH_OK, "byte %zu of %zu wrong", bad, bytes);
+    }
+    dt_free(b, bytes);
+    return dt_finish();
+}
+
 int main(int argc, char **argv)
 {
-    dt_init(&argc, &argv, "test_delta_interop", NULL);
+    int big_mode = argc > 1 && strcmp(argv[1], "big") == 0;
+    dt_init(&argc, &argv, big_mode ? "test_delta_interop big" : "test_delta_interop", NULL);
     peer = th_rank ^ 1;
     even = th_rank % 2 == 0;
     CHECKF(peer < th_size, "test_delta_interop needs an even number of ranks");
@@ -489,6 +587,10 @@ int main(int argc, char **argv)
         printf("test_delta_interop: NOTE: no userfaultfd here, uffd not tested\n");
     monitors[nmon++] = OVL_MONITOR_MPROTECT;
     monitors[nmon++] = OVL_MONITOR_EXPLICIT;
+    if (big_mode) {
+        dt_phase("a message over 2 GiB", 60);
+        return big();
+    }
     dt_phase("first delta", 30);
     first_delta();
     dt_phase("matrix", 60);

@@ -21,19 +21,24 @@
  *    (OVL_ERR_IN_CALLBACK); ovl_delta_size;
  *  - OS-triggered stale writes (uffd and mprotect, per request): the whole
  *    buffer written, then bytes at its start written again before
- *    send_end -> a report on stderr, the sender's and the receiver's
+ *    send_end -> a report on stderr naming the buffer and the offset (at
+ *    the fault and at completion), the sender's and the receiver's
  *    requests complete with OVL_ERR_STALE, the program's write is not lost;
  *  - explicit mode: ovl_delta_produced over a range already sent ->
  *    OVL_ERR_STALE;
  *  - configuration: OVL_MONITOR / OVL_DELTA_SIZE bad values and a bad
  *    monitor field -> OVL_ERR_CONFIG; the fields win over the environment
- *    and ovl_delta_size reports the configured size.
+ *    and ovl_delta_size reports the configured size;
+ *  - mode "nomem" (its own ctest: /proc/self/mem made unusable): a fault
+ *    monitor asked for by name fails (ovl_init, per request) with
+ *    OVL_ERR_MONITOR, auto warns on stderr and gives explicit, which works.
  * Pairs: rank r with r^1; the even rank sends.
  */
 #include "delta_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -445,9 +450,21 @@ static void stale_os(ovl_monitor_t m, int tag, size_t off, size_t at)
         CHECK(r.buf[at + 1] == dt_flip(th_pattern_byte(key, at + 1)));
         CHECK(th_verify(r.buf, at, key, 0) == TH_OK);
         CHECK(th_verify(r.buf + at + 2, bytes - at - 2, key, at + 2) == TH_OK);
-        /* reported on stderr (OVL_VERBOSE >= 1, the default) */
+        /* reported on stderr (OVL_VERBOSE >= 1, the default), naming the
+         * buffer and the offset: at the fault (the handler prints 16 hex
+         * digits) and when the send completes (ovl_delta_send's error) */
         CHECKF(strlen(cap.text) > 0, "%s: the stale write was not reported on stderr",
                ovl_monitor_name(m));
+        char at_fault[96], at_end[96];
+        snprintf(at_fault, sizeof at_fault, "buffer 0x%016" PRIxPTR " written at offset 0x%016zx",
+                 (uintptr_t)r.buf, at);
+        snprintf(at_end, sizeof at_end, "buffer %p written at offset %zu", (void *)r.buf, at);
+        CHECKF(strstr(cap.text, at_fault) != NULL,
+               "%s: the report at the fault does not say \"%s\": %.200s", ovl_monitor_name(m),
+               at_fault, cap.text);
+        CHECKF(strstr(cap.text, at_end) != NULL,
+               "%s: the error at completion does not say \"%s\": %.200s", ovl_monitor_name(m),
+               at_end, cap.text);
         printf("test_delta_misuse: rank %d, %s: stale write at offset %zu reported as: %s", th_rank,
                ovl_monitor_name(m), at, cap.text);
         fflush(stdout);
@@ -504,6 +521,129 @@ static void stale_explicit(void)
     dt_free(b, bytes);
 }
 
+/* ---- an edge page at vm.max_map_count ---------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DT_SANITIZER 1 /* its runtime maps memory as it goes: no room at the limit */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DT_SANITIZER 1
+#endif
+#endif
+
+#ifndef DT_SANITIZER
+static long count_maps(void)
+{
+    long n = 0;
+    int c;
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL);
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Use up every mapping the process may still make: a block whose pages
+ * alternate between two protections, until mprotect says ENOMEM. */
+static void fill_maps(char **p, size_t *len)
+{
+    long limit = -1;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &limit) != 1)
+            limit = -1;
+        fclose(f);
+    }
+    *p = NULL;
+    *len = 0;
+    long want = limit - count_maps() + 64;
+    if (limit <= 0 || limit > 1000000 || want < 2)
+        return;
+    size_t pg = dt_page();
+    *len = (size_t)want * pg;
+    *p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(*p != MAP_FAILED);
+    for (long i = 1; i < want; i += 2)
+        if (mprotect(*p + (size_t)i * pg, pg, PROT_READ) != 0)
+            break;
+}
+#endif
+
+/* A delta receive (mprotect) of two pages whose first and last pages are
+ * shared with other data, in a mapping of its own (read-only pages around
+ * it), every mapping used up after it was posted: when its data arrives,
+ * opening an edge page alone would need one more mapping (ENOMEM). It
+ * must not spin waiting for one (it would hang, holding the monitor's
+ * lock): it opens the edges with the rest at the end, and the data, the
+ * reads that waited for it and the neighbour bytes are intact. */
+static void edge_at_map_limit(void)
+{
+    size_t pg = dt_page(), bytes = 2 * pg, off = 100;
+    uint64_t key = 0xed9e + (uint64_t)(th_rank / 2);
+    ovl_request_t req;
+    ovl_status_t st = { .error = 1 };
+#ifndef DT_SANITIZER
+    const int rounds = 2; /* a warm-up, then at the limit */
+#else
+    const int rounds = 1;
+#endif
+    if (even) { /* each round: a go message, then the delta send */
+        unsigned char *b = dt_alloc(bytes);
+        th_fill(b, bytes, key, 0);
+        for (int k = 0; k < rounds; k++) {
+            CHECK_MPI(
+                MPI_Recv(NULL, 0, MPI_BYTE, peer, 41 + 2 * k, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            CHECK_OK(ovl_delta_send_begin_with(b, (int)bytes, MPI_BYTE, peer, 40 + 2 * k,
+                                               OVL_MONITOR_EXPLICIT, &req));
+            CHECK_OK(ovl_delta_produced(req, 0, bytes));
+            CHECK_OK(ovl_delta_send_end(req));
+            CHECK_OK(ovl_wait(&req, &st));
+            CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
+        }
+        dt_free(b, bytes);
+        return;
+    }
+    (void)rounds;
+    /* [read-only | p0 p1 p2 | read-only]: the buffer is p0 + off .. p2 + off */
+    unsigned char *m = dt_alloc(5 * pg);
+    th_fill(m, 5 * pg, key ^ 0x5e, 0);
+    CHECK(mprotect(m, pg, PROT_READ) == 0 && mprotect(m + 4 * pg, pg, PROT_READ) == 0);
+    unsigned char *buf = m + pg + off;
+    char *fill = NULL;
+    size_t fill_len = 0;
+#ifndef DT_SANITIZER
+    /* warm up what the receive allocates (piece slots) before the limit */
+    CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, 40, OVL_MONITOR_MPROTECT, &req));
+    CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 41, MPI_COMM_WORLD));
+    CHECK_OK(ovl_wait(&req, &st));
+    CHECK(th_verify(buf, bytes, key, 0) == TH_OK);
+    th_fill(m + pg, 3 * pg, key ^ 0x5e, pg);
+    CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, 42, OVL_MONITOR_MPROTECT, &req));
+    fill_maps(&fill, &fill_len);
+    CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 43, MPI_COMM_WORLD));
+#else
+    if (th_rank == 1)
+        printf("test_delta_misuse: NOTE: edge page at vm.max_map_count not at the limit under a "
+               "sanitizer\n");
+    CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, 40, OVL_MONITOR_MPROTECT, &req));
+    CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 41, MPI_COMM_WORLD));
+#endif
+    /* read the first and last bytes (edge pages) while they may be pending */
+    CHECK(buf[0] == th_pattern_byte(key, 0));
+    CHECK(buf[bytes - 1] == th_pattern_byte(key, bytes - 1));
+    CHECK_OK(ovl_wait(&req, &st));
+    if (fill)
+        munmap(fill, fill_len);
+    CHECKF(st.bytes == bytes && st.error == OVL_SUCCESS, "status {%zu, %d}", st.bytes, st.error);
+    size_t bad = th_verify(buf, bytes, key, 0);
+    CHECKF(bad == TH_OK, "byte %zu of %zu wrong", bad, bytes);
+    CHECK(th_verify(m, pg + off, key ^ 0x5e, 0) == TH_OK);
+    CHECK(th_verify(buf + bytes, 4 * pg - off - bytes, key ^ 0x5e, pg + off + bytes) == TH_OK);
+    CHECK(mprotect(m, 5 * pg, PROT_READ | PROT_WRITE) == 0);
+    dt_free(m, 5 * pg);
+}
+
 /* ---- configuration --------------------------------------------------------------- */
 
 static void configuration(void)
@@ -557,8 +697,98 @@ static void configuration(void)
     unsetenv("OVL_DELTA_SIZE");
 }
 
+/* ---- without /proc/self/mem --------------------------------------------------- */
+
+/* Mode "nomem" (ctest binds /dev/null over each rank's /proc/<pid>/mem in a
+ * private mount namespace): no fault monitor can work. A fault monitor
+ * asked for by name (OVL_MONITOR, the config field, a request's _with)
+ * fails with OVL_ERR_MONITOR saying why; auto warns on stderr at the
+ * default verbosity and gives explicit, whose annotated transfers work;
+ * ovl_monitor_probe says the same. */
+static int no_proc_mem(int *argc, char ***argv)
+{
+    int provided = th_init_mpi(argc, argv, "test_delta_misuse nomem", MPI_THREAD_MULTIPLE);
+    CHECK(provided == MPI_THREAD_MULTIPLE);
+    peer = th_rank ^ 1;
+    even = th_rank % 2 == 0;
+    CHECKF(peer < th_size, "needs an even number of ranks");
+    ovl_monitor_t chosen = OVL_MONITOR_AUTO;
+    char why[512] = "";
+    int rc = ovl_monitor_probe(OVL_MONITOR_MPROTECT, &chosen, why, sizeof why);
+    int usable = rc == OVL_SUCCESS, all = 0;
+    CHECK_MPI(MPI_Allreduce(&usable, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (all) {
+        if (th_rank == 0)
+            printf("test_delta_misuse nomem: SKIPPED: /proc/self/mem works here (%s)\n", why);
+        MPI_Finalize();
+        return 77;
+    }
+    CHECKF(rc == OVL_ERR_MONITOR && strstr(why, "/proc/self/mem") && chosen == OVL_MONITOR_MPROTECT,
+           "probe(mprotect): %s, %s: %.300s", th_code_name(rc), ovl_monitor_name(chosen), why);
+    EXPECT_ERR(ovl_monitor_probe(OVL_MONITOR_UFFD, &chosen, why, sizeof why), OVL_ERR_MONITOR);
+    CHECK_OK(ovl_monitor_probe(OVL_MONITOR_AUTO, &chosen, why, sizeof why));
+    CHECKF(chosen == OVL_MONITOR_EXPLICIT && strstr(why, "/proc/self/mem"),
+           "probe(auto): %s: %.300s", ovl_monitor_name(chosen), why);
+
+    /* asked for by name: ovl_init fails, saying why */
+    static const char *const names[] = { "mprotect", "uffd" };
+    for (int i = 0; i < 2; i++) {
+        setenv("OVL_MONITOR", names[i], 1);
+        EXPECT_ERR(ovl_init(MPI_COMM_WORLD, NULL), OVL_ERR_MONITOR);
+        CHECKF(strstr(ovl_error_detail(), "/proc/self/mem") != NULL, "OVL_MONITOR=%s: %s", names[i],
+               ovl_error_detail());
+        CHECK(!ovl_initialized());
+    }
+    unsetenv("OVL_MONITOR");
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_MONITOR, .monitor = OVL_MONITOR_MPROTECT };
+    EXPECT_ERR(ovl_init(MPI_COMM_WORLD, &cfg), OVL_ERR_MONITOR);
+
+    /* auto: a warning on stderr (the first rank of each node), explicit */
+    struct capture cap;
+    capture_start(&cap);
+    rc = ovl_init(MPI_COMM_WORLD, NULL);
+    capture_end(&cap);
+    CHECK_OK(rc);
+    if (th_rank == 0)
+        CHECKF(strstr(cap.text, "warning") && strstr(cap.text, "/proc/self/mem") &&
+                   strstr(cap.text, "explicit"),
+               "no warning on stderr: \"%.300s\"", cap.text);
+    printf("test_delta_misuse nomem: rank %d: ovl_init said: %s", th_rank,
+           cap.text[0] ? cap.text : "(nothing)\n");
+    fflush(stdout);
+
+    size_t bytes = (size_t)1 << 20;
+    unsigned char *b = dt_alloc(bytes);
+    uint64_t key = 0x90e + (uint64_t)(th_rank / 2);
+    ovl_request_t r = OVL_REQUEST_NULL;
+    ovl_status_t st = { .error = 1 };
+    /* asked for by name per request: refused, not silently explicit */
+    EXPECT_ERR(ovl_delta_recv_with(b, (int)bytes, MPI_BYTE, peer, 5, OVL_MONITOR_MPROTECT, &r),
+               OVL_ERR_MONITOR);
+    EXPECT_ERR(ovl_delta_send_begin_with(b, (int)bytes, MPI_BYTE, peer, 5, OVL_MONITOR_UFFD, &r),
+               OVL_ERR_MONITOR);
+    CHECK(r == OVL_REQUEST_NULL);
+    if (even) {
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 6, &r));
+        th_fill(b, bytes, key, 0);
+        CHECK_OK(ovl_delta_produced(r, 0, bytes));
+        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_wait(&r, &st));
+    } else {
+        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 6, &r));
+        CHECK_OK(ovl_delta_need(r, 0, bytes));
+        CHECK(th_verify(b, bytes, key, 0) == TH_OK);
+        CHECK_OK(ovl_wait(&r, &st));
+    }
+    CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
+    dt_free(b, bytes);
+    return th_finish();
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "nomem") == 0)
+        return no_proc_mem(&argc, &argv);
     before_init();
     dt_init(&argc, &argv, "test_delta_misuse", NULL);
     peer = th_rank ^ 1;
@@ -585,6 +815,8 @@ int main(int argc, char **argv)
     }
     dt_phase("stale ranges, explicit", 30);
     stale_explicit();
+    dt_phase("an edge page at vm.max_map_count", 30);
+    edge_at_map_limit();
     dt_phase("configuration", 30);
     configuration();
     /* Not checked, by design (ovl.h): a write into the partial first or

@@ -7,14 +7,18 @@
  *           children fault outside ovl's regions (a PROT_NONE page read and
  *           written, a read-only page written, an address near NULL): each
  *           dies of SIGSEGV, promptly (a handler that hangs or exits
- *           otherwise fails); afterwards the pending transfers complete
- *           intact;
- *  handler  a SIGSEGV handler the program installed before ovl_init still
- *           gets the program's own faults (it siglongjmps back), on the
- *           main thread and on another thread, before and while delta
- *           requests are pending and after ovl_finalize; faults inside ovl's
- *           regions (a pending receive used, a send buffer written) never
- *           reach it;
+ *           otherwise fails); children that touch a file mapping past the
+ *           end of its file, or raise SIGBUS, die of SIGBUS (the signal
+ *           userfaultfd faults come as); afterwards the pending transfers
+ *           complete intact;
+ *  handler  SIGSEGV and SIGBUS handlers the program installed before
+ *           ovl_init still get the program's own faults (they siglongjmp
+ *           back): SIGSEGV from a PROT_NONE page, SIGBUS from a file mapping
+ *           past the end of its file and from raise(SIGBUS); on the main
+ *           thread and on another thread, before and while delta requests
+ *           are pending and after ovl_finalize; faults inside ovl's regions
+ *           (a pending receive used, a send buffer written) never reach
+ *           them;
  *  stack    delta buffers on the stack, sharing pages with live stack frames
  *           (the receiver's and the sender's): the data arrives intact and
  *           the program runs on (an access to the shared pages at worst
@@ -35,7 +39,7 @@
 const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {
-    return "handle_segv=0";
+    return "handle_segv=0:handle_sigbus=0";
 }
 #endif
 #if defined(__SANITIZE_THREAD__)
@@ -46,7 +50,7 @@ const char *__asan_default_options(void)
 const char *__tsan_default_options(void);
 const char *__tsan_default_options(void)
 {
-    return "handle_segv=0";
+    return "handle_segv=0:handle_sigbus=0";
 }
 #endif
 
@@ -54,20 +58,37 @@ static int peer, even, explicit_mode;
 
 /* ---- crash: children die of SIGSEGV -------------------------------------------- */
 
+/* write: 0 read, 1 write, 2 raise(SIGBUS) */
 static _Noreturn void child_fault(volatile int *p, int write)
 {
     /* MPI's own handler (UCX) prints a backtrace: keep the log clean */
     int fd = open("/dev/null", O_WRONLY);
     if (fd >= 0)
         dup2(fd, 2);
-    if (write)
+    if (write == 2)
+        raise(SIGBUS);
+    else if (write)
         *p = 1;
     else
         (void)*p;
     _exit(0); /* not reached: the access must kill the child */
 }
 
-static void expect_sigsegv(pid_t pid, const char *what)
+/* A page of a file mapping whose file has been cut to nothing: any access
+ * raises SIGBUS (BUS_ADRERR), a genuine fault outside ovl's regions. */
+static volatile int *truncated_page(void)
+{
+    size_t pg = dt_page();
+    int fd = memfd_create("test_delta_signal", MFD_CLOEXEC);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)pg) == 0);
+    void *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED);
+    CHECK(ftruncate(fd, 0) == 0);
+    close(fd);
+    return p;
+}
+
+static void expect_signal(pid_t pid, int sig, const char *what)
 {
     int status = 0;
     double t0 = th_now();
@@ -82,10 +103,10 @@ static void expect_sigsegv(pid_t pid, const char *what)
         th_sleep_ms(5);
     }
     CHECK(got == pid);
-    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
-           "%s: child %s %d, expected death by SIGSEGV", what,
-           WIFSIGNALED(status) ? "killed by signal" : "exited with",
-           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == sig, "%s: child %s %d, expected death by %s",
+           what, WIFSIGNALED(status) ? "killed by signal" : "exited with",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+           sig == SIGBUS ? "SIGBUS" : "SIGSEGV");
 }
 
 static void crash_mode(void)
@@ -109,15 +130,19 @@ static void crash_mode(void)
     void *none = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     void *ro = mmap(NULL, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(none != MAP_FAILED && ro != MAP_FAILED);
+    volatile int *cut = truncated_page();
     struct {
         const char *what;
         volatile int *addr;
-        int write;
+        int write, sig;
     } cases[] = {
-        { "write to a PROT_NONE page", (volatile int *)none, 1 },
-        { "read of a PROT_NONE page", (volatile int *)none + 3, 0 },
-        { "write to a read-only page", (volatile int *)ro + 5, 1 },
-        { "write near NULL", (volatile int *)(uintptr_t)16, 1 },
+        { "write to a PROT_NONE page", (volatile int *)none, 1, SIGSEGV },
+        { "read of a PROT_NONE page", (volatile int *)none + 3, 0, SIGSEGV },
+        { "write to a read-only page", (volatile int *)ro + 5, 1, SIGSEGV },
+        { "write near NULL", (volatile int *)(uintptr_t)16, 1, SIGSEGV },
+        { "read past the end of a mapped file", cut + 2, 0, SIGBUS },
+        { "write past the end of a mapped file", cut, 1, SIGBUS },
+        { "raise(SIGBUS)", NULL, 2, SIGBUS },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fflush(stdout);
@@ -126,10 +151,11 @@ static void crash_mode(void)
         CHECK(pid >= 0);
         if (pid == 0)
             child_fault(cases[c].addr, cases[c].write);
-        expect_sigsegv(pid, cases[c].what);
+        expect_signal(pid, cases[c].sig, cases[c].what);
     }
     munmap(none, pg);
     munmap(ro, pg);
+    munmap((void *)cut, pg);
 
     /* the transfer goes on unharmed */
     ovl_status_t st = { .error = 1 };
@@ -157,6 +183,7 @@ static void crash_mode(void)
 
 static atomic_int h_calls;
 static void *volatile h_addr;
+static volatile sig_atomic_t h_sig;
 static _Thread_local sigjmp_buf h_env;
 static _Thread_local volatile sig_atomic_t h_armed;
 
@@ -165,6 +192,7 @@ static void app_handler(int sig, siginfo_t *si, void *uc)
     (void)uc;
     atomic_fetch_add(&h_calls, 1);
     h_addr = si->si_addr;
+    h_sig = sig;
     if (h_armed) {
         h_armed = 0;
         siglongjmp(h_env, 1);
@@ -173,13 +201,17 @@ static void app_handler(int sig, siginfo_t *si, void *uc)
     signal(sig, SIG_DFL);
 }
 
-/* A fault of the program's own: must reach app_handler, which jumps back. */
-static void own_fault(volatile int *p, int write, const char *what)
+/* A fault of the program's own (write: 0 read, 1 write, 2 raise(SIGBUS)):
+ * must reach app_handler as signal @sig, which jumps back. */
+static void own_fault(volatile int *p, int write, int sig, const char *what)
 {
     int before = atomic_load(&h_calls);
+    h_sig = 0;
     if (sigsetjmp(h_env, 1) == 0) {
         h_armed = 1;
-        if (write)
+        if (write == 2)
+            raise(SIGBUS);
+        else if (write)
             *p = 1;
         else
             (void)*p;
@@ -188,18 +220,27 @@ static void own_fault(volatile int *p, int write, const char *what)
     }
     CHECKF(atomic_load(&h_calls) == before + 1, "%s: the program's handler ran %d times", what,
            atomic_load(&h_calls) - before);
-    CHECKF(h_addr == (void *)p, "%s: si_addr %p, expected %p", what, h_addr, (void *)p);
+    CHECKF(h_sig == sig, "%s: the program's handler got signal %d, expected %d", what, (int)h_sig,
+           sig);
+    if (p)
+        CHECKF(h_addr == (void *)p, "%s: si_addr %p, expected %p", what, h_addr, (void *)p);
 }
 
-static volatile int *h_page;
+static volatile int *h_page, *h_cut;
 
 static void own_faults(const char *when)
 {
     char what[128];
     snprintf(what, sizeof what, "%s: write", when);
-    own_fault(h_page, 1, what);
+    own_fault(h_page, 1, SIGSEGV, what);
     snprintf(what, sizeof what, "%s: read", when);
-    own_fault(h_page + 7, 0, what);
+    own_fault(h_page + 7, 0, SIGSEGV, what);
+    snprintf(what, sizeof what, "%s: SIGBUS, read past the end of a mapped file", when);
+    own_fault(h_cut + 3, 0, SIGBUS, what);
+    snprintf(what, sizeof what, "%s: SIGBUS, write past the end of a mapped file", when);
+    own_fault(h_cut, 1, SIGBUS, what);
+    snprintf(what, sizeof what, "%s: raise(SIGBUS)", when);
+    own_fault(NULL, 2, SIGBUS, what);
 }
 
 static void *own_faults_thread(void *arg)
@@ -214,6 +255,7 @@ static void handler_mode(void)
     void *p = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(p != MAP_FAILED);
     h_page = p;
+    h_cut = truncated_page();
     own_faults("before any delta request");
 
     size_t bytes = ((size_t)4 << 20) + 1;
@@ -265,6 +307,7 @@ static void handler_mode(void)
     CHECK_OK(ovl_finalize());
     own_faults("after ovl_finalize");
     munmap(p, pg);
+    munmap((void *)h_cut, pg);
 }
 
 /* ---- stack: delta buffers sharing pages with live stack frames ----------------
@@ -343,6 +386,7 @@ int main(int argc, char **argv)
         sa.sa_flags = SA_SIGINFO;
         sigemptyset(&sa.sa_mask);
         CHECK(sigaction(SIGSEGV, &sa, NULL) == 0);
+        CHECK(sigaction(SIGBUS, &sa, NULL) == 0);
         const char *env = getenv("OVL_MONITOR");
         if (env && strcmp(env, "uffd") == 0 && !dt_uffd_available()) {
             MPI_Finalize();

@@ -9,11 +9,17 @@
  *    environment variables -> OVL_ERR_CONFIG, leaving ovl uninitialised;
  *    fields set in the config win over the environment; fields whose bit is
  *    not in field_mask are ignored; a fragment size or a stream window
- *    that differs between ranks -> OVL_ERR_CONFIG on every rank;
+ *    that differs between ranks -> OVL_ERR_CONFIG on every rank; so does
+ *    a bad value on one rank only (environment or config), the others'
+ *    detail naming that rank, and a valid ovl_init works after it;
+ *    unknown field_mask bits, negative verbose and size suffixes that
+ *    overflow 64 bits -> OVL_ERR_CONFIG; verbose above 2 is 2;
+ *    OVL_PROGRESS=none is inline;
  *  - ovl_config_get reflects config and environment;
- *  - ovl_strerror is non-empty and distinct for every code, and says
- *    something for unknown codes; ovl_error_detail names the failing
- *    function, is per thread, and is empty on a thread that saw no error;
+ *  - ovl_strerror gives every code of OVL_ERROR_MAP its own message (the
+ *    table's), and something else for unknown codes (one past the table's
+ *    last, ...); ovl_error_detail names the failing function, is per
+ *    thread, and is empty on a thread that saw no error;
  *  - OVL_PROGRESS_PRIORITY: the progress thread runs under SCHED_FIFO
  *    where the process may; where it may not (CAP_SYS_NICE dropped,
  *    RLIMIT_RTPRIO 0) ovl still starts, says why, and reports 0;
@@ -118,22 +124,41 @@ static void expect_everything_not_init(void)
     CHECK(ovl_stream_tell(NULL) == 0);
 }
 
+/* The error table of ovl.h, so that a code added there is checked here. */
+#define X_CODE(name, value, msg) value,
+static const int table_codes[] = { OVL_ERROR_MAP(X_CODE) };
+#undef X_CODE
+#define X_MSG(name, value, msg) msg,
+static const char *const table_msgs[] = { OVL_ERROR_MAP(X_MSG) };
+#undef X_MSG
+#define NCODES ((int)(sizeof table_codes / sizeof table_codes[0]))
+
 static void check_strerror(void)
 {
-    const char *msg[19];
-    for (int c = 0; c >= -18; c--) {
-        msg[-c] = ovl_strerror(c);
-        CHECKF(msg[-c] != NULL && msg[-c][0] != '\0', "ovl_strerror(%d) empty", c);
-        for (int d = 0; d > c; d--)
-            CHECKF(strcmp(msg[-c], msg[-d]) != 0, "codes %d and %d share \"%s\"", c, d, msg[-c]);
+    /* the codes run 0, -1, ... without a gap, each with its own message */
+    int last = 0;
+    for (int i = 0; i < NCODES; i++) {
+        int c = table_codes[i];
+        CHECKF(c == -i, "code %d at position %d of OVL_ERROR_MAP", c, i);
+        const char *m = ovl_strerror(c);
+        CHECKF(m != NULL && m[0] != '\0', "ovl_strerror(%d) empty", c);
+        CHECKF(strcmp(m, table_msgs[i]) == 0, "ovl_strerror(%d) \"%s\", the table says \"%s\"", c,
+               m, table_msgs[i]);
+        for (int d = 0; d < i; d++)
+            CHECKF(strcmp(m, ovl_strerror(table_codes[d])) != 0, "codes %d and %d share \"%s\"", c,
+                   table_codes[d], m);
+        if (c < last)
+            last = c;
     }
-    CHECK(OVL_SUCCESS == 0 && OVL_ERR_ARG == -1 && OVL_ERR_INTERNAL == -18);
-    const int unknown[] = { 1, 42, -19, -1000, INT_MIN, INT_MAX };
+    CHECK(OVL_SUCCESS == 0 && OVL_ERR_ARG == -1 && last == -(NCODES - 1));
+    CHECK(last <= OVL_ERR_MONITOR); /* the table goes at least this far */
+    const int unknown[] = { 1, 42, last - 1, last - 2, -1000, INT_MIN, INT_MAX };
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         const char *m = ovl_strerror(unknown[i]);
         CHECKF(m != NULL && m[0] != '\0', "ovl_strerror(%d) empty", unknown[i]);
-        CHECKF(strcmp(m, ovl_strerror(OVL_SUCCESS)) != 0, "unknown %d reads as success",
-               unknown[i]);
+        for (int d = 0; d < NCODES; d++)
+            CHECKF(strcmp(m, ovl_strerror(table_codes[d])) != 0, "unknown %d reads as code %d",
+                   unknown[i], table_codes[d]);
     }
 }
 
@@ -512,6 +537,57 @@ static void check_config(void)
     expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
     expect_env_rejected("OVL_STREAM_WHOLE", "sometimes");
     expect_env_rejected("OVL_STREAM_WHOLE", "1");
+    /* a suffix that would shift a value past 64 bits is refused, not wrapped
+     * (17179869184g is 2^64: it wrapped to 0, the model's choice) */
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "17179869184g");
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "18014398509481984k");
+    expect_env_rejected("OVL_STACK_SIZE", "17592186044416m");
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "18446744073709551616"); /* 2^64 */
+    expect_env_rejected("OVL_FRAGMENT_SIZE", " -5");                  /* strtoull: 2^64 - 5 */
+    expect_env_rejected("OVL_FRAGMENT_SIZE", "+4096");
+
+    /* field_mask bits that name no field */
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WHOLE << 1 };
+    expect_cfg_rejected(&c, "field_mask bit 20");
+    CHECK(strstr(ovl_error_detail(), "field_mask") != NULL);
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE | 1ull << 63, .verbose = 1 };
+    expect_cfg_rejected(&c, "field_mask bit 63");
+    /* verbose through the config: negative refused, above 2 taken as 2,
+     * as OVL_VERBOSE is */
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = -1 };
+    expect_cfg_rejected(&c, "verbose=-1");
+    CHECK(strstr(ovl_error_detail(), "verbose") != NULL);
+    {
+        ovl_config_t got;
+        struct capture cap = stderr_capture(); /* verbose 2 prints its configuration */
+        c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = 7 };
+        int rc = ovl_init(MPI_COMM_WORLD, &c);
+        int rc_get = rc == OVL_SUCCESS ? ovl_config_get(&got) : rc;
+        int rc_fin = rc == OVL_SUCCESS ? ovl_finalize() : rc;
+        setenv("OVL_VERBOSE", "9", 1);
+        int rc2 = ovl_init(MPI_COMM_WORLD, NULL);
+        ovl_config_t got2;
+        int rc2_get = rc2 == OVL_SUCCESS ? ovl_config_get(&got2) : rc2;
+        int rc2_fin = rc2 == OVL_SUCCESS ? ovl_finalize() : rc2;
+        char msg[8192];
+        stderr_release(&cap, msg, sizeof msg);
+        env_restore();
+        CHECK_OK(rc);
+        CHECK_OK(rc_get);
+        CHECK_OK(rc_fin);
+        CHECKF(got.verbose == 2, "verbose 7 in force as %d", got.verbose);
+        CHECK_OK(rc2);
+        CHECK_OK(rc2_get);
+        CHECK_OK(rc2_fin);
+        CHECKF(got2.verbose == 2, "OVL_VERBOSE=9 in force as %d", got2.verbose);
+        /* OVL_PROGRESS=none: inline by another name (docs/ENV.md) */
+        setenv("OVL_PROGRESS", "None", 1);
+        CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+        CHECK_OK(ovl_config_get(&got));
+        CHECK(got.progress == OVL_PROGRESS_INLINE);
+        CHECK_OK(ovl_finalize());
+        env_restore();
+    }
 
     /* Fields whose bit is not in field_mask are ignored. */
     c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
@@ -703,6 +779,34 @@ static void check_config(void)
         rc = ovl_init(MPI_COMM_WORLD, &c);
         CHECKF(rc == OVL_ERR_CONFIG, "mismatched stream windows gave %s", th_code_name(rc));
         CHECK(!ovl_initialized());
+    }
+
+    /* A bad value on one rank only: every rank fails (none waits in a
+     * collective the failing one never reaches), that rank with its own
+     * detail, the others naming it; then a valid ovl_init works. */
+    if (th_size > 1) {
+        for (int via_cfg = 0; via_cfg < 2; via_cfg++) {
+            c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_QUIET_SHARE,
+                                .poll_quiet_share = th_rank == 1 ? 0 : 75 };
+            if (!via_cfg && th_rank == 1)
+                setenv("OVL_FRAGMENT_SIZE", "garbage", 1);
+            int rc = ovl_init(MPI_COMM_WORLD, via_cfg ? &c : NULL);
+            if (!via_cfg && th_rank == 1)
+                unsetenv("OVL_FRAGMENT_SIZE");
+            env_restore();
+            CHECKF(rc == OVL_ERR_CONFIG, "%s bad on rank 1 only: rank %d got %s",
+                   via_cfg ? "poll_quiet_share" : "OVL_FRAGMENT_SIZE", th_rank, th_code_name(rc));
+            CHECK(!ovl_initialized());
+            CHECK(ovl_comm() == MPI_COMM_NULL);
+            const char *want = th_rank != 1 ? "rank 1 failed"
+                               : via_cfg    ? "OVL_POLL_QUIET_SHARE"
+                                            : "OVL_FRAGMENT_SIZE";
+            CHECKF(strstr(ovl_error_detail(), want) != NULL, "rank %d: detail \"%s\" lacks \"%s\"",
+                   th_rank, ovl_error_detail(), want);
+            CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+            ring_exchange(20 + via_cfg);
+            CHECK_OK(ovl_finalize());
+        }
     }
 }
 

@@ -467,6 +467,10 @@ static void test_delta_size(void)
     ovl__m.eager = 65536;
     ovl__m.piece_switch = 0;
     ovl__m.poll_sleep_us = 0;
+    /* nothing from this run's quick estimate: its one-way times and burst
+     * move with the machine's load, and the choices below with them */
+    memset(ovl__m.oneway_us, 0, sizeof ovl__m.oneway_us);
+    ovl__m.burst_B = 0;
     CHECK(ovl__model_delta_size(1, 0, 1) == ps);
     CHECK(ovl__model_delta_size(ps, 0, 0) == ps);
     for (size_t n = ps + 1; n <= ((size_t)64 << 20); n = n * 5 / 3 + 7) {

@@ -17,12 +17,18 @@
  *    the valid ones untouched and still waitable;
  *  - ovl_request_free of a pending receive: the message still lands in the
  *    buffer and the receive's continuation still runs (and with no
- *    continuation, the data still arrives).
+ *    continuation, the data still arrives); its handle is then refused by
+ *    every call, ovl_continue included;
+ *  - two threads releasing one request at once (two ovl_wait on a pending
+ *    receive, ovl_wait against ovl_request_free, ovl_test against either,
+ *    around the completion): exactly one call releases it, the other gets
+ *    OVL_ERR_REQUEST, the continuation runs once.
  * Pairs: rank r works with r^1.
  */
 #include "harness.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 
 static int peer;
@@ -199,6 +205,25 @@ static void check_stale_handles(void)
     /* the freed send may still be in flight; a freed, completed one too */
     EXPECT_ERR(ovl_wait(&copy, &st), OVL_ERR_REQUEST);
 
+    /* A receive freed while pending (the peer sends only after the sync
+     * below): its handle is gone for every call, ovl_continue included,
+     * though the engine still holds the request. */
+    static char freed_in[16];
+    ovl_request_t fr;
+    CHECK_OK(ovl_irecv(freed_in, sizeof freed_in, MPI_CHAR, peer, 23, &fr));
+    copy = fr;
+    CHECK_OK(ovl_request_free(&fr));
+    EXPECT_ERR(ovl_continue(copy, cb_never, NULL), OVL_ERR_REQUEST);
+    CHECK(strstr(ovl_error_detail(), "ovl_continue") != NULL);
+    EXPECT_ERR(ovl_test(&copy, &flag, &st), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_request_free(&copy), OVL_ERR_REQUEST);
+    CHECK_MPI(MPI_Sendrecv(NULL, 0, MPI_CHAR, peer, 3, NULL, 0, MPI_CHAR, peer, 3, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE));
+    th_fill(out, 16, 0x23, 0);
+    CHECK_OK(ovl_isend(out, 16, MPI_CHAR, peer, 23, &s));
+    CHECK_OK(ovl_wait(&s, &st));
+    EXPECT_ERR(ovl_wait(&copy, &st), OVL_ERR_REQUEST);
+
     /* forged handles */
     const uintptr_t forged[] = { 0x12345u,
                                  1u,
@@ -332,6 +357,166 @@ static void check_free_pending_recv(void)
     }
 }
 
+/* ---- two calls releasing one request at once ------------------------------- */
+
+enum { OP_WAIT, OP_FREE, OP_TEST };
+
+struct racer {
+    pthread_t t;
+    ovl_request_t h; /* this thread's copy of the handle */
+    int op;
+    atomic_int *go;
+    int rc;
+    ovl_status_t st;
+    atomic_int finished;
+};
+
+static void *racer_main(void *arg)
+{
+    struct racer *x = arg;
+    while (!atomic_load(x->go))
+        ;
+    switch (x->op) {
+    case OP_WAIT:
+        x->rc = ovl_wait(&x->h, &x->st);
+        break;
+    case OP_FREE:
+        x->rc = ovl_request_free(&x->h);
+        break;
+    default: {
+        int flag = 0;
+        do
+            x->rc = ovl_test(&x->h, &flag, &x->st);
+        while (x->rc == OVL_SUCCESS && !flag);
+        break;
+    }
+    }
+    atomic_store(&x->finished, 1);
+    return NULL;
+}
+
+static void race_start(struct racer *x, int op, ovl_request_t h, atomic_int *go)
+{
+    *x = (struct racer){ .h = h, .op = op, .go = go, .rc = 1 };
+    CHECK(pthread_create(&x->t, NULL, racer_main, x) == 0);
+}
+
+/* Joins both racers: exactly one released the request (OVL_SUCCESS), the
+ * other was told it was gone (OVL_ERR_REQUEST); returns the winner. */
+static struct racer *race_end(struct racer x[2], const char *what)
+{
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_join(x[i].t, NULL) == 0);
+    int ok = (x[0].rc == OVL_SUCCESS) + (x[1].rc == OVL_SUCCESS);
+    CHECKF(ok == 1 && (x[0].rc == OVL_ERR_REQUEST || x[1].rc == OVL_ERR_REQUEST),
+           "%s: the two calls returned %d and %d: exactly one may release the request", what,
+           x[0].rc, x[1].rc);
+    struct racer *w = x[0].rc == OVL_SUCCESS ? &x[0] : &x[1];
+    CHECK(w->h == OVL_REQUEST_NULL);
+    CHECK((w == &x[0] ? x[1].h : x[0].h) != OVL_REQUEST_NULL); /* the loser's stays */
+    return w;
+}
+
+static void count_cb(const ovl_status_t *st, void *arg)
+{
+    CHECK(st->error == OVL_SUCCESS);
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Two threads waiting on copies of one handle, ovl_wait racing
+ * ovl_request_free, ovl_test racing ovl_wait: each request is released
+ * once (a slot released twice would sit twice on the free list, and two
+ * later requests would share it). */
+static void check_concurrent_release(void)
+{
+    static char in[64], out[64];
+    atomic_int go;
+    struct racer x[2];
+    ovl_request_t r, s;
+    ovl_status_t st;
+
+    /* Two waiters blocked on a pending receive (the peer sends once both
+     * have long passed their handle checks). */
+    if (th_rank % 2 == 0) {
+        memset(in, 0, sizeof in);
+        CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, peer, 50, &r));
+        atomic_store(&go, 1);
+        race_start(&x[0], OP_WAIT, r, &go);
+        race_start(&x[1], OP_WAIT, r, &go);
+        th_sleep_ms(50);
+        CHECK_MPI(MPI_Send(NULL, 0, MPI_CHAR, peer, 4, MPI_COMM_WORLD));
+        struct racer *w = race_end(x, "two ovl_wait on a pending receive");
+        CHECK(w->st.bytes == sizeof in && w->st.source == peer && w->st.tag == 50);
+        CHECK(th_verify(in, sizeof in, 0x50, 0) == TH_OK);
+    } else {
+        th_fill(out, sizeof out, 0x50, 0);
+        CHECK_MPI(MPI_Recv(NULL, 0, MPI_CHAR, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, peer, 50, &s));
+        CHECK_OK(ovl_wait(&s, &st));
+    }
+
+    /* ovl_wait blocked on a pending receive that another thread frees: the
+     * free wins (the engine now owns the request), the wait is told. */
+    if (th_rank % 2 == 0) {
+        atomic_int runs = 0;
+        memset(in, 0, sizeof in);
+        CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, peer, 51, &r));
+        CHECK_OK(ovl_continue(r, count_cb, &runs));
+        atomic_store(&go, 1);
+        race_start(&x[0], OP_WAIT, r, &go);
+        th_sleep_ms(30);
+        ovl_request_t copy = r;
+        CHECK_OK(ovl_request_free(&copy));
+        /* the wait returns without the message (sent only after 10 s
+         * otherwise, so that a wait that kept waiting fails, not hangs) */
+        for (double t0 = th_now(); !atomic_load(&x[0].finished) && th_now() - t0 < 10;)
+            th_sleep_ms(1);
+        int early = atomic_load(&x[0].finished);
+        CHECK_MPI(MPI_Send(NULL, 0, MPI_CHAR, peer, 5, MPI_COMM_WORLD));
+        CHECK(pthread_join(x[0].t, NULL) == 0);
+        CHECKF(early && x[0].rc == OVL_ERR_REQUEST,
+               "ovl_wait on a request freed meanwhile gave %d, %s the message was sent", x[0].rc,
+               early ? "before" : "after");
+        TH_WAIT_UNTIL(atomic_load(&runs) == 1, 30, th_progress());
+        CHECK(th_verify(in, sizeof in, 0x51, 0) == TH_OK);
+    } else {
+        th_fill(out, sizeof out, 0x51, 0);
+        CHECK_MPI(MPI_Recv(NULL, 0, MPI_CHAR, peer, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, peer, 51, &s));
+        CHECK_OK(ovl_wait(&s, &st));
+    }
+
+    /* Many rounds of two calls released at once around the completion of
+     * a receive from this rank itself, every pairing. */
+    enum { ROUNDS = 150 };
+    static const int pairs[][2] = { { OP_WAIT, OP_WAIT }, { OP_WAIT, OP_FREE },
+                                    { OP_FREE, OP_FREE }, { OP_TEST, OP_WAIT },
+                                    { OP_TEST, OP_FREE }, { OP_TEST, OP_TEST } };
+    atomic_int runs = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        const int *p = pairs[k % 6];
+        uint64_t key = 0x5e1f0000u + (uint64_t)k;
+        memset(in, 0, sizeof in);
+        th_fill(out, sizeof out, key, 0);
+        CHECK_OK(ovl_irecv(in, sizeof in, MPI_CHAR, th_rank, 52, &r));
+        CHECK_OK(ovl_continue(r, count_cb, &runs));
+        atomic_store(&go, 0);
+        race_start(&x[0], p[0], r, &go);
+        race_start(&x[1], p[1], r, &go);
+        atomic_store(&go, 1);
+        CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, th_rank, 52, &s));
+        char what[64];
+        snprintf(what, sizeof what, "round %d (calls %d and %d)", k, p[0], p[1]);
+        struct racer *w = race_end(x, what);
+        CHECK_OK(ovl_wait(&s, &st));
+        /* the continuation ran once, before any wait returned */
+        if (w->op != OP_FREE)
+            CHECK(atomic_load(&runs) == k + 1);
+        TH_WAIT_UNTIL(atomic_load(&runs) == k + 1, 30, th_progress());
+        CHECKF(th_verify(in, sizeof in, key, 0) == TH_OK, "round %d: data", k);
+    }
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_request", NULL);
@@ -350,6 +535,7 @@ int main(int argc, char **argv)
     check_stale_handles();
     check_waitall_stale();
     check_free_pending_recv();
+    check_concurrent_release();
     EXPECT_ERR(ovl_continue(OVL_REQUEST_NULL, cb_never, NULL), OVL_ERR_REQUEST);
     /* ovl_finalize completes everything pending, so the freed receive that
      * had no continuation has delivered its message by now */

@@ -4,18 +4,28 @@
  * rank fills its segment with pattern key SEGKEY(rank); data read from a
  * segment is checked byte for byte against that pattern at the target
  * offset. Phases (argv[1] picks one; "all" runs every phase but sizes):
- *  - sizes:   gets of 1, 7, 4095, 4096, 4097, 65537, 1 MiB + 3 bytes at
- *             destination offsets 0, 1 and page - 3 inside pages whose other
- *             bytes are sentinels (checked), and one of 64 MiB; the data is
- *             used at once, without any wait call (explicit monitor:
- *             ovl_get_need first);
+ *  - sizes:   gets of every 2^k - 1, 2^k, 2^k + 1 from 1 byte to 8 MiB + 1,
+ *             and of 16 MiB + 1, 32 MiB - 1, 64 MiB + 1, at destination
+ *             offsets 0, 1 and page - 3 (one of them from 1 MiB) inside pages whose other bytes are sentinels (checked);
+ *             the data is used at once, without any wait call (explicit
+ *             monitor: ovl_get_need first); puts of the same sizes up to
+ *             4 MiB + 1, their sources rewritten at once, checked at the
+ *             target;
  *  - orders:  a split get read upwards, downwards (ovl_hint_order DOWN) and
- *             in random page order with writes (RANDOM); ovl_get_nb's
- *             request completes and the rest is demand-driven;
- *  - many:    16 outstanding gets from every other rank, used in a random
- *             order; then a train under ovl_hint_piggyback(2) used in issue
- *             order;
- *  - put:     puts (unaligned, 1 MiB + 3; 100 bytes) whose source is
+ *             in random page order with writes (RANDOM): split (CMake pins
+ *             the model to its built-in figures for orders, many, put and
+ *             sizes, and the phase asserts the splits through ovl_stats),
+ *             at most one fault a strip under mprotect with UP/DOWN (lazy
+ *             protection); ovl_get_nb (UP and DOWN): its request completes
+ *             when the large strip read first is in place (read with no
+ *             wait and no fault), one `nonblocking` decision counted, the
+ *             rest demand-driven;
+ *  - many:    16 outstanding gets from every other rank (some split), used
+ *             in a random order; small gets behind a watched one join a
+ *             train by default under the explicit monitor only, and are
+ *             read before it; then a train under ovl_hint_piggyback(2)
+ *             used in issue order;
+ *  - put:     puts (unaligned, 1 MiB + 3, split; 100 bytes) whose source is
  *             rewritten immediately: the target sees the old values after
  *             ovl_fence + ovl_barrier, the source holds the new ones;
  *  - sync:    a counter on rank 0 incremented under ovl_lock by every rank
@@ -50,12 +60,16 @@
  *             MPIR_CVAR_ASYNC_PROGRESS=1, or Open MPI on one node);
  *  - errors:  bad rank, range beyond the target's size, NULL pointers,
  *             freed / null segment, overlapping outstanding gets, a stack
- *             buffer under a fault monitor, bad hints, lock misuse; a
- *             segment left for ovl_finalize to free.
+ *             buffer under a fault monitor, bad hints, lock misuse; segment
+ *             creation failing on one rank or all (too large, NULL) is an
+ *             error on every rank, none hangs; the 257th live segment is
+ *             refused; OVL_ERR_IN_CALLBACK inside a continuation; a segment
+ *             left for ovl_finalize to free, then OVL_ERR_NOT_INIT.
  */
 #include "delta_common.h"
 #include "ovl_internal.h" /* white-box: the engine's counts (phase hints) */
 
+#include <stddef.h>
 #include <sys/mman.h>
 
 #define SEGKEY(r) (0x5e600000ull + (uint64_t)(r))
@@ -134,34 +148,121 @@ static void use_random(unsigned char *buf, size_t bytes, uint64_t key, size_t to
     free(ord);
 }
 
+/* Whether the model in force splits a get of @n bytes from @peer
+ * (white-box). CMake runs the phases that need splits (orders, many, put,
+ * sizes) with OVL_CALIBRATE=0 and OVL_PERFDB=off: the model keeps its
+ * built-in figures (1 Gbit/s Ethernet), under which their large transfers split
+ * whatever this machine measures, so @must (a size the phase relies on)
+ * is then required to split, unless its target is completed directly. */
+static int model_splits(size_t n, int peer, int must)
+{
+    struct ovl__split sp;
+    CHECK(ovl__model_split(n, peer, &sp) == 0);
+    /* A target on this node under OVL_RMA_LOCAL=direct (the cluster tests'
+     * hosts with 2 ranks) is completed in the call, never split. */
+    if (must && ovl__m.source == OVL__MODEL_DEFAULTS && !ovl__model_direct(peer))
+        CHECKF(sp.should_split, "the built-in model does not split %zu bytes: %s", n, sp.why);
+    return sp.should_split;
+}
+
+/* Split decisions counted for @reason (white-box), and for all reasons. */
+static unsigned long long reasons(int reason)
+{
+    unsigned long long n = 0;
+    for (int i = 0; i < OVL__SPLIT_NREASONS; i++)
+        if (reason < 0 || i == reason)
+            n += atomic_load(&ovl__g.st_split[i]);
+    return n;
+}
+
+static int mprotect_mon(void)
+{
+    return dt_monitor() == OVL_MONITOR_MPROTECT;
+}
+
 /* ---- phases ---------------------------------------------------------------- */
+
+/* Powers of two and their neighbours, 2^k - 1, 2^k, 2^k + 1, from 1 byte
+ * to 2^@kmax + 1, ascending; returns the count (at most 3 * (kmax + 1)). */
+static size_t pow2_sizes(int kmax, size_t *out)
+{
+    size_t n = 0;
+    for (int k = 0; k <= kmax; k++)
+        for (int d = -1; d <= 1; d++) {
+            size_t v = ((size_t)1 << k) + (size_t)(ptrdiff_t)d;
+            if (v > 0 && (n == 0 || v > out[n - 1]))
+                out[n++] = v;
+        }
+    return n;
+}
 
 static void phase_sizes(void)
 {
     dt_phase("sizes", 120);
     size_t pg = dt_page();
-    const size_t sizes[] = { 1, 7, 4095, 4096, 4097, 65537, MiB + 3, 64 * MiB };
-    const size_t nsz = sizeof sizes / sizeof sizes[0];
+    /* 1 B .. 8 MiB + 1, then one neighbour of each larger power (each of
+     * these gets costs seconds under ASan, where inline progress leaves
+     * the target serving only inside its own ovl calls) */
+    size_t sizes[3 * 24 + 3];
+    size_t nsz = pow2_sizes(23, sizes);
+    sizes[nsz++] = 16 * MiB + 1;
+    sizes[nsz++] = 32 * MiB - 1;
+    sizes[nsz++] = 64 * MiB + 1;
     new_segment(64 * MiB + 64);
-    int peer = (rank + 1) % nranks;
+    int peer = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
     for (size_t i = 0; i < nsz; i++) {
+        /* destination offsets 0, 1 and page - 3 below 1 MiB, one of them
+         * (in turn) from 1 MiB, where the bytes, not the edges, cost */
         size_t offs[3] = { 0, 1, pg - 3 };
-        int noffs = sizes[i] >= 64 * MiB ? 1 : 3;
+        int big = sizes[i] >= MiB, noffs = big ? 1 : 3;
         for (int k = 0; k < noffs; k++) {
-            size_t toff = (i * 7 + (size_t)k * 13) % 61;
+            size_t toff = (i * 7 + (size_t)k * 13) % 61, off = offs[big ? i % 3 : (size_t)k];
             dt_region_t r;
-            dt_region_alloc(&r, sizes[i], offs[k] + (sizes[i] >= 64 * MiB ? 5 : 0),
-                            0xabc00 + i * 4 + (size_t)k);
+            dt_region_alloc(&r, sizes[i], off, 0xabc00 + i * 4 + (size_t)k);
             CHECK_OK(ovl_get(r.buf, peer, toff, sizes[i], seg));
             use_up(r.buf, sizes[i], SEGKEY(peer), toff);
             size_t bad = dt_sentinel_check(&r);
             CHECKF(bad == TH_OK, "sentinel byte %zu changed (size %zu, offset %zu)", bad, sizes[i],
                    r.off);
             CHECK_OK(ovl_fence(seg));
-            CHECK(th_verify(r.buf, sizes[i], SEGKEY(peer), toff) == TH_OK);
+            if (!big) /* still there after the fence (use_up read it all) */
+                CHECK(th_verify(r.buf, sizes[i], SEGKEY(peer), toff) == TH_OK);
             dt_region_free(&r);
         }
     }
+    /* puts, 1 B .. 4 MiB + 1, each at its own place in the target's
+     * segment (the sizes summed, from 0) from an unaligned source that is
+     * rewritten at once (a write to a held page waits for its strip); the
+     * target checks them all after one fence and barrier */
+    size_t psz[3 * 23];
+    const size_t np = pow2_sizes(22, psz);
+    dt_region_t *src = calloc(np, sizeof *src);
+    CHECK(src != NULL);
+    size_t at = 0;
+    for (size_t i = 0; i < np; i++) {
+        size_t offs[3] = { 0, 1, pg - 3 };
+        dt_region_alloc(&src[i], psz[i], offs[i % 3], 0xabe00 + i);
+        th_fill(src[i].buf, psz[i], 0xa5000 + (uint64_t)rank, at);
+        CHECK_OK(ovl_put(src[i].buf, peer, at, psz[i], seg));
+        th_fill(src[i].buf, psz[i], 0xa6000 + (uint64_t)rank, at);
+        at += psz[i];
+    }
+    CHECK(at <= 64 * MiB);
+    CHECK_OK(ovl_fence(seg));
+    CHECK_OK(ovl_barrier());
+    at = 0;
+    for (size_t i = 0; i < np; i++) {
+        size_t bad = th_verify(segbase + at, psz[i], 0xa5000 + (uint64_t)from, at);
+        CHECKF(bad == TH_OK, "put of %zu bytes from rank %d: byte %zu", psz[i], from, bad);
+        CHECK(th_verify(src[i].buf, psz[i], 0xa6000 + (uint64_t)rank, at) == TH_OK);
+        CHECK(dt_sentinel_check(&src[i]) == TH_OK);
+        dt_region_free(&src[i]);
+        at += psz[i];
+    }
+    free(src);
+    /* the segment's own pattern back where the gets below read it */
+    th_fill(segbase, at, SEGKEY(rank), 0);
+    CHECK_OK(ovl_barrier());
     /* two gets whose buffers share their edge pages, used in reverse order */
     dt_region_t r;
     dt_region_alloc(&r, 3 * pg, 100, 0x5151);
@@ -212,11 +313,13 @@ static void phase_orders(void)
     new_segment(n + 4096);
     int peer = (rank + 1) % nranks;
     ovl_order_t ord[3] = { OVL_ORDER_UP, OVL_ORDER_DOWN, OVL_ORDER_RANDOM };
+    int split = model_splits(n, peer, 1);
     for (int k = 0; k < 3; k++) {
         CHECK_OK(ovl_hint_order(ord[k]));
         dt_region_t r;
         dt_region_alloc(&r, n, 11 + (size_t)k, 0x0d0 + (uint64_t)k);
         size_t toff = 17 * (size_t)k;
+        ovl_stats_t s0 = dt_stats();
         CHECK_OK(ovl_get(r.buf, peer, toff, n, seg));
         if (ord[k] == OVL_ORDER_UP)
             use_up(r.buf, n, SEGKEY(peer), toff);
@@ -226,22 +329,67 @@ static void phase_orders(void)
             use_random(r.buf, n, SEGKEY(peer), toff);
         CHECK(dt_sentinel_check(&r) == TH_OK);
         CHECK_OK(ovl_fence(seg));
+        ovl_stats_t s1 = dt_stats();
+        unsigned long long strips = s1.rma_strips - s0.rma_strips, faults = s1.faults - s0.faults;
+        if (rank == 0)
+            printf("  order %d: %llu strips, %llu faults\n", (int)ord[k], strips, faults);
+        if (split) { /* strip-level waits, and the strips' own geometry */
+            CHECK(s1.rma_transfers == s0.rma_transfers + 1 && s1.rma_split == s0.rma_split + 1);
+            CHECKF(strips >= 2, "split get of %zu bytes in %llu strips", n, strips);
+            /* lazy protection: one guarded page at a time, strips that
+             * arrived skipped: a sequential reader faults once a strip at
+             * most */
+            if (ord[k] != OVL_ORDER_RANDOM && mprotect_mon())
+                CHECKF(faults <= strips, "%llu faults reading %llu strips in order %d", faults,
+                       strips, (int)ord[k]);
+        }
         dt_region_free(&r);
     }
-    /* ovl_get_nb: a handle for the first strip (read upwards, lazily) */
-    CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
-    dt_region_t r;
-    dt_region_alloc(&r, n, 1, 0x0b0);
+    /* ovl_get_nb: the request completes when the strip read first is in
+     * place, a large one (HUNT 5.3), which leaves first: under UP the
+     * destination's start, under DOWN its end; the rest is demand-driven.
+     * One split decision is counted for it, `nonblocking`. */
     ovl_request_t req = OVL_REQUEST_NULL;
     ovl_status_t st;
-    CHECK_OK(ovl_get_nb(r.buf, peer, 3, n, seg, &req));
-    CHECK(req != OVL_REQUEST_NULL);
-    CHECK_OK(ovl_wait(&req, &st));
-    CHECK(req == OVL_REQUEST_NULL);
-    CHECKF(st.bytes > 0 && st.bytes <= n, "first strip %zu bytes", (size_t)st.bytes);
-    CHECK(st.source == peer);
-    use_up(r.buf, n, SEGKEY(peer), 3);
-    CHECK(dt_sentinel_check(&r) == TH_OK);
+    dt_region_t r;
+    for (int k = 0; k < 2; k++) {
+        int down = k == 1;
+        CHECK_OK(ovl_hint_order(down ? OVL_ORDER_DOWN : OVL_ORDER_UP));
+        dt_region_alloc(&r, n, 1 + (size_t)k, 0x0b0 + (uint64_t)k);
+        unsigned long long nb0 = reasons(OVL__SPLIT_NONBLOCKING), all0 = reasons(-1);
+        CHECK_OK(ovl_get_nb(r.buf, peer, 3, n, seg, &req));
+        CHECK(reasons(-1) == all0 + 1); /* one decision, one reason */
+        CHECK(req != OVL_REQUEST_NULL);
+        CHECK_OK(ovl_wait(&req, &st));
+        CHECK(req == OVL_REQUEST_NULL);
+        CHECKF(st.bytes > 0 && st.bytes <= n, "first strip %zu bytes", (size_t)st.bytes);
+        CHECK(st.source == peer && st.error == OVL_SUCCESS);
+        if (split) {
+            CHECKF(st.bytes >= n / 4 && st.bytes <= 3 * n / 4,
+                   "ovl_get_nb (%s): the request covers %zu of %zu bytes, not the large strip",
+                   down ? "DOWN" : "UP", (size_t)st.bytes, n);
+            CHECK(reasons(OVL__SPLIT_NONBLOCKING) == nb0 + 1);
+        }
+        /* the bytes it covers are in place: read without a wait or a fault
+         * (not even ovl_get_need under the explicit monitor) */
+        size_t at = down ? n - st.bytes : 0;
+        ovl_stats_t s0 = dt_stats();
+        size_t bad = th_verify(r.buf + at, st.bytes, SEGKEY(peer), 3 + at);
+        ovl_stats_t s1 = dt_stats();
+        CHECKF(bad == TH_OK,
+               "ovl_get_nb (%s) complete, byte %zu of its strip [%zu, +%zu) not there",
+               down ? "DOWN" : "UP", bad, at, (size_t)st.bytes);
+        CHECKF(s1.faults == s0.faults, "%llu faults reading the completed strip",
+               (unsigned long long)(s1.faults - s0.faults));
+        if (down)
+            use_down(r.buf, n, SEGKEY(peer), 3);
+        else
+            use_up(r.buf, n, SEGKEY(peer), 3);
+        CHECK(dt_sentinel_check(&r) == TH_OK);
+        CHECK_OK(ovl_fence(seg));
+        if (!down)
+            dt_region_free(&r);
+    }
     /* zero bytes: completes at once */
     CHECK_OK(ovl_get_nb(r.buf, peer, 0, 0, seg, &req));
     CHECK_OK(ovl_wait(&req, &st));
@@ -263,9 +411,14 @@ static void phase_many(void)
     int *src = calloc((size_t)nget, sizeof *src);
     CHECK(r && toff && src);
     th_rng_t *g = th_rng();
+    ovl_stats_t s0 = dt_stats();
+    int nsplit = 0;
     for (int i = 0; i < nget; i++) {
         src[i] = (rank + 1 + i % (nranks - 1)) % nranks;
         size_t n = 1 + th_size_log(g, 300000);
+        if (i == 0)
+            n = 300000; /* one split get at least (the model pinned: CMake) */
+        nsplit += model_splits(n, src[i], i == 0);
         toff[i] = (size_t)th_below(g, 2 * MiB - n);
         dt_region_alloc(&r[i], n, (size_t)th_below(g, dt_page()), 0x3a00 + (uint64_t)i);
         CHECK_OK(ovl_get(r[i].buf, src[i], toff[i], n, seg));
@@ -280,20 +433,79 @@ static void phase_many(void)
         CHECK(dt_sentinel_check(&r[i]) == TH_OK);
     }
     CHECK_OK(ovl_fence(seg));
+    ovl_stats_t s1 = dt_stats();
+    CHECK(s1.rma_transfers == s0.rma_transfers + (unsigned)nget);
+    if (nsplit) /* strips that end in pages of their own are rounded away */
+        CHECKF(s1.rma_split > s0.rma_split && s1.rma_strips - s0.rma_strips > (unsigned)nget,
+               "%d gets the model splits: %llu split, %llu strips for %d gets", nsplit,
+               (unsigned long long)(s1.rma_split - s0.rma_split),
+               (unsigned long long)(s1.rma_strips - s0.rma_strips), nget);
     for (int i = 0; i < nget; i++)
         dt_region_free(&r[i]);
     free(ord);
 
+    /* Trains by default (no ovl_hint_piggyback): gets below the model's
+     * piggyback threshold, issued behind a watched one whose last strip has
+     * not arrived, join its train, but only under the explicit monitor
+     * (ovl_get_need waits for a member); under a fault monitor they stay
+     * guarded, since the program may read them first. Read here in random
+     * order, members before their anchor, data checked. The engine is held
+     * while they are issued, so the anchor is still outstanding (white-box). */
+    {
+        enum { SMALL = 8 };
+        size_t pg = dt_page(), big = MiB + 5, thr = ovl__model_piggyback_threshold();
+        int peer = (rank + 1) % nranks;
+        /* one mapping: the anchor, a page, then the members */
+        size_t bigp = (big + pg - 1) / pg * pg, mlen = bigp + pg + 2 * SMALL * pg;
+        unsigned char *bb = dt_alloc(mlen), *sb = bb + bigp + pg;
+        size_t sn[SMALL], so[SMALL];
+        CHECKF(thr >= pg, "piggyback threshold %zu", thr);
+        unsigned long long t0 = reasons(OVL__SPLIT_TRAIN);
+        ovl__engine_hold();
+        CHECK_OK(ovl_get(bb, peer, 64, big, seg));
+        for (int i = 0; i < SMALL; i++) { /* every other page: none shared or adjacent */
+            sn[i] = 1 + (size_t)th_below(g, pg - 100);
+            so[i] = (size_t)th_below(g, 2 * MiB - sn[i]);
+            CHECK_OK(ovl_get(sb + (size_t)(2 * i) * pg, peer, so[i], sn[i], seg));
+        }
+        ovl__engine_release();
+        unsigned long long trains = reasons(OVL__SPLIT_TRAIN) - t0;
+        if (rank == 0)
+            printf("  default trains: %llu of %d small gets (threshold %zu B)\n", trains, SMALL,
+                   thr);
+        CHECKF(trains == (explicit_mon ? SMALL : 0),
+               "%llu of %d small gets behind a watched one joined a train (%s monitor)", trains,
+               SMALL, ovl_monitor_name(dt_monitor()));
+        size_t *o = dt_perm(SMALL, g);
+        for (int k = 0; k < SMALL; k++) {
+            int i = (int)o[k];
+            use_up(sb + (size_t)(2 * i) * pg, sn[i], SEGKEY(peer), so[i]);
+        }
+        use_random(bb, big, SEGKEY(peer), 64);
+        CHECK_OK(ovl_fence(seg));
+        free(o);
+        dt_free(bb, mlen);
+    }
+
     /* a train: gets beyond the second outstanding one piggyback (read in
-     * issue order, upwards: lazy protection on the guarded ones too) */
+     * issue order, upwards: lazy protection on the guarded ones too); the
+     * engine held while they are issued, so none has arrived yet */
     CHECK_OK(ovl_hint_piggyback(2));
     CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
+    unsigned long long t0 = reasons(OVL__SPLIT_TRAIN);
+    ovl__engine_hold();
     for (int i = 0; i < nget; i++) {
         size_t n = 4096 + th_size_log(g, 200000);
+        if (i == 0)
+            n = 300000; /* a split anchor */
         toff[i] = (size_t)th_below(g, 2 * MiB - n);
         dt_region_alloc(&r[i], n, (size_t)th_below(g, dt_page()), 0x3b00 + (uint64_t)i);
         CHECK_OK(ovl_get(r[i].buf, src[i], toff[i], n, seg));
     }
+    ovl__engine_release();
+    /* every get from the third on, unless its buffer shares a page with
+     * one outstanding */
+    CHECKF(reasons(OVL__SPLIT_TRAIN) - t0 >= 1, "no train among %d gets", nget);
     for (int i = 0; i < nget; i++) { /* issue order */
 #if defined(__SANITIZE_THREAD__)
         /* A piggybacked get lands straight in its destination (MPI writes
@@ -334,7 +546,18 @@ static void phase_put(void)
     dt_region_alloc(&t, small, 33, 0x9400);
     th_fill(s.buf, n, oldk, 0);
     th_fill(t.buf, small, oldk, 5);
+    /* the source's whole pages are held and split (the edges are copied;
+     * all of it under the explicit monitor) */
+    size_t pg = dt_page(), a = (uintptr_t)s.buf;
+    size_t held = (a + n) / pg * pg - (a + pg - 1) / pg * pg;
+    int split = model_splits(explicit_mon ? n : held, peer, 1);
+    ovl_stats_t p0 = dt_stats();
     CHECK_OK(ovl_put(s.buf, peer, 0, n, seg));
+    ovl_stats_t p1 = dt_stats();
+    if (split)
+        CHECKF(p1.rma_split == p0.rma_split + 1 && p1.rma_strips - p0.rma_strips >= 3,
+               "put of %zu bytes: %llu strips", n,
+               (unsigned long long)(p1.rma_strips - p0.rma_strips));
     CHECK_OK(ovl_put(t.buf, peer, MiB + 64, small, seg));
     /* rewrite the sources at once, from the end (waits for each strip) */
     for (size_t o = n; o > 0;) {
@@ -693,16 +916,72 @@ static void phase_serve(const char *expect)
     free_segment();
 }
 
+/* What blocking get/put calls return inside a continuation (they would
+ * wait there for something only this thread can drive). The callback
+ * starts a get (which does not block), so a wait for it is certain. */
+struct in_cb {
+    unsigned char *buf;
+    int peer, ran;
+    int get, need, fence, put, barrier, lock, create, segfree;
+};
+
+static void rma_in_callback(const ovl_status_t *st, void *arg)
+{
+    struct in_cb *c = arg;
+    (void)st;
+    void *b = NULL;
+    ovl_segment_t s2 = seg;
+    c->get = ovl_get(c->buf, c->peer, 0, 3 * dt_page(), seg);
+    c->need = ovl_get_need(c->buf, 3 * dt_page());
+    c->fence = ovl_fence(seg);
+    c->put = ovl_put(c->buf, c->peer, 0, 3 * dt_page(), seg);
+    c->barrier = ovl_barrier();
+    c->lock = ovl_lock(seg, c->peer);
+    c->create = ovl_segment_create(64, &b, &s2);
+    c->segfree = ovl_segment_free(&s2);
+    c->ran = 1;
+}
+
+/* Segment creation fails on every rank when it fails on one (a too-large
+ * request, a NULL pointer): none returns early while the others wait in a
+ * collective. @bad: this rank's part fails; @code: what it returns. */
+static void create_fails(int bad, int null_base)
+{
+    void *b = (void *)1;
+    ovl_segment_t s2 = (ovl_segment_t)(uintptr_t)7;
+    size_t bytes = bad && !null_base ? (size_t)1 << 47 : 4096;
+    int rc = ovl_segment_create(bytes, bad && null_base ? NULL : &b, &s2);
+    EXPECT_ERR(rc, OVL_ERR_ARG);
+    CHECK(b == (void *)1 && s2 == (ovl_segment_t)(uintptr_t)7); /* outputs untouched */
+    if (!bad)
+        CHECKF(strstr(ovl_error_detail(), "rank") != NULL, "detail: %s", ovl_error_detail());
+}
+
 static void phase_errors(void)
 {
     dt_phase("errors", 60);
+    /* (run alone: before any segment, so the first one's communicator is
+     * made, and kept, by a creation that fails) */
+    create_fails(rank == nranks - 1, 0);
     new_segment(4096 + rank); /* sizes differ between ranks */
     int peer = (rank + 1) % nranks;
     size_t psz = 4096 + (size_t)peer;
     unsigned char *b = dt_alloc(3 * 4096);
     EXPECT_ERR(ovl_get(b, nranks, 0, 8, seg), OVL_ERR_RANK);
-    EXPECT_ERR(ovl_get(b, -1, 0, 8, seg), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_get(b, -5, 0, 8, seg), OVL_ERR_RANK);
     EXPECT_ERR(ovl_put(b, nranks, 0, 8, seg), OVL_ERR_RANK);
+    /* MPI_PROC_NULL: nothing moves, whatever the range; dst untouched */
+    memset(b, 0x5c, 4096);
+    CHECK_OK(ovl_get(b, MPI_PROC_NULL, 0, 4096, seg));
+    CHECK_OK(ovl_put(b, MPI_PROC_NULL, 1u << 30, 8, seg));
+    ovl_request_t pr;
+    ovl_status_t pst;
+    CHECK_OK(ovl_get_nb(b, MPI_PROC_NULL, 0, 4096, seg, &pr));
+    CHECK_OK(ovl_wait(&pr, &pst));
+    CHECK(pst.source == MPI_PROC_NULL && pst.error == OVL_SUCCESS);
+    CHECK_OK(ovl_fence(seg));
+    for (int i = 0; i < 4096; i++)
+        CHECKF(b[i] == 0x5c, "ovl_get from MPI_PROC_NULL wrote byte %d", i);
     EXPECT_ERR(ovl_get(b, peer, psz - 7, 8, seg), OVL_ERR_ARG);
     EXPECT_ERR(ovl_get(b, peer, psz + 1, 0, seg), OVL_ERR_ARG);
     EXPECT_ERR(ovl_get(b, peer, (size_t)-1, 8, seg), OVL_ERR_ARG);
@@ -797,9 +1076,60 @@ static void phase_errors(void)
     void *base = NULL;
     EXPECT_ERR(ovl_segment_create(8, NULL, &seg), OVL_ERR_ARG);
     EXPECT_ERR(ovl_segment_create(8, &base, NULL), OVL_ERR_ARG);
+    /* a failure on one rank is an error on every rank (none hangs): too
+     * large (above 2^46 bytes, ovl.h) everywhere, then on the last rank
+     * only, a NULL pointer on rank 0 only; then creation works again */
+    create_fails(1, 0);
+    create_fails(rank == nranks - 1, 0);
+    create_fails(rank == 0, 1);
+    new_segment(4096);
+    free_segment();
+    /* at most 256 segments at once (ovl.h): the 257th fails on every rank
+     * (with 2 ranks and inline progress only: more ranks share the 2 cores
+     * of the test machine, and each of the thousand collectives then waits
+     * for time slices, 20 s in all; 1-5 s under ASan even so) */
+    ovl_config_t lc;
+    CHECK_OK(ovl_config_get(&lc));
+    if (nranks == 2 && lc.progress == OVL_PROGRESS_INLINE) {
+        enum { LIMIT = 256 };
+        static ovl_segment_t many[LIMIT];
+        for (int i = 0; i < LIMIT; i++)
+            CHECK_OK(ovl_segment_create(64, &base, &many[i]));
+        ovl_segment_t extra = OVL_SEGMENT_NULL;
+        EXPECT_ERR(ovl_segment_create(64, &base, &extra), OVL_ERR_NOMEM);
+        CHECK(extra == OVL_SEGMENT_NULL);
+        for (int i = LIMIT; i-- > 0;)
+            CHECK_OK(ovl_segment_free(&many[i]));
+    }
+    /* inside a continuation, calls that would wait are refused
+     * (OVL_ERR_IN_CALLBACK); ovl_get does not wait and is not */
+    new_segment(4 * 4096);
+    {
+        struct in_cb c = { .buf = dt_alloc(3 * dt_page()), .peer = peer };
+        ovl_request_t q = OVL_REQUEST_NULL;
+        CHECK_OK(ovl_get_nb(c.buf, peer, 0, 0, seg, &q)); /* complete at once */
+        CHECK_OK(ovl_continue(q, rma_in_callback, &c));
+        CHECK_OK(ovl_wait(&q, NULL)); /* the callback runs in here */
+        CHECK(c.ran);
+        CHECK_OK(c.get);
+        EXPECT_ERR(c.need, OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(c.fence, OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(c.put, OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(c.barrier, OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(c.lock, OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(c.create, OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(c.segfree, OVL_ERR_IN_CALLBACK);
+        use_up(c.buf, 3 * dt_page(), SEGKEY(peer), 0);
+        CHECK_OK(ovl_fence(seg));
+        dt_free(c.buf, 3 * dt_page());
+    }
+    free_segment();
     /* zero-byte segment on every rank but 0: a get from one is refused */
     CHECK_OK(ovl_segment_create(rank == 0 ? 64 : 0, &base, &seg));
     CHECK((rank == 0) == (base != NULL));
+    if (rank == 0)
+        th_fill(base, 64, SEGKEY(0), 0);
+    CHECK_OK(ovl_barrier());
     EXPECT_ERR(ovl_get(b, nranks - 1, 0, 1, seg), OVL_ERR_ARG);
     CHECK_OK(ovl_get(b, nranks - 1, 0, 0, seg));
     dt_free(b, 3 * 4096);
@@ -807,7 +1137,27 @@ static void phase_errors(void)
     static unsigned char *keep;
     keep = dt_alloc(4096);
     CHECK_OK(ovl_get(keep + 1, 0, 0, 64, seg));
-    /* left for ovl_finalize, with a get outstanding */
+    CHECK_OK(ovl_finalize());
+    /* after ovl_finalize (as before ovl_init): OVL_ERR_NOT_INIT */
+    ovl_request_t q = OVL_REQUEST_NULL;
+    size_t thr = 0;
+    EXPECT_ERR(ovl_get(keep, 0, 0, 8, seg), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get_nb(keep, 0, 0, 8, seg, &q), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get_nb(keep, 0, 0, 8, seg, NULL), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_put(keep, 0, 0, 8, seg), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get_need(keep, 8), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_fence(seg), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_barrier(), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_lock(seg, 0), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_unlock(seg, 0), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_segment_create(64, &base, &seg), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_segment_free(&seg), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_hint_decomp(1), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_hint_order(OVL_ORDER_UP), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_hint_piggyback(1), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get_split_threshold(&thr), OVL_ERR_NOT_INIT);
+    CHECK(q == OVL_REQUEST_NULL);
+    CHECK(keep[1] == th_pattern_byte(SEGKEY(0), 0)); /* retired by ovl_finalize */
 }
 
 int main(int argc, char **argv)

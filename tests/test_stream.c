@@ -30,10 +30,17 @@
  *    around the window's edges (one fragment, the window, the window plus
  *    its stretch, one byte more), and every fragment as its own message
  *    otherwise (off, a slow marshal function under auto, longer streams);
- *    data checked byte for byte in each case.
+ *    data checked byte for byte in each case;
+ *  - streams on ovl_tag_ub(); ovl_tag_ub() + 1 and MPI's own tag bound
+ *    -> OVL_ERR_TAG both ways; a NULL request pointer -> OVL_ERR_ARG;
+ *  - ovl re-initialised a few times with a random fragment size (64 B ..
+ *    64 KiB) and window (1 .. 16) through ovl_config_t, the same on every
+ *    rank (seeded, the seed broadcast and printed), streams of random
+ *    lengths from every rank to every rank, byte for byte.
  */
 #include "harness.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -638,8 +645,21 @@ static void misuse(void)
     EXPECT_ERR(ovl_irecv_stream(peer, -7, small_unmarshal, NULL, &r), OVL_ERR_TAG);
     EXPECT_ERR(ovl_irecv_stream(th_size + 1, 0, small_unmarshal, NULL, &r), OVL_ERR_RANK);
     EXPECT_ERR(ovl_irecv_stream(peer, 0, NULL, NULL, &r), OVL_ERR_ARG);
-    if (*ub < 0x7fffffff)
-        EXPECT_ERR(ovl_isend_stream(peer, *ub + 1, small_marshal, NULL, &r), OVL_ERR_TAG);
+    EXPECT_ERR(ovl_irecv_stream(peer, 0, small_unmarshal, NULL, NULL), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "request pointer") != NULL);
+    EXPECT_ERR(ovl_irecv_stream(OVL_ANY_SOURCE, OVL_ANY_TAG, small_unmarshal, NULL, NULL),
+               OVL_ERR_ARG);
+    /* ovl's tags end at ovl_tag_ub(), half of MPI's (the upper half marks
+     * delta messages): one past it, and MPI's own bound, are refused both
+     * ways (ovl_tag_ub() itself carries a stream in tag_bounds()) */
+    int tub = ovl_tag_ub();
+    CHECK(tub == *ub / 2 && tub >= 16383);
+    EXPECT_ERR(ovl_isend_stream(peer, tub + 1, small_marshal, NULL, &r), OVL_ERR_TAG);
+    CHECK(strstr(ovl_error_detail(), "ovl_isend_stream") != NULL);
+    EXPECT_ERR(ovl_irecv_stream(peer, tub + 1, small_unmarshal, NULL, &r), OVL_ERR_TAG);
+    CHECK(strstr(ovl_error_detail(), "ovl_irecv_stream") != NULL);
+    EXPECT_ERR(ovl_isend_stream(peer, *ub, small_marshal, NULL, &r), OVL_ERR_TAG);
+    EXPECT_ERR(ovl_irecv_stream(OVL_ANY_SOURCE, *ub, small_unmarshal, NULL, &r), OVL_ERR_TAG);
     CHECK(r == OVL_REQUEST_NULL);
 
     /* A live stream's handle used from outside its function. */
@@ -792,6 +812,29 @@ static void whole_one(size_t n, unsigned slow, uint64_t *msgs, uint64_t *frags)
     *frags = b.fragments_sent - a.fragments_sent;
 }
 
+/* Streams on ovl_tag_ub(), the largest tag ovl accepts, several fragments
+ * long: received on that tag and with OVL_ANY_TAG. */
+static void tag_bounds(void)
+{
+    int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    int tub = ovl_tag_ub();
+    for (int any = 0; any < 2; any++) {
+        size_t n = 3 * payload + 5 + (size_t)any;
+        struct whole out = { n, 0x7a9ull ^ n ^ (uint64_t)th_rank << 40, 0, TH_OK };
+        struct whole in = { n, 0x7a9ull ^ n ^ (uint64_t)left << 40, 0, 1 };
+        ovl_request_t q[2];
+        ovl_status_t st[2];
+        CHECK_OK(ovl_irecv_stream(left, any ? OVL_ANY_TAG : tub, whole_unmarshal, &in, &q[0]));
+        CHECK_OK(ovl_isend_stream(right, tub, whole_marshal, &out, &q[1]));
+        CHECK_OK(ovl_waitall(2, q, st));
+        CHECKF(in.bad == TH_OK, "stream on tag %d: byte %zu wrong", tub, in.bad);
+        CHECKF(st[0].tag == tub && st[0].source == left && st[0].bytes == n,
+               "stream on tag %d: status tag %d source %d bytes %zu", tub, st[0].tag, st[0].source,
+               st[0].bytes);
+        CHECK(st[1].bytes == n && st[1].error == OVL_SUCCESS);
+    }
+}
+
 static void whole_streams(void)
 {
     const int modes[] = { OVL_STREAM_WHOLE_ON, OVL_STREAM_WHOLE_OFF, OVL_STREAM_WHOLE_AUTO };
@@ -843,6 +886,198 @@ static void whole_streams(void)
                x);
 }
 
+/* ---- random fragment sizes ------------------------------------------------ */
+
+/* One stream of the random phase: its bytes, and how one side cuts them. */
+struct rnd {
+    uint64_t key;    /* pattern */
+    size_t n;        /* bytes in the stream */
+    size_t payload;  /* fragment payload in force: chunks go up to 3 of them */
+    th_rng_t chunks; /* this side's own cutting */
+    uint8_t *buf;    /* 3 payloads + 8 */
+    size_t bad;      /* receive: first wrong or missing byte, or TH_OK */
+    int rc;          /* receive: first failed read, or what followed the end */
+};
+
+static size_t rnd_chunk(struct rnd *x, size_t left)
+{
+    size_t c = 1 + th_size_log(&x->chunks, 3 * x->payload);
+    return c < left ? c : left;
+}
+
+static int rnd_marshal(ovl_stream_t s, void *arg)
+{
+    struct rnd *x = arg;
+    for (size_t at = 0; at < x->n;) {
+        size_t c = rnd_chunk(x, x->n - at);
+        th_fill(x->buf, c, x->key, at);
+        int rc;
+        if (c == 8) { /* the inline helpers too */
+            uint64_t v;
+            memcpy(&v, x->buf, 8);
+            rc = ovl_stream_write_uint64(s, v);
+        } else if (c == 2) {
+            uint16_t v;
+            memcpy(&v, x->buf, 2);
+            rc = ovl_stream_write_uint16(s, v);
+        } else {
+            rc = ovl_stream_write(s, x->buf, c);
+        }
+        if (rc)
+            return rc;
+        at += c;
+    }
+    return OVL_SUCCESS;
+}
+
+static int rnd_unmarshal(ovl_stream_t s, void *arg)
+{
+    struct rnd *x = arg;
+    x->bad = TH_OK;
+    x->rc = OVL_SUCCESS;
+    for (size_t at = 0; at < x->n;) {
+        size_t c = rnd_chunk(x, x->n - at);
+        int rc;
+        if (c == 8) {
+            uint64_t v = 0;
+            rc = ovl_stream_read_uint64(s, &v);
+            memcpy(x->buf, &v, 8);
+        } else if (c == 4) {
+            uint32_t v = 0;
+            rc = ovl_stream_read_uint32(s, &v);
+            memcpy(x->buf, &v, 4);
+        } else {
+            rc = ovl_stream_read(s, x->buf, c);
+        }
+        if (rc) {
+            x->rc = rc;
+            x->bad = at;
+            return rc;
+        }
+        size_t b = th_verify(x->buf, c, x->key, at);
+        if (b != TH_OK && x->bad == TH_OK)
+            x->bad = at + b;
+        at += c;
+    }
+    uint8_t extra;
+    int rc = ovl_stream_read(s, &extra, 1);
+    if (rc != OVL_ERR_EOF)
+        x->rc = rc == OVL_SUCCESS ? OVL_ERR_INTERNAL : rc; /* longer than sent? */
+    return x->rc;
+}
+
+/* Re-initialise ovl a few times with a random fragment size (64 B to
+ * 64 KiB, log-uniform, any value) and window (1 to 16), the same on every
+ * rank, and stream random lengths (around the window's edges, or
+ * log-uniform up to several windows) from every rank to every rank, cut
+ * differently on each side; byte for byte. The seed comes from
+ * OVL_TEST_SEED (the harness's fixed default otherwise), the variant's
+ * environment and the rank count; it is printed, and in every failure. */
+static void random_fragment_sizes(void)
+{
+    enum { ROUNDS = 4, K = 2, TAG = 80 };
+    /* Each variant (its environment) and rank count draws its own sizes,
+     * the same on every run of it. */
+    uint64_t seed = th_seed() ^ (uint64_t)th_size;
+    const char *vars[] = { "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW", "OVL_PROGRESS" };
+    for (size_t v = 0; v < sizeof vars / sizeof *vars; v++)
+        for (const char *c = getenv(vars[v]); c && *c; c++)
+            seed = th_mix(seed ^ (uint64_t)(unsigned char)*c);
+    seed >>= 1;
+    CHECK_MPI(MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+    if (th_rank == 0) {
+        printf("test_stream: random fragment sizes, seed %" PRIu64 " (from OVL_TEST_SEED=%" PRIu64
+               ", this variant's environment and %d ranks)\n",
+               seed, th_seed(), th_size);
+        fflush(stdout);
+    }
+    th_rng_t rng = { th_mix(seed ^ 0x72616e64667261ull) }; /* the same on every rank */
+    int n = th_size * K;
+    struct rnd *out = calloc((size_t)n, sizeof *out), *in = calloc((size_t)n, sizeof *in);
+    ovl_request_t *q = calloc((size_t)(2 * n), sizeof *q);
+    ovl_status_t *st = calloc((size_t)(2 * n), sizeof *st);
+    CHECK(out && in && q && st);
+    for (int round = 0; round < ROUNDS; round++) {
+        unsigned e = (unsigned)th_below(&rng, 11);
+        size_t lo = (size_t)64 << e;
+        size_t fs = e == 10 ? lo : lo + (size_t)th_below(&rng, lo);
+        unsigned win = 1 + (unsigned)th_below(&rng, 16);
+        CHECK_OK(ovl_finalize());
+        ovl_config_t c = { .field_mask =
+                               OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_STREAM_WINDOW,
+                           .fragment_size = fs,
+                           .stream_window = win };
+        int rc = ovl_init(MPI_COMM_WORLD, &c);
+        CHECKF(rc == OVL_SUCCESS,
+               "seed %" PRIu64 " round %d: ovl_init(fragment %zu, window %u): %s", seed, round, fs,
+               win, th_code_name(rc));
+        CHECK_OK(ovl_config_get(&c));
+        CHECKF(c.fragment_size == fs && c.stream_window == win,
+               "seed %" PRIu64 ": fragment %zu window %u in force, asked %zu and %u", seed,
+               c.fragment_size, c.stream_window, fs, win);
+        size_t pl = fs - HDR_BYTES, wp = win * pl;
+        size_t x = win * HDR_BYTES < pl ? win * HDR_BYTES : pl; /* the stretch */
+        size_t max = pl * (4 * win + 8) < (1u << 20) ? pl * (4 * win + 8) : (1u << 20);
+        const size_t edges[] = { 0, 1, pl - 1, pl, pl + 1, wp - 1, wp, wp + x, wp + x + 1, 2 * wp };
+        /* every rank draws every stream's length, in the same order */
+        for (int src = 0; src < th_size; src++)
+            for (int dst = 0; dst < th_size; dst++)
+                for (int k = 0; k < K; k++) {
+                    size_t len = th_below(&rng, 3) == 0
+                                     ? edges[th_below(&rng, sizeof edges / sizeof *edges)]
+                                     : th_size_log(&rng, max);
+                    uint64_t key = th_mix(seed ^ (uint64_t)round << 48 ^ (uint64_t)src << 32 ^
+                                          (uint64_t)dst << 16 ^ (uint64_t)k);
+                    struct rnd *r = src == th_rank   ? &out[dst * K + k]
+                                    : dst == th_rank ? &in[src * K + k]
+                                                     : NULL;
+                    if (src == th_rank && dst == th_rank) /* to itself: both ends here */
+                        in[src * K + k] = (struct rnd){ .key = key, .n = len, .payload = pl };
+                    if (r)
+                        *r = (struct rnd){ .key = key, .n = len, .payload = pl };
+                }
+        for (int i = 0; i < n; i++) {
+            out[i].chunks.s = th_mix(out[i].key ^ 0x5e);
+            in[i].chunks.s = th_mix(in[i].key ^ 0x7e);
+            out[i].buf = malloc(3 * pl + 8);
+            in[i].buf = malloc(3 * pl + 8);
+            CHECK(out[i].buf && in[i].buf);
+            in[i].bad = 1;
+        }
+        for (int i = 0; i < n; i++)
+            CHECK_OK(ovl_irecv_stream(i / K, TAG + i % K, rnd_unmarshal, &in[i], &q[i]));
+        for (int j = 0; j < n; j++) {
+            int i = (th_rank * K + j) % n; /* not everyone to rank 0 first */
+            CHECK_OK(ovl_isend_stream(i / K, TAG + i % K, rnd_marshal, &out[i], &q[n + i]));
+        }
+        rc = ovl_waitall(2 * n, q, st);
+        CHECKF(rc == OVL_SUCCESS, "seed %" PRIu64 " round %d (fragment %zu, window %u): %s", seed,
+               round, fs, win, th_code_name(rc));
+        for (int i = 0; i < n; i++) {
+            CHECKF(in[i].bad == TH_OK && in[i].rc == OVL_SUCCESS,
+                   "seed %" PRIu64 " round %d (fragment %zu, window %u): %zu-byte stream %d from "
+                   "rank %d: byte %zu wrong or missing (%s)",
+                   seed, round, fs, win, in[i].n, i % K, i / K, in[i].bad, th_code_name(in[i].rc));
+            CHECKF(st[i].bytes == in[i].n && st[i].source == i / K && st[i].tag == TAG + i % K &&
+                       st[n + i].bytes == out[i].n,
+                   "seed %" PRIu64 " round %d (fragment %zu, window %u): stream %d from rank %d: "
+                   "status bytes %zu (sent %zu), source %d, tag %d; sent %zu of %zu",
+                   seed, round, fs, win, i % K, i / K, st[i].bytes, in[i].n, st[i].source,
+                   st[i].tag, st[n + i].bytes, out[i].n);
+            free(out[i].buf);
+            free(in[i].buf);
+        }
+        if (th_rank == 0)
+            printf("test_stream: random round %d: fragment %zu B, window %u, streams up to %zu B "
+                   "ok\n",
+                   round, fs, win, max);
+    }
+    free(out);
+    free(in);
+    free(q);
+    free(st);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_stream", NULL);
@@ -859,6 +1094,7 @@ int main(int argc, char **argv)
                cfg.fragment_size, cfg.stream_window, big_budget);
 
     misuse();
+    tag_bounds();
     end_and_abort();
     big_doubles();
     mixed_all_to_all();
@@ -866,5 +1102,6 @@ int main(int argc, char **argv)
     early_return();
     detached_streams();
     whole_streams();
+    random_fragment_sizes();
     return th_finish();
 }
