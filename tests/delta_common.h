@@ -60,6 +60,31 @@ static atomic_int dt_wd_stop;
 static _Atomic(const char *) dt_wd_phase = "start-up";
 static atomic_llong dt_wd_deadline_ms; /* 0: no limit */
 
+/* vm.max_map_count (-1 if unreadable), and the mappings this process has. */
+static inline long dt_map_limit(void)
+{
+    long v = -1;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static inline long dt_map_count(void)
+{
+    long n = 0;
+    int c;
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL);
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
 static inline long long dt_now_ms(void)
 {
     return (long long)(th_now() * 1000.0);

@@ -30,30 +30,6 @@
 
 static int peer;
 
-static long map_limit(void)
-{
-    long v = -1;
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &v) != 1)
-            v = -1;
-        fclose(f);
-    }
-    return v;
-}
-
-static long map_count(void)
-{
-    long n = 0;
-    int c;
-    FILE *f = fopen("/proc/self/maps", "r");
-    CHECK(f != NULL);
-    while ((c = fgetc(f)) != EOF)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 struct filler {
     char *p;
     size_t len;
@@ -75,7 +51,7 @@ struct filler {
 static struct filler fill_maps(long limit, long slack)
 {
     struct filler fl = { NULL, 0 };
-    long want = limit - map_count() - slack - SANITIZER_RESERVE;
+    long want = limit - dt_map_count() - slack - SANITIZER_RESERVE;
     if (want < 2)
         return fl;
     size_t pg = dt_page();
@@ -172,7 +148,7 @@ int main(int argc, char **argv)
     dt_init(&argc, &argv, "test_delta_maps", NULL);
     peer = th_rank ^ 1;
     CHECKF(peer < th_size, "test_delta_maps needs an even number of ranks");
-    long limit = map_limit();
+    long limit = dt_map_limit();
     if (limit <= 0 || limit > 1000000) {
         if (th_rank == 0)
             printf("test_delta_maps: vm.max_map_count unreadable or huge (%ld): skipped\n", limit);
@@ -195,7 +171,7 @@ int main(int argc, char **argv)
         struct filler fl = fill_maps(limit, slacks[s]);
         if (th_rank == 0)
             printf("test_delta_maps: slack %ld: %ld of %ld mappings in use\n", slacks[s],
-                   map_count(), limit);
+                   dt_map_count(), limit);
         delta_round(slacks[s], buf, n, spare, &nref);
         get_round(slacks[s], seg, gbuf, n, &nref);
         if (fl.p)

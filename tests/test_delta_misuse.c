@@ -532,32 +532,14 @@ static void stale_explicit(void)
 #endif
 
 #ifndef DT_SANITIZER
-static long count_maps(void)
-{
-    long n = 0;
-    int c;
-    FILE *f = fopen("/proc/self/maps", "r");
-    CHECK(f != NULL);
-    while ((c = fgetc(f)) != EOF)
-        n += c == '\n';
-    fclose(f);
-    return n;
-}
-
 /* Use up every mapping the process may still make: a block whose pages
  * alternate between two protections, until mprotect says ENOMEM. */
 static void fill_maps(char **p, size_t *len)
 {
-    long limit = -1;
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &limit) != 1)
-            limit = -1;
-        fclose(f);
-    }
+    long limit = dt_map_limit();
     *p = NULL;
     *len = 0;
-    long want = limit - count_maps() + 64;
+    long want = limit - dt_map_count() + 64;
     if (limit <= 0 || limit > 1000000 || want < 2)
         return;
     size_t pg = dt_page();
