@@ -252,15 +252,19 @@ static void reap_locked(void)
 static void reg_remove_locked(struct ovl__watch *w)
 {
     if (w->slot >= 0) {
-        atomic_store(&W.regs[w->slot], NULL);
-        w->slot = -1;
-        atomic_fetch_sub(&W.nregs, 1);
+        /* Recorded as recently released before it leaves the registry: a
+         * handler that no longer finds the region must find it here, or
+         * it would take a fault raised while the page was still guarded
+         * for the program's own (and crash it). */
         unsigned long g = ++W.recent_next;
         unsigned k = (unsigned)(g % RECENT);
         atomic_store(&W.recent[k].hi, 0);
         atomic_store(&W.recent[k].gen, g);
         atomic_store(&W.recent[k].lo, w->p0);
         atomic_store(&W.recent[k].hi, w->p0 + w->npages * ovl__watch_page());
+        atomic_store(&W.regs[w->slot], NULL);
+        w->slot = -1;
+        atomic_fetch_sub(&W.nregs, 1);
     }
 }
 
