@@ -427,6 +427,18 @@ static void count_cb(const ovl_status_t *st, void *arg)
  * ovl_request_free, ovl_test racing ovl_wait: each request is released
  * once (a slot released twice would sit twice on the free list, and two
  * later requests would share it). */
+/* The sending side of a race below: 64 bytes of pattern @key on @tag,
+ * once the peer says (an empty MPI message on @go_tag). */
+static void send_when_told(int go_tag, int tag, uint64_t key)
+{
+    static char out[64];
+    ovl_request_t s;
+    th_fill(out, sizeof out, key, 0);
+    CHECK_MPI(MPI_Recv(NULL, 0, MPI_CHAR, peer, go_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, peer, tag, &s));
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+}
+
 static void check_concurrent_release(void)
 {
     static char in[64], out[64];
@@ -449,10 +461,7 @@ static void check_concurrent_release(void)
         CHECK(w->st.bytes == sizeof in && w->st.source == peer && w->st.tag == 50);
         CHECK(th_verify(in, sizeof in, 0x50, 0) == TH_OK);
     } else {
-        th_fill(out, sizeof out, 0x50, 0);
-        CHECK_MPI(MPI_Recv(NULL, 0, MPI_CHAR, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, peer, 50, &s));
-        CHECK_OK(ovl_wait(&s, &st));
+        send_when_told(4, 50, 0x50);
     }
 
     /* ovl_wait blocked on a pending receive that another thread frees: the
@@ -480,10 +489,7 @@ static void check_concurrent_release(void)
         TH_WAIT_UNTIL(atomic_load(&runs) == 1, 30, th_progress());
         CHECK(th_verify(in, sizeof in, 0x51, 0) == TH_OK);
     } else {
-        th_fill(out, sizeof out, 0x51, 0);
-        CHECK_MPI(MPI_Recv(NULL, 0, MPI_CHAR, peer, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        CHECK_OK(ovl_isend(out, sizeof out, MPI_CHAR, peer, 51, &s));
-        CHECK_OK(ovl_wait(&s, &st));
+        send_when_told(5, 51, 0x51);
     }
 
     /* Many rounds of two calls released at once around the completion of
