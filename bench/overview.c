@@ -30,6 +30,9 @@ static const char HELP[] =
     "                    blocking MPI, MPI-4 partitioned and ovl_delta_* (fault-\n"
     "                    triggered and explicit) for 400 KB messages; speedup over\n"
     "                    blocking MPI. cascade is a chain over all ranks.\n"
+    "  transpose         a distributed transpose laid out as real codes lay it out\n"
+    "                    (ovl-bench layouts): plain MPI, ovl as the porting guide\n"
+    "                    ports it, and ovl with a fault-monitored receive\n"
     "With more than 2 ranks only pair and cascade run.\n"
     "\n"
     "Options:\n"
@@ -203,6 +206,15 @@ static void sub_cascade(const struct ov_ctx *c)
     sub_kernel(c, KK_CASCADE);
 }
 
+/* A program shaped like the user's: the layouts benchmark's transpose,
+ * buffers carved from one block, a tiled pack loop (ovl-bench layouts). */
+static void sub_transpose(const struct ov_ctx *c)
+{
+    bench_layouts_transpose(2048, 2, c->kreps < 3 ? c->kreps : 3);
+    if (bench_rank == 0)
+        printf("\n");
+}
+
 /* The sub-benchmarks, in the order they print; two_ranks: needs exactly 2. */
 static const struct {
     const char *name;
@@ -213,6 +225,7 @@ static const struct {
     { "useful-cpu", sub_useful_cpu, 1 },
     { "pair", sub_pair, 0 },
     { "cascade", sub_cascade, 0 },
+    { "transpose", sub_transpose, 0 },
 };
 
 int bench_overview(int argc, char **argv)

@@ -24,7 +24,8 @@
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    int provided; /* MPI_THREAD_MULTIPLE: OVL_PROGRESS=thread then works */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     if (ovl_init(MPI_COMM_WORLD, NULL) != OVL_SUCCESS)
         MPI_Abort(MPI_COMM_WORLD, 1);
     int rank, size;

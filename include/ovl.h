@@ -10,7 +10,8 @@
  * as a message has left or arrived.
  *
  * Conventions (see docs/ARCHITECTURE.md):
- *  - every function returns OVL_SUCCESS (0) or a negative OVL_ERR_* code;
+ *  - every function returns OVL_SUCCESS (0) or a negative OVL_ERR_* code
+ *    (or, under OVL_ERRORS=fatal, aborts with a message instead);
  *  - output arguments come last and are written only on success;
  *  - handles are opaque; OVL_REQUEST_NULL is the null request, as in MPI;
  *  - a call that fails never runs the callback it was given.
@@ -31,7 +32,15 @@ extern "C" {
 #define OVL_VERSION_MINOR 1
 #define OVL_VERSION_PATCH 0
 
-#if defined(__GNUC__) || defined(__clang__)
+/**
+ * OVL_NODISCARD marks every call that returns an error code. It makes the
+ * compiler warn about an ignored result (warn_unused_result) only when the
+ * program defines OVL_CHECK_RESULTS before it includes ovl.h (e.g.
+ * -DOVL_CHECK_RESULTS); otherwise it expands to nothing, so a program that
+ * runs with OVL_ERRORS=fatal (below), or checks only some results, builds
+ * without warnings. ovl's own sources, tests, tools and benchmarks define it.
+ */
+#if defined(OVL_CHECK_RESULTS) && (defined(__GNUC__) || defined(__clang__))
 #define OVL_NODISCARD __attribute__((warn_unused_result))
 #else
 #define OVL_NODISCARD
@@ -40,29 +49,48 @@ extern "C" {
 /**
  * The error table: one row per code, (name, value, message). It generates the
  * ovl_error_t enum and ovl_strerror(), so the two never disagree.
+ *
+ * Errors are fatal on request, as MPI_ERRORS_ARE_FATAL makes MPI's: with
+ * OVL_ERRORS=fatal (or ovl_config_t::errors = OVL_ERRORS_FATAL), a call that
+ * would return an error prints one line on stderr instead, naming the call,
+ * the code and the detail ovl_error_detail() would give, e.g.
+ *
+ *     ovl: rank 1: ovl_isend failed: OVL_ERR_ARG: ovl_isend: buffer is NULL
+ *     with count 4 (OVL_ERRORS=fatal: MPI_Abort)
+ *
+ * and calls MPI_Abort(MPI_COMM_WORLD, -code); then no result needs checking.
+ * Every code counts, OVL_ERR_EOF of ovl_stream_read and an operation's error
+ * that ovl_wait/ovl_test return included; an operation's error aborts as
+ * soon as ovl sees it, on whichever thread drives progress. Not a return:
+ * the status a continuation is given (it may say OVL_ERR_CANCELLED for a
+ * receive ovl_finalize cancelled). The mode is the one the last ovl_init
+ * resolved, its configuration errors included; before ovl_init resolves
+ * one, the OVL_ERRORS variable's. The default, OVL_ERRORS=return, returns
+ * every code.
  */
-#define OVL_ERROR_MAP(X)                                                             \
-    X(SUCCESS, 0, "success")                                                         \
-    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")     \
-    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                      \
-    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")          \
-    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")             \
-    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                            \
-    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)") \
-    X(ERR_NOMEM, -7, "out of memory")                                                \
-    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                     \
-    X(ERR_THREAD, -9, "the MPI library does not provide the thread level needed")    \
-    X(ERR_CONFIG, -10, "invalid configuration value")                                \
-    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                   \
-    X(ERR_BUSY, -12, "the request already has a continuation")                       \
-    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")         \
-    X(ERR_EOF, -14, "read past the end of a stream message")                         \
-    X(ERR_PENDING, -15, "requests are still pending")                                \
-    X(ERR_CANCELLED, -16, "the operation was cancelled")                             \
-    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")           \
-    X(ERR_INTERNAL, -18, "internal error in ovl")                                    \
-    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")          \
-    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)")
+#define OVL_ERROR_MAP(X)                                                              \
+    X(SUCCESS, 0, "success")                                                          \
+    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")      \
+    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                       \
+    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")           \
+    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")              \
+    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                             \
+    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)")  \
+    X(ERR_NOMEM, -7, "out of memory")                                                 \
+    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                      \
+    X(ERR_THREAD, -9, "the MPI library does not provide the thread level needed")     \
+    X(ERR_CONFIG, -10, "invalid configuration value")                                 \
+    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                    \
+    X(ERR_BUSY, -12, "the request already has a continuation")                        \
+    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")          \
+    X(ERR_EOF, -14, "read past the end of a stream message")                          \
+    X(ERR_PENDING, -15, "requests are still pending")                                 \
+    X(ERR_CANCELLED, -16, "the operation was cancelled")                              \
+    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")            \
+    X(ERR_INTERNAL, -18, "internal error in ovl")                                     \
+    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")           \
+    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)") \
+    X(ERR_IN_STATUS, -21, "one or more requests failed: see the error of each status")
 
 /** Return codes of every ovl function. */
 typedef enum {
@@ -113,8 +141,15 @@ enum {
     OVL_CONFIG_FIELD_POLL_RMA_US = 1u << 16,
     OVL_CONFIG_FIELD_POLL_SERVE_US = 1u << 17,
     OVL_CONFIG_FIELD_POLL_QUIET_SHARE = 1u << 18,
-    OVL_CONFIG_FIELD_STREAM_WHOLE = 1u << 19
+    OVL_CONFIG_FIELD_STREAM_WHOLE = 1u << 19,
+    OVL_CONFIG_FIELD_ERRORS = 1u << 20
 };
+
+/** What a call that fails does (OVL_ERRORS; see OVL_ERROR_MAP). */
+typedef enum {
+    OVL_ERRORS_RETURN = 0, /**< return the OVL_ERR_* code (default) */
+    OVL_ERRORS_FATAL = 1   /**< print the error and MPI_Abort, as MPI_ERRORS_ARE_FATAL */
+} ovl_errors_t;
 
 /**
  * How delta send/receive learns that the program has written or needs part
@@ -128,17 +163,19 @@ typedef enum {
 } ovl_monitor_t;
 
 /**
- * How ovl_get()/ovl_put() treat a target on the calling rank's node
- * (MPI_COMM_TYPE_SHARED, the rank itself included).
+ * How ovl_get()/ovl_put() and delta sends treat a peer on the calling
+ * rank's node (MPI_COMM_TYPE_SHARED, the rank itself included).
  */
 typedef enum {
-    /** the transfer completes inside the call, unsplit and unguarded: MPI
-     *  moves such bytes with a copy by this rank's own CPU, so there is no
-     *  wire time to hide and guarding only adds faults (default) */
+    /** MPI moves such bytes with a copy by this node's own CPUs, so there
+     *  is no wire time to hide and guarding only adds faults: a get or put
+     *  completes inside the call, unsplit and unguarded; a delta send is
+     *  never watched and leaves at ovl_delta_send_end() (default) */
     OVL_RMA_LOCAL_DIRECT = 0,
-    /** as for any other target: split by the model, guarded, demand-driven
-     *  (an MPI whose intra-node RMA is done by a DMA engine or the target;
-     *  testing the demand-driven path on one node) */
+    /** as for any other peer: delta sends in the model's pieces as the
+     *  program writes; gets and puts split by the model, guarded,
+     *  demand-driven (an MPI whose intra-node RMA is done by a DMA engine
+     *  or the target; testing those paths on one node) */
     OVL_RMA_LOCAL_OVERLAP = 1
 } ovl_rma_local_t;
 
@@ -187,7 +224,7 @@ typedef struct {
         poll_quiet_us; /**< OVL_POLL_QUIET_US: longest sleep of the progress thread while every transfer in flight is predicted (bytes / model bandwidth) to need longer; 0 = never sleep past poll_max_us (default 1000) */
     int progress_priority; /**< OVL_PROGRESS_PRIORITY: 1-99 gives the progress thread SCHED_FIFO at this priority while it sleeps on its poll timer and polls, where the process may (CAP_SYS_NICE or RLIMIT_RTPRIO), so every poll wake-up preempts the computation; ovl_config_get() reports 0 when it was refused; 0 = normal scheduling (default 0) */
     ovl_rma_local_t
-        rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put treat a target on this rank's node (default direct) */
+        rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put and delta sends treat a peer on this rank's node (default direct) */
     unsigned
         poll_min_us; /**< OVL_POLL_MIN_US: first sleep of the progress thread after activity (a completion, a new operation), doubling up to poll_max_us; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 0: every sleep is poll_max_us) */
     unsigned
@@ -200,6 +237,8 @@ typedef struct {
         poll_quiet_share; /**< OVL_POLL_QUIET_SHARE: percent (1-100) of the time left before a predicted completion, less one poll interval, that the progress thread sleeps in one go while only sized transfers are in flight (capped by poll_quiet_us); larger: fewer wake-ups taken from the computation, but a completion that comes earlier than predicted is seen later (default 75) */
     ovl_stream_whole_t
         stream_whole; /**< OVL_STREAM_WHOLE: auto|on|off, whether a send stream whose marshal function ends within its first window (window x fragment payload, plus 16 bytes per fragment: 128 KiB with 8 fragments of 16 KiB) goes as one message instead of one per fragment; auto: when the function fills it quickly (default auto) */
+    ovl_errors_t
+        errors; /**< OVL_ERRORS: return|fatal, whether a failing call returns its code or prints it and calls MPI_Abort (OVL_ERROR_MAP); resolved first, so ovl_init's own configuration errors abort under fatal too; set it on every rank (default return) */
 } ovl_config_t;
 
 /**
@@ -212,7 +251,13 @@ typedef struct {
  * returns its own code and detail, every other rank the same code (the
  * most negative one if ranks failed differently) with a detail naming the
  * rank that failed. (OVL_ERR_ALREADY_INIT and OVL_ERR_ARG are returned at
- * once, before any collective.)
+ * once, before any collective.) OVL_ERRORS is resolved first: under fatal
+ * (the variable, or the errors field) a configuration error aborts the job
+ * instead, from the rank that has it. ovl_init and ovl_finalize leave the C
+ * library's allocator as they found it: ovl maps its large buffers (the
+ * quick estimate's, its request table) with mmap, never malloc, whose
+ * free() would raise glibc's mmap threshold and move the program's later
+ * large blocks into the heap.
  *
  * @param comm  communicator (MPI_COMM_WORLD in most programs)
  * @param cfg   options, or NULL for environment and defaults
@@ -288,9 +333,22 @@ OVL_NODISCARD int ovl_wait(ovl_request_t *req, ovl_status_t *status);
 OVL_NODISCARD int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status);
 
 /**
- * Wait for all @p count requests. OVL_REQUEST_NULL entries are ignored.
- * @p statuses may be OVL_STATUS_IGNORE. Returns the first error met (every
- * request is still completed and released).
+ * Wait for all @p count requests, as MPI_Waitall. Every valid request is
+ * completed and released (its entry set to OVL_REQUEST_NULL), whatever
+ * happens to the others: a stale entry (never issued, already released)
+ * or an operation that failed stops none of them. statuses[i] (when
+ * @p statuses is not OVL_STATUS_IGNORE) describes entry i: as ovl_wait
+ * gives it for a released request, its error OVL_SUCCESS or the error its
+ * operation failed with (OVL_ERR_TRUNCATE, OVL_ERR_MPI, ...); for a stale
+ * entry error OVL_ERR_REQUEST, the rest empty, the entry left as it was;
+ * for OVL_REQUEST_NULL an empty status with error OVL_SUCCESS.
+ *
+ * @return OVL_SUCCESS when every request succeeded; OVL_ERR_IN_STATUS when
+ *         one or more failed (see each status's error; the detail names
+ *         how many and the first); or, with nothing touched,
+ *         OVL_ERR_NOT_INIT, OVL_ERR_ARG (negative count, NULL array with
+ *         count > 0), OVL_ERR_IN_CALLBACK (called from a callback while a
+ *         request of the array is not complete).
  */
 OVL_NODISCARD int ovl_waitall(int count, ovl_request_t reqs[], ovl_status_t statuses[]);
 
@@ -337,7 +395,9 @@ OVL_NODISCARD int ovl_isend(const void *buf, int count, MPI_Datatype datatype, i
  * Start receiving up to @p count elements of @p datatype into @p buf from
  * @p source (or OVL_ANY_SOURCE) with @p tag (or OVL_ANY_TAG). A longer
  * message completes with OVL_ERR_TRUNCATE. @p source may be MPI_PROC_NULL:
- * the request completes at once with 0 bytes, @p buf untouched.
+ * the request completes at once with 0 bytes, @p buf untouched. A
+ * datatype MPI would refuse (not committed) fails the call at once
+ * (OVL_ERR_MPI), before any message is matched.
  * @return as ovl_isend.
  */
 OVL_NODISCARD int ovl_irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
@@ -572,6 +632,8 @@ OVL_NODISCARD int ovl_free(void *base);
  * delta left. A message that goes in one piece (no larger than the delta
  * size, and under the MPI library's protocol switch) is not watched: it
  * is copied and sent at ovl_delta_send_end(), so nothing can be stale.
+ * Nor is a send to a peer on this node (OVL_RMA_LOCAL=direct, the
+ * default): it leaves at ovl_delta_send_end().
  * Fault monitors refuse buffers on the calling thread's stack
  * (OVL_ERR_ARG). With OVL_MONITOR_EXPLICIT the program instead calls
  * ovl_delta_produced() for each range it has finished, in any order.
@@ -580,7 +642,9 @@ OVL_NODISCARD int ovl_free(void *base);
  * type, ...). The message can be received with ovl_delta_recv() or
  * ovl_irecv(). A buffer that is itself still arriving through
  * ovl_delta_recv() is forwarded piece by piece as it arrives, if it
- * starts where the receive's buffer does; one overlapping a pending
+ * starts where the receive's buffer does and is not empty (an empty
+ * send, count 0, overlaps nothing and is an empty message, whatever its
+ * pointer: a halo with nothing to exchange); one overlapping a pending
  * fault-monitored delta receive or ovl_get any other way is refused
  * (OVL_ERR_PENDING) until that has completed.
  *
@@ -658,11 +722,18 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  *
  * Under a fault monitor the buffer's partial first and last pages are
  * guarded too, with whatever else lives there. Other data on them stays
- * usable by the program (each access is let through), but not by the
- * kernel (a mutex or a read() buffer there fails), and with several
- * threads another thread may briefly see old bytes of the buffer on those
- * pages. Threaded programs should pass page-aligned buffers
- * (posix_memalign, mmap, or malloc blocks of 128 KiB and more).
+ * usable by the program, but each access to it while the receive is
+ * pending is let through one instruction at a time (a fault and a trap,
+ * 5-40 us; a memcpy or memset, one per page), which ovl_stats_t counts as
+ * edge_steps and ovl reports once on stderr past 64 on one page in one
+ * transfer. ovl_isend, ovl_irecv, ovl_get and ovl_put of other buffers on
+ * those pages work (ovl stages them). The kernel cannot reach that data
+ * (a mutex or a read() buffer there fails), and with several threads
+ * another thread may briefly see old bytes of the buffer on those pages.
+ * Give such a buffer pages of its own (ovl_alloc(), posix_memalign to the
+ * page size with a whole number of pages), or, to keep a layout where it
+ * shares pages with data written meanwhile, receive it with ovl_irecv()
+ * or the explicit monitor (docs/PORTING.md).
  *
  * @return as ovl_delta_send_begin() (but not OVL_ERR_PENDING)
  */
@@ -927,6 +998,11 @@ typedef struct {
     double rma_wait_us;       /**< time spent in those waits, microseconds */
     uint64_t
         stream_messages; /**< MPI messages the fragments sent went in (a stream sent whole: one) */
+    uint64_t edge_steps; /**< faults that were the program's accesses to other data on a
+                                pending buffer's partial first or last page, let through one
+                                instruction (or one string move's page) at a time */
+    uint64_t edge_bounces; /**< ovl's own copies from such pages, made through /proc/self/mem so
+                                they never fault */
 } ovl_stats_t;
 
 /** Copy the counters. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */

@@ -23,7 +23,7 @@
      OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_RMA_LOCAL |                     \
      OVL_CONFIG_FIELD_POLL_MIN_US | OVL_CONFIG_FIELD_POLL_CALLBACK_US |                    \
      OVL_CONFIG_FIELD_POLL_RMA_US | OVL_CONFIG_FIELD_POLL_SERVE_US |                       \
-     OVL_CONFIG_FIELD_POLL_QUIET_SHARE | OVL_CONFIG_FIELD_STREAM_WHOLE)
+     OVL_CONFIG_FIELD_POLL_QUIET_SHARE | OVL_CONFIG_FIELD_STREAM_WHOLE | OVL_CONFIG_FIELD_ERRORS)
 
 #define OVL_MIN_FRAGMENT 64u
 #define OVL_MAX_FRAGMENT (64u << 20)
@@ -142,12 +142,24 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         .poll_rma_us = 100,
         .poll_quiet_share = 75,
         .stream_whole = OVL_STREAM_WHOLE_AUTO,
+        .errors = OVL_ERRORS_RETURN,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
     const ovl_config_t *u = user ? user : &none;
     unsigned long long v;
-    int rc;
+    int rc, e;
+
+    /* First, and in force at once: under fatal the configuration errors
+     * below abort (a bad value here is returned, the mode unknown). */
+    static const char *const errors_names[] = { "return", "fatal" };
+    static const int errors_values[] = { OVL_ERRORS_RETURN, OVL_ERRORS_FATAL };
+    e = (int)c.errors;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_ERRORS) != 0, (int)u->errors, "OVL_ERRORS",
+                           "errors", errors_names, errors_values, 2, &e)))
+        return rc;
+    c.errors = (ovl_errors_t)e;
+    ovl__errors_set(c.errors);
 
     if (m & ~(uint64_t)KNOWN_FIELDS)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init",
@@ -171,7 +183,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
     static const char *const progress_names[] = { "inline", "thread", "none" };
     static const int progress_values[] = { OVL_PROGRESS_INLINE, OVL_PROGRESS_THREAD,
                                            OVL_PROGRESS_INLINE };
-    int e = (int)c.progress;
+    e = (int)c.progress;
     if ((rc = choice_field((m & OVL_CONFIG_FIELD_PROGRESS) != 0, (int)u->progress, "OVL_PROGRESS",
                            "progress mode", progress_names, progress_values, 3, &e)))
         return rc;

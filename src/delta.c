@@ -63,6 +63,7 @@ struct range {
 struct send_piece {
     struct ovl__op op;
     struct ovl__delta *d;
+    int paged; /* a copy, from ovl__page_alloc; else malloc'd */
     struct piece_hdr h;
     char data[]; /* a copied piece: the bytes right after h */
 };
@@ -390,7 +391,10 @@ static void piece_sent(struct ovl__op *op, MPI_Status *st)
     if (fin)
         d->finished = 1;
     ovl__spin_unlock(&d->lock);
-    free(p);
+    if (p && p->paged)
+        ovl__page_free(p);
+    else
+        free(p);
     if (fin)
         finish_send(d);
 }
@@ -415,7 +419,10 @@ static int piece_patient(const struct ovl__op *op)
 /* Send bytes [off, off+len) as one piece (len <= max_piece); lock held. */
 static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t flags)
 {
-    int copy = len > 0 && ovl__model_copy_piece(sizeof(struct piece_hdr) + len);
+    /* A piece on a page guarded as another pending receive's edge is
+     * copied whatever its size: MPI (or the kernel for it) cannot read it. */
+    int copy = len > 0 && (ovl__model_copy_piece(sizeof(struct piece_hdr) + len) ||
+                           ovl__watch_edge_touch(d->buf + off, len));
     int whole = copy || len == 0; /* one contiguous block from p->h */
     /* A copy may be read by another process (shared-memory zero-copy:
      * CMA), which a guarded page makes fail: it gets pages of its own, never
@@ -423,6 +430,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     struct send_piece *p = copy ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
     if (!p)
         return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece");
+    p->paged = copy;
     p->h.off = off;
     p->h.len = (uint32_t)len;
     p->h.flags = flags;
@@ -436,7 +444,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     int rc;
     if (whole) {
         if (copy)
-            memcpy(p->data, d->buf + off, len);
+            ovl__watch_read(p->data, d->buf + off, len);
         rc = MPI_Isend(&p->h, (int)(sizeof p->h + (copy ? len : 0)), MPI_BYTE, d->peer, (int)d->sid,
                        ovl__g.comm_delta, &p->op.mreq);
     } else {
@@ -452,7 +460,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         }
     }
     if (rc != MPI_SUCCESS) {
-        free(p);
+        copy ? ovl__page_free(p) : free(p);
         return d->err = ovl__mpi_error(rc, "ovl_delta_send", "MPI_Isend of a piece");
     }
     d->inflight++;
@@ -471,14 +479,14 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
             d->err = ovl__mpi_error(trc, "ovl_delta_send", "piece transfer");
         if (flag || p->op.mreq == MPI_REQUEST_NULL) {
             d->inflight--;
-            free(p);
+            copy ? ovl__page_free(p) : free(p);
             return OVL_SUCCESS;
         }
     }
     if (ovl__engine_add_patient(&p->op, piece_patient) != OVL_SUCCESS) {
         MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
-        free(p);
+        copy ? ovl__page_free(p) : free(p);
         return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory");
     }
     return OVL_SUCCESS;
@@ -715,10 +723,16 @@ void ovl__delta_end_all(void)
     }
 }
 
-/* A pending receive whose buffer is exactly @buf (forwarding source). */
+/* A pending receive whose buffer starts at @buf and holds @len bytes
+ * (forwarding source). An empty send overlaps nothing, so it forwards
+ * nothing: taken for a forwarding, the empty halo of a rank with nothing
+ * to exchange (one pointer for its receive and its send) would wait for
+ * its own receive, and a ring of them for ever. */
 static struct ovl__delta *find_recv(void *buf, size_t len)
 {
     struct ovl__delta *hit = NULL;
+    if (len == 0)
+        return NULL;
     pthread_mutex_lock(&D.lock);
     for (struct ovl__delta *d = D.head; d; d = d->next)
         if (!d->is_send && !d->plain && d->buf == buf && len <= d->cap && !atomic_load(&d->done)) {
@@ -788,6 +802,13 @@ unsigned ovl__delta_new_sid(void)
     return atomic_fetch_add(&D.next_sid, 1) % ((unsigned)ovl__g.mpi_tag_ub + 1u);
 }
 
+void ovl__delta_return_sid(unsigned sid)
+{
+    unsigned cur = atomic_load(&D.next_sid);
+    if ((cur - 1u) % ((unsigned)ovl__g.mpi_tag_ub + 1u) == sid)
+        atomic_compare_exchange_strong(&D.next_sid, &cur, cur - 1u);
+}
+
 int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, int tag,
                               ovl_monitor_t monitor, ovl_request_t *req)
 {
@@ -813,13 +834,18 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     r->status.tag = tag;
     r->count = count;
     d->peer = dest;
-    d->sid = ovl__delta_new_sid();
     d->mon = mon;
     d->t_begin = ovl__now_us();
     size_t maxp = ovl__model_max_delta();
     d->max_piece = cap < maxp ? (cap ? cap : 1) : maxp;
     const int faults = d->mon != OVL_MONITOR_EXPLICIT;
-    d->dsize = ovl__model_delta_size(cap, ovl__delta_rate_for(cap, dest, faults), faults);
+    /* A peer on this node: MPI moves the bytes with a CPU copy on this
+     * node, so no overlap can pay for pieces, guards and faults. The
+     * largest pieces, all sent at send_end (the same rule as a local get,
+     * ovl__model_direct). */
+    const int local = ovl__model_direct(dest);
+    d->dsize = local ? d->max_piece
+                     : ovl__model_delta_size(cap, ovl__delta_rate_for(cap, dest, faults), faults);
     if (d->dsize > d->max_piece)
         d->dsize = d->max_piece;
     /* Pieces of a delta size within the eager limit stay within it when
@@ -837,8 +863,6 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
 
     d->fwd_src = find_recv(buf, cap);
     d->forwarding = d->fwd_src != NULL;
-    if (d->fwd_src) /* its arrivals now drive this send: match it at the usual pace */
-        ovl__match_hurry(&d->fwd_src->req->match);
     if (!d->fwd_src && ((rc = check_pending(fn, buf, cap)) != OVL_SUCCESS ||
                         (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS)) {
         r->delta = NULL;
@@ -846,6 +870,10 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
         ovl__req_release(r);
         return rc;
     }
+    /* Taken after the checks, given back by the failures below (a failed
+     * call changes nothing); a forwarding's source changes pace only once
+     * this send is published. */
+    d->sid = ovl__delta_new_sid();
     if (d->fwd_src) {
         struct ovl__delta *src = d->fwd_src;
         int k = 0;
@@ -856,14 +884,17 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
             src->fwd_dst[k] = d;
         ovl__engine_unlock();
         if (k == NFWD) {
+            ovl__delta_return_sid(d->sid);
             r->delta = NULL;
             ovl__delta_free(d);
             ovl__req_release(r);
             return ovl__error(OVL_ERR_NOMEM, fn,
                               "more than %d sends forward the same arriving buffer", NFWD);
         }
+        /* its arrivals now drive this send: match it at the usual pace */
+        ovl__match_hurry(&src->req->match);
         d->mon = OVL_MONITOR_EXPLICIT; /* arrivals drive it, not writes */
-    } else if (d->mon == OVL_MONITOR_EXPLICIT ||
+    } else if (d->mon == OVL_MONITOR_EXPLICIT || local ||
                (d->dsize >= cap && ovl__model_copy_piece(sizeof(struct piece_hdr) + cap))) {
         /* Explicit mode; or one piece, copied when it leaves at send_end
          * (or once ovl_delta_produced covers it): no write before then has
@@ -873,6 +904,7 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     } else {
         rc = ovl__watch_send_create(d->mon, buf, cap, d->dsize, produced_upto, d, &d->w);
         if (rc) {
+            ovl__delta_return_sid(d->sid);
             r->delta = NULL;
             ovl__delta_free(d);
             ovl__req_release(r);
@@ -886,12 +918,15 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     d->hdr_op.kind = OVL__OP_SEND;
     d->hdr_op.peer = -2; /* marks the header for piece_sent */
     active_add(d);
-    /* from now on plain messages to dest go as header + body (match.c) */
-    atomic_store(&ovl__g.headed_to[dest], 1);
     rc = MPI_Isend(&d->hdr, (int)sizeof d->hdr, MPI_BYTE, dest, ovl__delta_tag(tag),
                    ovl__g.comm_msg, &d->hdr_op.mreq);
-    if (rc == MPI_SUCCESS)
+    if (rc == MPI_SUCCESS) {
+        /* from now on plain messages to dest go as header + body (match.c) */
+        atomic_store(&ovl__g.headed_to[dest], 1);
         atomic_fetch_add(&ovl__g.sent_to[dest], 1);
+    } else if (!d->fwd_src) {
+        ovl__delta_return_sid(d->sid); /* (a forwarding may have sent pieces with it) */
+    }
     if (rc != MPI_SUCCESS || ovl__engine_add_gentle(&d->hdr_op) != OVL_SUCCESS) {
         if (rc == MPI_SUCCESS)
             MPI_Wait(&d->hdr_op.mreq, MPI_STATUS_IGNORE);
@@ -1049,7 +1084,7 @@ static void finish_recv(struct ovl__delta *d, int err)
     if (d->w)
         ovl__watch_recv_finish(d->w);
     for (int i = 0; i < NSLOTS; i++) {
-        free(d->slots[i].buf);
+        ovl__page_free(d->slots[i].buf);
         d->slots[i].buf = NULL;
     }
     ovl__stage_put(d->staging, d->staging_cap);

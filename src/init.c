@@ -212,6 +212,8 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     atomic_store(&ovl__g.st_switches, 0);
     atomic_store(&ovl__g.st_faults, 0);
     atomic_store(&ovl__g.st_fault_waits, 0);
+    atomic_store(&ovl__g.st_edge_steps, 0);
+    atomic_store(&ovl__g.st_edge_bounces, 0);
     atomic_store(&ovl__g.st_deltas_sent, 0);
     atomic_store(&ovl__g.st_deltas_recv, 0);
     atomic_store(&ovl__g.st_transfers, 0);
@@ -312,7 +314,8 @@ static void print_stats(void)
         "ovl stats [rank %d] model: L %.2f us, o %.2f us, g %.2f us, %.1f MB/s, eager %zu B, "
         "fault %.2f us, M(1) %.2f us, copy %.0f MB/s, split from %zu B\n"
         "ovl stats [rank %d] transfers %llu, strips %llu, bytes %llu, waiting %.3f ms\n"
-        "ovl stats [rank %d] faults %llu (waited %llu), delta pieces sent %llu received %llu, "
+        "ovl stats [rank %d] faults %llu (waited %llu; neighbour accesses on shared edge pages "
+        "%llu, ovl's copies from them %llu), delta pieces sent %llu received %llu, "
         "fragments sent %llu (in %llu messages) received %llu\n"
         "ovl stats [rank %d] split decisions:%s\n"
         "ovl stats [rank %d] serving others' gets and puts while a segment lives: %s\n"
@@ -328,6 +331,8 @@ static void print_stats(void)
         (double)atomic_load(&ovl__g.st_wait_ns) / 1e6, r,
         (unsigned long long)atomic_load(&ovl__g.st_faults),
         (unsigned long long)atomic_load(&ovl__g.st_fault_waits),
+        (unsigned long long)atomic_load(&ovl__g.st_edge_steps),
+        (unsigned long long)atomic_load(&ovl__g.st_edge_bounces),
         (unsigned long long)atomic_load(&ovl__g.st_deltas_sent),
         (unsigned long long)atomic_load(&ovl__g.st_deltas_recv),
         (unsigned long long)atomic_load(&ovl__g.st_frag_sent),
@@ -421,6 +426,7 @@ int ovl_finalize(void)
     ovl__req_table_fini();
     ovl__watch_fini();
     ovl__stage_drop_all();
+    ovl__page_trim();
     free(ovl__g.sent_to);
     free(ovl__g.recvd_from);
     free(ovl__g.headed_to);
@@ -462,6 +468,8 @@ int ovl_stats_get(ovl_stats_t *s)
     s->coroutine_switches = atomic_load(&ovl__g.st_switches);
     s->faults = atomic_load(&ovl__g.st_faults);
     s->fault_waits = atomic_load(&ovl__g.st_fault_waits);
+    s->edge_steps = atomic_load(&ovl__g.st_edge_steps);
+    s->edge_bounces = atomic_load(&ovl__g.st_edge_bounces);
     s->deltas_sent = atomic_load(&ovl__g.st_deltas_sent);
     s->deltas_received = atomic_load(&ovl__g.st_deltas_recv);
     ovl__rma_stats(s);

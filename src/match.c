@@ -449,14 +449,14 @@ static struct unexp *plain_header_locked(MPI_Message msg, const MPI_Status *st)
     int delta;
     MPI_Mrecv(&h, (int)sizeof h, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
     if (h.magic != OVL__PLAIN_MAGIC) {
-        ovl__error(OVL_ERR_INTERNAL, "ovl progress",
-                   "dropped a message from rank %d: bad header (magic %#x)", st->MPI_SOURCE,
-                   h.magic);
+        ovl__report(OVL_ERR_INTERNAL, "ovl progress",
+                    "dropped a message from rank %d: bad header (magic %#x)", st->MPI_SOURCE,
+                    h.magic);
         return NULL;
     }
     struct unexp *u = calloc(1, sizeof *u);
     if (!u) {
-        ovl__error(OVL_ERR_NOMEM, "ovl progress", "dropped a message: no memory");
+        ovl__report(OVL_ERR_NOMEM, "ovl progress", "dropped a message: no memory");
         return NULL;
     }
     u->msg = MPI_MESSAGE_NULL;
@@ -533,7 +533,7 @@ int ovl__match_poll(void)
         if (!u) {
             /* Cannot park it: receive it now rather than lose it. */
             MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-            ovl__error(OVL_ERR_NOMEM, "ovl progress", "dropped an unexpected message: no memory");
+            ovl__report(OVL_ERR_NOMEM, "ovl progress", "dropped an unexpected message: no memory");
             continue;
         }
         u->msg = msg;
@@ -575,11 +575,11 @@ void ovl__match_drop_unexpected(void)
         }
         MPI_Count n = 0;
         MPI_Get_elements_x(&u->st, MPI_BYTE, &n);
-        void *tmp = malloc(n > 0 ? (size_t)n : 1);
+        void *tmp = ovl__page_alloc(n > 0 ? (size_t)n : 1); /* any size: never malloc'd */
         MPI_Request rq = MPI_REQUEST_NULL;
         if (tmp && ovl__imrecv_bytes(tmp, n > 0 ? (size_t)n : 0, &u->msg, &rq) == MPI_SUCCESS)
             MPI_Wait(&rq, MPI_STATUS_IGNORE);
-        free(tmp);
+        ovl__page_free(tmp);
         free(u);
         u = next;
     }

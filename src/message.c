@@ -14,6 +14,41 @@
 
 #include <stdlib.h>
 
+/* Staging for a buffer that shares a page another pending receive guards
+ * as its edge (buffers carved from one block): MPI, or the kernel on its
+ * behalf (sockets, CMA), cannot read or write that page. The staging
+ * starts as a copy of the buffer's span, so a receive writes back the gaps
+ * of a non-contiguous datatype as they were. Returns the pointer MPI gets
+ * in place of @buf, or @buf itself when no staging is needed. */
+static void *bounce(struct ovl__req *r, void *buf, int count, MPI_Datatype dt, int recv)
+{
+    MPI_Aint lb = 0, ext = 0, tlb = 0, text = 0;
+    if (count <= 0 || ovl__watch_idle() || MPI_Type_get_extent(dt, &lb, &ext) != MPI_SUCCESS ||
+        MPI_Type_get_true_extent(dt, &tlb, &text) != MPI_SUCCESS || ext < 0 || text <= 0)
+        return buf;
+    char *lo = (char *)buf + tlb;
+    size_t span = (size_t)(count - 1) * (size_t)ext + (size_t)text;
+    if (!ovl__watch_edge_touch(lo, span) || !(r->bounce = ovl__stage_get(span, &r->bounce_cap)))
+        return buf;
+    ovl__watch_read(r->bounce, lo, span);
+    if (recv) {
+        r->bounce_to = lo;
+        r->bounce_len = span;
+    }
+    return (void *)((uintptr_t)r->bounce - (uintptr_t)tlb);
+}
+
+/* Write a received staging back (@copy) and give it up. */
+static void unbounce(struct ovl__req *r, int copy)
+{
+    if (!r->bounce)
+        return;
+    if (copy && r->bounce_to)
+        ovl__watch_write(r->bounce_to, r->bounce, r->bounce_len);
+    ovl__stage_put(r->bounce, r->bounce_cap);
+    r->bounce = r->bounce_to = NULL;
+}
+
 static void msg_done(struct ovl__op *op, MPI_Status *st)
 {
     struct ovl__req *r = op->ctx;
@@ -34,6 +69,7 @@ static void msg_done(struct ovl__op *op, MPI_Status *st)
     if (err != MPI_SUCCESS && !cancelled)
         r->status.error = ovl__mpi_error(err, r->kind == OVL__REQ_RECV ? "ovl_irecv" : "ovl_isend",
                                          "message transfer");
+    unbounce(r, !cancelled && err == MPI_SUCCESS);
     if (!cancelled)
         ovl__stats_transfer(r->status.bytes, 1);
     if (ovl__trace_on) {
@@ -50,12 +86,20 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
 {
     struct ovl__req *r = ovl__req_of_match(m);
     if (!st) { /* cancelled by ovl_finalize */
+        unbounce(r, 0);
         ovl__dt_release(r);
         r->status.error = OVL_ERR_CANCELLED;
         ovl__req_complete(r);
         return;
     }
     if (delta) {
+        /* delta.c writes a delta message's pieces through watch itself */
+        if (r->bounce) {
+            MPI_Aint tlb = 0, text = 0;
+            MPI_Type_get_true_extent(r->dt, &tlb, &text);
+            r->buf = r->bounce_to - tlb;
+            unbounce(r, 0);
+        }
         ovl__delta_matched_header(r, msg, st);
         return;
     }
@@ -71,6 +115,7 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
         return;
     if (r->op.mreq != MPI_REQUEST_NULL)
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
+    unbounce(r, 0);
     r->status.error = rc == OVL_ERR_NOMEM ? ovl__error(rc, "ovl_irecv", "no memory")
                                           : ovl__mpi_error(rc, "ovl_irecv", "MPI_Imrecv");
     ovl__req_complete(r);
@@ -134,25 +179,40 @@ static void body_hdr_sent(struct ovl__op *op, MPI_Status *st)
     free(op);
 }
 
-/* Send the header of a header + body message; the body's delta id in @sid. */
-static int send_body_header(int dest, int tag, size_t bytes, unsigned *sid)
+/* Send @r's message to a peer sent delta messages: the body on comm_delta
+ * (tag: a fresh delta id), then the header naming it in the delta tag
+ * space, which match.c pairs with a receive. The body goes first, so a
+ * failure leaves nothing behind: MPI refuses a bad datatype there before
+ * the header has left (the id is given back), and a header that cannot
+ * follow takes its body back; a header without its body would hold every
+ * later message from this rank at the receiver (match.c). */
+static int send_header_body(const char *fn, struct ovl__req *r, const void *buf, int count,
+                            MPI_Datatype dt, int dest, int tag)
 {
     struct body_hdr_send *b = calloc(1, sizeof *b);
     if (!b)
-        return OVL_ERR_NOMEM;
-    *sid = ovl__delta_new_sid();
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a message header");
+    unsigned sid = ovl__delta_new_sid();
+    int rc = MPI_Isend(buf, count, dt, dest, (int)sid, ovl__g.comm_delta, &r->op.mreq);
+    if (rc != MPI_SUCCESS) {
+        ovl__delta_return_sid(sid);
+        free(b);
+        return ovl__mpi_error(rc, fn, "MPI_Isend");
+    }
     b->h.magic = OVL__PLAIN_MAGIC;
-    b->h.sid = *sid;
-    b->h.bytes = bytes;
+    b->h.sid = sid;
+    b->h.bytes = r->status.bytes;
     b->op.ctx = b;
     b->op.done = body_hdr_sent;
     b->op.kind = OVL__OP_SEND;
     b->op.peer = dest;
-    int rc = MPI_Isend(&b->h, (int)sizeof b->h, MPI_BYTE, dest, ovl__delta_tag(tag),
-                       ovl__g.comm_msg, &b->op.mreq);
+    rc = MPI_Isend(&b->h, (int)sizeof b->h, MPI_BYTE, dest, ovl__delta_tag(tag), ovl__g.comm_msg,
+                   &b->op.mreq);
     if (rc != MPI_SUCCESS) {
+        MPI_Cancel(&r->op.mreq);
+        MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
         free(b);
-        return OVL_ERR_MPI;
+        return ovl__mpi_error(rc, fn, "MPI_Isend of a message header");
     }
     if (ovl__engine_add(&b->op) != OVL_SUCCESS) {
         MPI_Wait(&b->op.mreq, MPI_STATUS_IGNORE);
@@ -175,6 +235,25 @@ static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt
     return OVL_SUCCESS;
 }
 
+/* MPI checks a receive's datatype (valid, committed) when the receive is
+ * posted, but ovl posts it to MPI only once its message has been matched
+ * (match.c), and a failure there would take that message with it. A
+ * receive from MPI_PROC_NULL has MPI check it now and moves nothing. */
+static int check_recv_type(const char *fn, void *buf, int count, MPI_Datatype dt)
+{
+    int ni, na, nd, comb;
+    if (MPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_ARG, fn, "invalid datatype");
+    if (comb == MPI_COMBINER_NAMED)
+        return OVL_SUCCESS;
+    MPI_Request rq = MPI_REQUEST_NULL;
+    int rc = MPI_Irecv(buf, count, dt, MPI_PROC_NULL, 0, ovl__g.comm_msg, &rq);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, fn, "MPI_Irecv");
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    return OVL_SUCCESS;
+}
+
 /* A send buffer some of whose bytes are still arriving (a fault-monitored
  * delta receive or get): MPI would read them without waiting. The whole
  * buffer of a delta receive is forwarded as a delta send (which ovl_irecv
@@ -194,10 +273,11 @@ static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int tsize
     size_t bytes = (size_t)count * (size_t)tsize;
     if (tlb == 0 && span == bytes && ovl__delta_arriving(buf, bytes)) {
         *rc = ovl_delta_send_begin((void *)(uintptr_t)buf, count, dt, dest, tag, req);
-        if (*rc == OVL_SUCCESS && (*rc = ovl_delta_send_end(*req)) != OVL_SUCCESS) {
-            ovl_request_t r = *req;
-            int frc = ovl_request_free(&r); /* the send keeps going in the background */
-            (void)frc;
+        if (*rc == OVL_SUCCESS) {
+            /* The send has begun: an error of its transfer from here on is
+             * the request's, in its status (ovl_wait), as for any send. */
+            int erc = ovl_delta_send_end(*req);
+            (void)erc;
         }
         return 1;
     }
@@ -236,6 +316,8 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     int tsize = 0;
     if (MPI_Type_size(dt, &tsize) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
+    if (kind == OVL__REQ_RECV && (rc = check_recv_type(fn, buf, count, dt)))
+        return rc;
     if (peer == MPI_PROC_NULL)
         return ovl__post_proc_null(fn, kind, req);
     if (kind == OVL__REQ_SEND && isend_arriving(buf, count, dt, tsize, peer, tag, req, &rc))
@@ -254,21 +336,20 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->op.kind = OVL__OP_SEND;
         r->status.source = ovl__g.rank;
         r->status.bytes = (size_t)count * (size_t)tsize;
-        unsigned sid = 0;
+        buf = bounce(r, buf, count, dt, 0);
         if (!atomic_load(&ovl__g.headed_to[peer])) {
             rc = MPI_Isend(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
-        } else if ((rc = send_body_header(peer, tag, r->status.bytes, &sid)) != OVL_SUCCESS) {
+        } else if ((rc = send_header_body(fn, r, buf, count, dt, peer, tag)) != OVL_SUCCESS) {
+            unbounce(r, 0);
             ovl__req_release(r);
-            return rc == OVL_ERR_NOMEM ? ovl__error(rc, fn, "no memory for a message header")
-                                       : ovl__mpi_error(MPI_ERR_OTHER, fn, "MPI_Isend");
-        } else {
-            rc = MPI_Isend(buf, count, dt, peer, (int)sid, ovl__g.comm_delta, &r->op.mreq);
+            return rc;
         }
     } else {
         r->op.kind = OVL__OP_RECV;
-        r->buf = buf;
+        r->buf = bounce(r, buf, count, dt, 1);
         r->count = count;
         if (ovl__dt_keep(dt, &r->dt, &r->dt_owned) != OVL_SUCCESS) {
+            unbounce(r, 0);
             ovl__req_release(r);
             return ovl__error(OVL_ERR_ARG, fn, "invalid datatype");
         }
@@ -285,6 +366,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         return OVL_SUCCESS;
     }
     if (rc != MPI_SUCCESS) {
+        unbounce(r, 0);
         ovl__req_release(r);
         return ovl__mpi_error(rc, fn, kind == OVL__REQ_SEND ? "MPI_Isend" : "MPI_Irecv");
     }
@@ -297,6 +379,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
                   : ovl__engine_add_sized(&r->op, r->status.bytes)) != OVL_SUCCESS) {
         /* The MPI request exists: finish it here rather than leak it. */
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
+        unbounce(r, 0);
         ovl__req_release(r);
         return ovl__error(rc, fn, "no memory to track the request");
     }

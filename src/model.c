@@ -333,7 +333,9 @@ static double quick_copy_rate(void)
     if (n > ((size_t)32 << 20))
         n = (size_t)32 << 20;
     n = n / CHUNK * CHUNK;
-    char *a = malloc(n), *b = malloc(CHUNK);
+    /* mapped, not malloc'd: freeing a block this large would raise glibc's
+     * mmap threshold for the rest of the program (ovl__page_alloc) */
+    char *a = ovl__page_alloc(n), *b = ovl__page_alloc(CHUNK);
     double best = 0;
     if (a && b) {
         memset(a, 1, n);
@@ -351,8 +353,8 @@ static double quick_copy_rate(void)
         }
         best /= (double)n;
     }
-    free(a);
-    free(b);
+    ovl__page_free(a);
+    ovl__page_free(b);
     return best > 0 ? best : model_defaults.compute_us_per_B;
 }
 
@@ -429,7 +431,7 @@ static int quick_estimate(void)
     if (peer > 0 && (ovl__g.rank == 0 || ovl__g.rank == peer)) {
         int other = ovl__g.rank == 0 ? peer : 0;
         enum { MID = 131072, BIG = 262144 };
-        char *buf = calloc(1, BIG);
+        char *buf = ovl__page_alloc(BIG); /* zeroed; never malloc'd (quick_copy_rate) */
         if (!buf)
             return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
         pingpong(other, buf, 1, 2); /* warm up the connection */
@@ -458,7 +460,7 @@ static int quick_estimate(void)
             else
                 MPI_Recv(&again, 1, MPI_INT, other, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
         }
-        free(buf);
+        ovl__page_free(buf);
     }
     MPI_Request rq;
     if (MPI_Ibarrier(ovl__g.comm_delta, &rq) != MPI_SUCCESS)

@@ -33,11 +33,26 @@
 /* ---- error.c ---------------------------------------------------------- */
 
 /* Record @code with a printf-style detail for ovl_error_detail(), print it if
- * verbose, and return @code so callers can `return ovl__error(...)`. */
+ * verbose, and return @code so callers can `return ovl__error(...)`. @fn is
+ * the public call that returns the error (also through a request's status);
+ * under OVL_ERRORS=fatal this prints the error and aborts the job instead. */
 int ovl__error(int code, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* ovl__error for a failure ovl handles itself, which no call returns (a
+ * message dropped, a trace file not written): never aborts. An @fn that
+ * names a part of ovl, not a call ("ovl progress"), makes ovl__error such a
+ * report too. */
+int ovl__report(int code, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Map an MPI error code to an ovl code, recording MPI's message. */
 int ovl__mpi_error(int mpierr, const char *fn, const char *what);
+/* @fn returns @code, which no ovl__error recorded (an operation's status: a
+ * marshal function's own code, a stream its sender aborted): under
+ * OVL_ERRORS=fatal, abort as ovl__error does. Returns @code. */
+int ovl__error_returned(int code, const char *fn);
+/* OVL_ERRORS: ovl_init sets the mode it resolved; before, the variable's. */
+void ovl__errors_set(ovl_errors_t mode);
+int ovl__errors_fatal(void);
 void ovl__info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- config.c --------------------------------------------------------- */
@@ -53,6 +68,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
 struct ovl__tls {
     int in_callback;        /* depth of continuation callbacks on this thread */
     struct ovl__coro *coro; /* coroutine running on this thread, if any */
+    int reports_only;       /* depth of code whose errors ovl handles itself: ovl__error
+                               is ovl__report there (segments ovl_finalize frees) */
     char detail[256];       /* ovl_error_detail() */
 };
 struct ovl__tls *ovl__tls(void) __attribute__((noinline));
@@ -159,6 +176,11 @@ struct ovl__req {
     int dt_owned;
     struct ovl__delta *delta; /* delta requests, and ovl_irecv of a delta */
     double t_post_us;         /* OVL_TRACE: when it was posted */
+    /* ovl_isend/ovl_irecv of a buffer on another pending receive's guarded
+     * edge page: MPI moves the bytes through this staging (message.c) */
+    char *bounce;
+    size_t bounce_cap, bounce_len;
+    char *bounce_to; /* the program's span of the buffer */
 };
 
 /* The request a receive's match entry belongs to (match.c hands back @m). */
@@ -376,11 +398,20 @@ void ovl__watch_send_seal(struct ovl__watch *w);
 void ovl__watch_send_finish(struct ovl__watch *w);
 size_t ovl__watch_page(void);
 /* Memory for ovl's own buffers that MPI may fill or read (piece slots,
- * staging): whole pages of their own (free with free()), so that no page
- * is shared with a user buffer whose edge is guarded -- the kernel (CMA,
- * /proc/self/mem) cannot pass a guarded page, only this process's threads
- * can. */
+ * staging): whole pages of their own, so that no page is shared with a
+ * user buffer whose edge is guarded -- the kernel (CMA, /proc/self/mem)
+ * cannot pass a guarded page, only this process's threads can. Zeroed.
+ * Mapped with mmap, never malloc'd: glibc raises its mmap threshold when a
+ * large block of its own is freed, which would move the program's large
+ * blocks into the heap: any internal buffer that can reach 128 KiB comes
+ * from here. Free with ovl__page_free (NULL is ignored), never free(). */
 void *ovl__page_alloc(size_t bytes);
+/* realloc for ovl__page_alloc memory: NULL @p allocates; on failure NULL,
+ * @p untouched. For tables that grow with the work in flight. */
+void *ovl__page_realloc(void *p, size_t bytes);
+void ovl__page_free(void *p);
+/* Unmap the blocks ovl__page_free keeps for reuse (ovl_finalize). */
+void ovl__page_trim(void);
 /* Staging buffers (stage.c): whole pages, cached for the next transfer.
  * get: at least @bytes, *cap receives the size to give back; NULL: no
  * memory. put: back to the cache (or freed); NULL is ignored. */
@@ -391,6 +422,14 @@ void ovl__stage_drop_all(void);
 /* Is no region registered (nothing pending under a fault monitor)? One
  * atomic load. */
 int ovl__watch_idle(void);
+/* Does [p, +len) touch a page guarded as another pending receive's edge?
+ * MPI, and the kernel on its behalf, cannot read or write such a page. */
+int ovl__watch_edge_touch(const void *p, size_t len);
+/* memcpy from program memory that may share a guarded edge page, without
+ * faulting (through /proc/self/mem when it does). */
+void ovl__watch_read(void *dst, const void *src, size_t len);
+/* memcpy into program memory that may share a guarded edge page. */
+void ovl__watch_write(void *dst, const void *src, size_t len);
 /* Does a registered region (pending delta, get or put) touch [p, p+len)?
  * With @missing: does a pending receive (delta receive or get) still wait
  * for a byte of it? MPI must not be given such memory: its reads through
@@ -581,6 +620,9 @@ size_t ovl__model_strips(size_t bytes, int peer, size_t *sizes, size_t max, int 
 struct ovl__delta;
 /* A fresh delta id: the tag of a message's pieces (or body) on comm_delta. */
 unsigned ovl__delta_new_sid(void);
+/* Give back @sid, taken by a call that then failed before using it, if no
+ * id was taken since (a gap otherwise: ids need only be distinct). */
+void ovl__delta_return_sid(unsigned sid);
 /* A receive posted by ovl_irecv / ovl_delta_recv matched a delta header. */
 void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st);
 /* ovl_finalize: end delta sends the program never ended. */
@@ -687,7 +729,8 @@ struct ovl__global {
     int *node_of;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
-        st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv, st_stream_msgs;
+        st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv, st_stream_msgs,
+        st_edge_steps, st_edge_bounces;
     /* OVL_STATS: transfers of every front end, their strips, bytes, time
      * spent waiting, and the split decisions by reason */
     atomic_ullong st_transfers, st_strips, st_bytes, st_wait_ns;

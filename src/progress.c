@@ -205,11 +205,13 @@ static void count_kind_locked(const struct ovl__op *op, int d)
 static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op))
 {
     if (E.n == E.cap) {
+        /* the engine's tables grow with the work in flight, past glibc's
+         * mmap threshold: mapped, never malloc'd (ovl__page_realloc) */
         int ncap = E.cap ? 2 * E.cap : 64;
-        MPI_Request *m = realloc(E.mreqs, (size_t)ncap * sizeof *m);
+        MPI_Request *m = ovl__page_realloc(E.mreqs, (size_t)ncap * sizeof *m);
         if (m)
             E.mreqs = m;
-        struct ovl__op **o = m ? realloc(E.ops, (size_t)ncap * sizeof *o) : NULL;
+        struct ovl__op **o = m ? ovl__page_realloc(E.ops, (size_t)ncap * sizeof *o) : NULL;
         if (!o)
             return OVL_ERR_NOMEM;
         E.ops = o;
@@ -436,7 +438,7 @@ void ovl__engine_defer_callback(struct ovl__req *r)
 {
     if (E.ndef == E.capdef) {
         int ncap = E.capdef ? 2 * E.capdef : 16;
-        struct ovl__req **d = realloc(E.deferred, (size_t)ncap * sizeof *d);
+        struct ovl__req **d = ovl__page_realloc(E.deferred, (size_t)ncap * sizeof *d);
         if (!d)
             abort(); /* cannot lose a continuation; 16+ pointers */
         E.deferred = d;
@@ -520,16 +522,16 @@ static int grow_batch(int need)
     int ncap = E.bcap ? E.bcap : 64;
     while (ncap < need)
         ncap *= 2;
-    int *idx = realloc(E.idx, (size_t)ncap * sizeof *idx);
+    int *idx = ovl__page_realloc(E.idx, (size_t)ncap * sizeof *idx);
     if (idx)
         E.idx = idx;
-    MPI_Status *sts = idx ? realloc(E.sts, (size_t)ncap * sizeof *sts) : NULL;
+    MPI_Status *sts = idx ? ovl__page_realloc(E.sts, (size_t)ncap * sizeof *sts) : NULL;
     if (sts)
         E.sts = sts;
-    struct ovl__op **b = sts ? realloc(E.batch, (size_t)ncap * sizeof *b) : NULL;
+    struct ovl__op **b = sts ? ovl__page_realloc(E.batch, (size_t)ncap * sizeof *b) : NULL;
     if (b)
         E.batch = b;
-    MPI_Status *bs = b ? realloc(E.batch_sts, (size_t)ncap * sizeof *bs) : NULL;
+    MPI_Status *bs = b ? ovl__page_realloc(E.batch_sts, (size_t)ncap * sizeof *bs) : NULL;
     if (!bs)
         return -1;
     E.batch_sts = bs;
@@ -1189,13 +1191,13 @@ void ovl__engine_stop(void)
         E.thread_on = 0;
         pthread_cond_destroy(&E.cond);
     }
-    free(E.mreqs);
-    free(E.ops);
-    free(E.idx);
-    free(E.sts);
-    free(E.batch);
-    free(E.batch_sts);
-    free(E.deferred);
+    ovl__page_free(E.mreqs);
+    ovl__page_free(E.ops);
+    ovl__page_free(E.idx);
+    ovl__page_free(E.sts);
+    ovl__page_free(E.batch);
+    ovl__page_free(E.batch_sts);
+    ovl__page_free(E.deferred);
     E.mreqs = NULL;
     E.ops = NULL;
     E.idx = NULL;

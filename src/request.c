@@ -74,11 +74,11 @@ void ovl__req_table_fini(void)
     }
     tab.first_gen = gen_next(max_gen);
     for (unsigned i = 0; i < tab.nchunks; i++) {
-        free(atomic_load(&tab.chunks[i]));
+        ovl__page_free(atomic_load(&tab.chunks[i]));
         atomic_store(&tab.chunks[i], NULL);
     }
     tab.nchunks = 0;
-    free(tab.free_idx);
+    ovl__page_free(tab.free_idx);
     tab.free_idx = NULL;
     tab.nfree = tab.cap_free = 0;
     pthread_mutex_unlock(&tab.lock);
@@ -94,14 +94,15 @@ static int grow(void)
 {
     if (tab.nchunks == MAX_CHUNKS)
         return OVL_ERR_NOMEM;
-    struct ovl__req *c = calloc(CHUNK_SLOTS, sizeof *c);
+    /* hundreds of KiB: mapped, never malloc'd (ovl__page_alloc) */
+    struct ovl__req *c = ovl__page_alloc(CHUNK_SLOTS * sizeof *c);
     if (!c)
         return OVL_ERR_NOMEM;
     if (tab.cap_free < (tab.nchunks + 1) * CHUNK_SLOTS) {
         unsigned ncap = (tab.nchunks + 1) * CHUNK_SLOTS;
-        uint32_t *f = realloc(tab.free_idx, ncap * sizeof *f);
+        uint32_t *f = ovl__page_realloc(tab.free_idx, ncap * sizeof *f);
         if (!f) {
-            free(c);
+            ovl__page_free(c);
             return OVL_ERR_NOMEM;
         }
         tab.free_idx = f;
@@ -250,14 +251,16 @@ static int claim(struct ovl__req *r, uint32_t g)
     return CLAIM_OK;
 }
 
-/* Claimed: hand out the status and release the slot. */
-static int take_status(struct ovl__req *r, uint32_t g, ovl_status_t *status)
+/* Claimed: hand out the status and release the slot; @fn returns the
+ * operation's error (under OVL_ERRORS=fatal, one that ovl__error already
+ * recorded has aborted: this catches the others). */
+static int take_status(const char *fn, struct ovl__req *r, uint32_t g, ovl_status_t *status)
 {
     int err = r->status.error;
     if (status)
         *status = r->status;
     recycle(r, gen_next(g));
-    return err;
+    return ovl__error_returned(err, fn);
 }
 
 static void empty_status(ovl_status_t *status)
@@ -322,9 +325,9 @@ static void wait_done(struct ovl__req *r, uint32_t g)
                             NULL, 0);
 }
 
-int ovl_wait(ovl_request_t *req, ovl_status_t *status)
+/* ovl_wait, its errors recorded as @fn's. */
+static int wait_one(const char *fn, ovl_request_t *req, ovl_status_t *status)
 {
-    static const char *fn = "ovl_wait";
     int rc;
     struct ovl__req *r;
     if ((rc = ovl__check_init(fn)))
@@ -357,7 +360,12 @@ int ovl_wait(ovl_request_t *req, ovl_status_t *status)
     if (c == CLAIM_GONE)
         return gone(fn, h);
     *req = OVL_REQUEST_NULL;
-    return take_status(r, g, status);
+    return take_status(fn, r, g, status);
+}
+
+int ovl_wait(ovl_request_t *req, ovl_status_t *status)
+{
+    return wait_one("ovl_wait", req, status);
 }
 
 int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
@@ -393,31 +401,50 @@ int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
     }
     *flag = 1;
     *req = OVL_REQUEST_NULL;
-    return take_status(r, g, status);
+    return take_status(fn, r, g, status);
 }
 
 int ovl_waitall(int count, ovl_request_t reqs[], ovl_status_t statuses[])
 {
     static const char *fn = "ovl_waitall";
-    int rc, first = OVL_SUCCESS;
+    int rc, nfailed = 0, first = -1, first_rc = OVL_SUCCESS;
     if ((rc = ovl__check_init(fn)))
         return rc;
     if (count < 0)
         return ovl__error(OVL_ERR_ARG, fn, "negative count %d", count);
     if (count > 0 && !reqs)
         return ovl__error(OVL_ERR_ARG, fn, "request array is NULL");
-    /* Validate every handle first so a bad one leaves the others untouched. */
+    /* From a callback, a request not complete yet refuses the whole call
+     * before any request is touched. */
     for (int i = 0; i < count; i++) {
         struct ovl__req *r;
-        if (reqs[i] != OVL_REQUEST_NULL && (rc = lookup_checked(fn, reqs[i], &r)))
+        if (reqs[i] != OVL_REQUEST_NULL && ovl__req_lookup(reqs[i], &r) == OVL_SUCCESS &&
+            !atomic_load_explicit(&r->done, memory_order_acquire) &&
+            (rc = ovl__check_not_in_callback(fn)))
             return rc;
     }
+    /* As MPI_Waitall: one request's failure (a stale handle, an operation
+     * that failed) stops none of the others, each status says how its
+     * request ended, and the call says that some failed. */
     for (int i = 0; i < count; i++) {
-        rc = ovl_wait(&reqs[i], statuses ? &statuses[i] : OVL_STATUS_IGNORE);
-        if (rc != OVL_SUCCESS && first == OVL_SUCCESS)
-            first = rc;
+        ovl_status_t st;
+        empty_status(&st);
+        if ((rc = wait_one(fn, &reqs[i], &st)) != OVL_SUCCESS) {
+            st.error = rc;
+            if (nfailed++ == 0) {
+                first = i;
+                first_rc = rc;
+            }
+        }
+        if (statuses)
+            statuses[i] = st;
     }
-    return first;
+    if (nfailed == 0)
+        return OVL_SUCCESS;
+    return ovl__error(OVL_ERR_IN_STATUS, fn,
+                      "%d of %d requests failed, the first reqs[%d] with %s: each status has its "
+                      "error; the others completed and were released",
+                      nfailed, count, first, ovl_strerror(first_rc));
 }
 
 int ovl_request_free(ovl_request_t *req)

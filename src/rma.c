@@ -501,6 +501,16 @@ static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int
 {
     double t0 = ovl__trace_on ? ovl__now_us() : 0;
     int rc = MPI_SUCCESS;
+    /* A buffer on another pending receive's guarded edge page: MPI (or the
+     * kernel for it) cannot reach that page, so the bytes go through
+     * staging of ovl's own. */
+    char *user = buf, *stage = NULL;
+    size_t cap = 0;
+    if (ovl__watch_edge_touch(buf, bytes) && (stage = ovl__stage_get(bytes, &cap)) != NULL) {
+        if (is_put)
+            ovl__watch_read(stage, buf, bytes);
+        buf = stage;
+    }
     for (size_t at = 0; at < bytes && rc == MPI_SUCCESS;) {
         int n = (int)(bytes - at < MAX_STRIP ? bytes - at : MAX_STRIP);
         MPI_Aint disp = (MPI_Aint)(offset + at);
@@ -509,6 +519,11 @@ static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int
         if (rc == MPI_SUCCESS)
             rc = MPI_Win_flush_local(rank, s->win);
         at += (size_t)n;
+    }
+    if (stage) {
+        if (!is_put && rc == MPI_SUCCESS)
+            ovl__watch_write(user, stage, bytes);
+        ovl__stage_put(stage, cap);
     }
     ovl__stats_split_reason(OVL__SPLIT_LOCAL);
     count(bytes, 1);
@@ -872,13 +887,13 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
         at += sz[i];
     }
     if (!hold) {
-        memcpy(x->staging, src, bytes);
+        ovl__watch_read(x->staging, src, bytes);
     } else {
         /* the copied bytes sit at their own offsets in staging */
         if (head)
-            memcpy(x->staging, src, head);
+            ovl__watch_read(x->staging, src, head);
         if (tail)
-            memcpy(x->staging + head + mid, (const char *)src + head + mid, tail);
+            ovl__watch_read(x->staging + head + mid, (const char *)src + head + mid, tail);
         if ((rc = ovl__watch_hold_create(mon, src, bytes, &x->w)) != OVL_SUCCESS) {
             pthread_mutex_unlock(&X.lock);
             free(x->st);

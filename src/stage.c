@@ -64,7 +64,7 @@ void ovl__stage_put(char *p, size_t cap)
             if (SC.cap[slot] >= cap)
                 slot = -1;
             else
-                free(SC.p[slot]);
+                ovl__page_free(SC.p[slot]);
         }
         if (slot >= 0) {
             SC.p[slot] = p;
@@ -73,14 +73,14 @@ void ovl__stage_put(char *p, size_t cap)
         }
         pthread_mutex_unlock(&SC.lock);
     }
-    free(p);
+    ovl__page_free(p);
 }
 
 void ovl__stage_drop_all(void)
 {
     pthread_mutex_lock(&SC.lock);
     for (int i = 0; i < STAGE_SLOTS; i++) {
-        free(SC.p[i]);
+        ovl__page_free(SC.p[i]);
         SC.p[i] = NULL;
         SC.cap[i] = 0;
     }

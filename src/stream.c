@@ -97,7 +97,8 @@ struct ovl__stream {
     size_t rpos;
     uint32_t next_post;
     int last_seen;
-    int aborted;
+    int aborted;     /* ended early: its sender aborted it, or ovl_finalize cancelled it */
+    int cancelled;   /* ... ovl_finalize cancelled it (before it arrived) */
     size_t received; /* payload bytes arrived */
     double t_first;  /* ovl__now_us when fragment 0 arrived (receive side) */
     int head_ready;  /* frags[head] seen FR_READY (coroutine only) */
@@ -552,7 +553,7 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
     if (!data && bytes)
         return ovl__error(OVL_ERR_ARG, fn, "data is NULL");
     if (s->err)
-        return s->err;
+        return ovl__error_returned(s->err, fn);
     const char *p = data;
     while (bytes) {
         struct frag *f;
@@ -575,7 +576,7 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
             }
             post_full(s, f);
             if (s->err)
-                return s->err;
+                return ovl__error_returned(s->err, fn);
             continue;
         }
         size_t n = cap - f->len;
@@ -590,7 +591,7 @@ int ovl_stream_write(ovl_stream_t stream, const void *data, size_t bytes)
             s->cur = -1;
             send_frag(s, f, 0, 1);
             if (s->err)
-                return s->err;
+                return ovl__error_returned(s->err, fn);
         }
     }
     wopen(s);
@@ -737,7 +738,7 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
         if (first || s->err) {
             /* Nothing more will come: let the reader see the end. */
             if (cancelled && first)
-                s->aborted = 1;
+                s->aborted = s->cancelled = 1;
             s->last_seen = 1;
             f->state = FR_READY;
             f->len = 0;
@@ -859,15 +860,22 @@ int ovl_stream_read(ovl_stream_t stream, void *data, size_t bytes)
     rsync(s);
     if (!data && bytes)
         return ovl__error(OVL_ERR_ARG, fn, "data is NULL");
+    size_t at = s->tell;
     int rc = read_bytes(s, data, bytes);
     if (rc == OVL_SUCCESS)
         ropen(s);
     if (rc == OVL_ERR_EOF) {
+        /* ovl_finalize's cancel is ovl's own shutdown, no failure: under
+         * OVL_ERRORS=fatal it no more aborts here than for ovl_irecv */
+        if (s->cancelled)
+            return ovl__report(OVL_ERR_CANCELLED, fn,
+                               "ovl_finalize cancelled the message before it arrived");
         if (s->aborted)
-            return ovl__error(OVL_ERR_CANCELLED, fn,
-                              "the message was cancelled or aborted by the sender");
+            return ovl__error(OVL_ERR_CANCELLED, fn, "the message was aborted by its sender");
         if (s->err)
-            return s->err;
+            return ovl__error_returned(s->err, fn);
+        return ovl__error(OVL_ERR_EOF, fn, "%zu bytes asked for at byte %zu of a %zu-byte message",
+                          bytes, at, s->tell);
     }
     return rc;
 }

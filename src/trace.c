@@ -198,7 +198,7 @@ void ovl__trace_init(void)
         if (*end == 0 && v >= 16 && v <= (1ull << 26))
             cap = (size_t)v;
     }
-    T.ev = calloc(cap, sizeof *T.ev);
+    T.ev = ovl__page_alloc(cap * sizeof *T.ev); /* zeroed; megabytes: never malloc'd */
     if (!T.ev) {
         ovl__info("trace: no memory for %zu events: tracing off", cap);
         return;
@@ -244,7 +244,7 @@ void ovl__trace_fini(void)
         n = T.cap;
     FILE *f = fopen(T.path, "w");
     if (!f) {
-        ovl__error(OVL_ERR_ARG, "ovl_finalize", "OVL_TRACE: cannot write %s", T.path);
+        ovl__report(OVL_ERR_ARG, "ovl_finalize", "OVL_TRACE: cannot write %s", T.path);
     } else {
         fputs("{\"traceEvents\":[", f);
         fprintf(f,
@@ -264,7 +264,7 @@ void ovl__trace_fini(void)
                 "\"events\":%zu,\"dropped\":%llu}}\n",
                 ovl__g.rank, ovl__g.size, n, dropped);
         if (fclose(f) != 0)
-            ovl__error(OVL_ERR_ARG, "ovl_finalize", "OVL_TRACE: error writing %s", T.path);
+            ovl__report(OVL_ERR_ARG, "ovl_finalize", "OVL_TRACE: error writing %s", T.path);
         if (dropped)
             fprintf(stderr,
                     "ovl: trace %s: buffer full, %llu events dropped (raise OVL_TRACE_EVENTS)\n",
@@ -272,7 +272,7 @@ void ovl__trace_fini(void)
     }
     for (size_t i = 0; i < n; i++)
         free(T.ev[i].json);
-    free(T.ev);
+    ovl__page_free(T.ev);
     T.ev = NULL;
     T.cap = 0;
 }

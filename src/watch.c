@@ -49,8 +49,10 @@ static struct {
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
-        ovl__spin_t busy; /* orders a release against a single-step re-guard */
+        ovl__spin_t busy;            /* orders a release against a single-step re-guard */
+        _Atomic unsigned long steps; /* neighbour accesses let through while guarded */
     } edges[MAX_EDGES];
+    atomic_int said_steps; /* the many-steps advice is given once */
     /* ranges of regions released lately: a fault racing with the release
      * is retried once instead of being taken for a genuine one */
     struct {
@@ -78,13 +80,98 @@ size_t ovl__watch_page(void)
     return page_size;
 }
 
-void *ovl__page_alloc(size_t bytes)
+/* Straight from mmap, never from malloc: glibc gives a large block a
+ * mapping of its own, and freeing one raises its mmap threshold, after
+ * which the program's own large blocks come from the heap. ovl leaves the
+ * allocator as it found it. The page before the block holds the mapping's
+ * length for ovl__page_free. */
+static size_t page_map_len(size_t bytes)
 {
     size_t ps = ovl__watch_page();
-    void *p = NULL;
-    if (bytes > SIZE_MAX - ps || posix_memalign(&p, ps, (bytes + ps - 1) / ps * ps) != 0)
+    if (bytes > SIZE_MAX - 2 * ps)
+        return 0;
+    return ps + (bytes ? (bytes + ps - 1) / ps * ps : ps);
+}
+
+/* Blocks of up to PAGE_CACHE_MAX bytes are kept for reuse (delta pieces,
+ * staging: one mmap and munmap each, with their page faults, per piece
+ * would be paid on every transfer). */
+#define PAGE_CACHE_N   32
+#define PAGE_CACHE_MAX ((size_t)512 << 10)
+static struct {
+    pthread_mutex_t lock;
+    char *v[PAGE_CACHE_N];
+    int n;
+} PC = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void *ovl__page_alloc(size_t bytes)
+{
+    size_t len = page_map_len(bytes);
+    if (!len)
         return NULL;
-    return p;
+    if (len <= PAGE_CACHE_MAX) {
+        char *hit = NULL;
+        pthread_mutex_lock(&PC.lock);
+        for (int i = 0; i < PC.n && !hit; i++)
+            if (*(const size_t *)PC.v[i] == len) {
+                hit = PC.v[i];
+                PC.v[i] = PC.v[--PC.n];
+            }
+        pthread_mutex_unlock(&PC.lock);
+        if (hit)
+            return hit + ovl__watch_page();
+    }
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    *(size_t *)m = len;
+    return m + ovl__watch_page();
+}
+
+void *ovl__page_realloc(void *p, size_t bytes)
+{
+    if (!p)
+        return ovl__page_alloc(bytes);
+    size_t len = page_map_len(bytes);
+    char *m = (char *)p - ovl__watch_page();
+    size_t old = *(const size_t *)m;
+    if (!len)
+        return NULL;
+    if (len == old)
+        return p;
+    char *n = mremap(m, old, len, MREMAP_MAYMOVE);
+    if (n == MAP_FAILED)
+        return NULL;
+    *(size_t *)n = len;
+    return n + ovl__watch_page();
+}
+
+void ovl__page_free(void *p)
+{
+    if (!p)
+        return;
+    char *m = (char *)p - ovl__watch_page();
+    size_t len = *(const size_t *)m;
+    if (len <= PAGE_CACHE_MAX) {
+        pthread_mutex_lock(&PC.lock);
+        int kept = PC.n < PAGE_CACHE_N;
+        if (kept)
+            PC.v[PC.n++] = m;
+        pthread_mutex_unlock(&PC.lock);
+        if (kept)
+            return;
+    }
+    munmap(m, len);
+}
+
+void ovl__page_trim(void)
+{
+    pthread_mutex_lock(&PC.lock);
+    while (PC.n > 0) {
+        char *m = PC.v[--PC.n];
+        munmap(m, *(const size_t *)m);
+    }
+    pthread_mutex_unlock(&PC.lock);
 }
 
 /* ---- helpers usable from the handler -------------------------------------- */
@@ -234,8 +321,8 @@ static void free_region(struct ovl__watch *w)
 {
     if (w->shadow) /* only backends with a shadow make one */
         backend(w)->recv_release(w);
-    free(w->touch); /* w->touched lives in the same block */
-    free(w);
+    ovl__page_free(w->touch); /* w->touched lives in the same block */
+    ovl__page_free(w);
 }
 
 /* Free released regions once no fault handler can still be looking at
@@ -340,6 +427,7 @@ static int edge_get_locked(uintptr_t page, uintptr_t probe)
     int err = ovl__watch_protect_probed((void *)page, ovl__watch_page(), probe);
     if (err)
         return err;
+    atomic_store(&W.edges[free_slot].steps, 0);
     atomic_store(&W.edges[free_slot].page, page);
     atomic_store(&W.edges[free_slot].refs, 1);
     return 0;
@@ -360,11 +448,29 @@ static int edge_open_page(uintptr_t page)
     return mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) == 0 ? 0 : errno;
 }
 
+/* Neighbour accesses on one guarded edge page during one transfer beyond
+ * which the program is told, once, how to avoid them: each costs a trap
+ * (two signals and two mprotect calls), so this many cost milliseconds. */
+#define STEP_ADVICE 64
+
+static void advise_steps(uintptr_t page, unsigned long steps, const struct ovl__watch *w)
+{
+    if (steps < STEP_ADVICE || ovl__g.cfg.verbose < 1 || atomic_exchange(&W.said_steps, 1))
+        return;
+    fprintf(stderr,
+            "ovl: rank %d: the program touched other data on page %p, which it shares with the "
+            "pending buffer [%p, +%zu), %lu times during one transfer; each such access is let "
+            "through one instruction at a time (OVL_STATS counts them as neighbour accesses). "
+            "Give the buffer pages of its own (ovl_alloc, posix_memalign to the page size with "
+            "a size rounded up to pages) and these costs disappear (said once)\n",
+            ovl__g.rank, (void *)page, w->base, w->len, steps);
+}
+
 /* Drop a reference on edge page @page; with the last one, open the page
  * first (@open; else the caller has opened it), so a waiter that sees
  * refs == 0 retries an accessible page. 0, or an errno with the page still
  * guarded and the reference kept. */
-static int edge_put_locked(uintptr_t page, int open)
+static int edge_put_locked(uintptr_t page, int open, const struct ovl__watch *w)
 {
     for (int i = 0; i < MAX_EDGES; i++) {
         if (atomic_load(&W.edges[i].page) == page && atomic_load(&W.edges[i].refs) > 0) {
@@ -372,8 +478,8 @@ static int edge_put_locked(uintptr_t page, int open)
             int err = 0;
             if (open && atomic_load(&W.edges[i].refs) == 1)
                 err = edge_open_page(page);
-            if (!err)
-                atomic_fetch_sub(&W.edges[i].refs, 1);
+            if (!err && atomic_fetch_sub(&W.edges[i].refs, 1) == 1)
+                advise_steps(page, atomic_load(&W.edges[i].steps), w);
             ovl__spin_unlock(&W.edges[i].busy);
             return err;
         }
@@ -394,9 +500,9 @@ static void edges_release_locked(struct ovl__watch *w)
 {
     const size_t ps = ovl__watch_page();
     uintptr_t last = w->p0 + (w->npages ? w->npages - 1 : 0) * ps;
-    if (w->edge_lo && edge_put_locked(w->p0, 1) == 0)
+    if (w->edge_lo && edge_put_locked(w->p0, 1, w) == 0)
         w->edge_lo = 0;
-    if (w->edge_hi && edge_put_locked(last, 1) == 0)
+    if (w->edge_hi && edge_put_locked(last, 1, w) == 0)
         w->edge_hi = 0;
     if (!w->edge_lo && !w->edge_hi)
         return;
@@ -409,9 +515,9 @@ static void edges_release_locked(struct ovl__watch *w)
                    errno == ENOMEM ? " (vm.max_map_count reached, or the buffer was unmapped)"
                                    : "");
     if (w->edge_lo)
-        edge_put_locked(w->p0, 0);
+        edge_put_locked(w->p0, 0, w);
     if (w->edge_hi)
-        edge_put_locked(last, 0);
+        edge_put_locked(last, 0, w);
     w->edge_lo = w->edge_hi = 0;
 }
 
@@ -432,6 +538,49 @@ static int edge_guarded(uintptr_t page)
 int ovl__watch_idle(void)
 {
     return atomic_load(&W.nregs) == 0;
+}
+
+int ovl__watch_edge_touch(const void *p, size_t len)
+{
+    if (len == 0 || ovl__watch_idle())
+        return 0;
+    uintptr_t mask = ~(uintptr_t)(ovl__watch_page() - 1);
+    uintptr_t lo = (uintptr_t)p & mask, hi = ((uintptr_t)p + len - 1) & mask;
+    return edge_guarded(lo) || (hi != lo && edge_guarded(hi));
+}
+
+void ovl__watch_write(void *dst, const void *src, size_t len)
+{
+    if (W.mem_fd < 0 || !ovl__watch_edge_touch(dst, len) || ovl__watch_poke(dst, src, len) != 0)
+        memcpy(dst, src, len);
+}
+
+/* Only the first and last pages of [src, +len) can be another buffer's
+ * guarded edge: a page strictly inside would hold bytes of that pending
+ * buffer, an overlap the callers refuse. /proc/self/mem ignores the guard,
+ * so the program's neighbour-access path (a trap per instruction, a trap
+ * per byte for a string move) is never taken for ovl's own copies. */
+void ovl__watch_read(void *dst, const void *src, size_t len)
+{
+    if (W.mem_fd < 0 || !ovl__watch_edge_touch(src, len)) {
+        memcpy(dst, src, len);
+        return;
+    }
+    atomic_fetch_add_explicit(&ovl__g.st_edge_bounces, 1, memory_order_relaxed);
+    char *d = dst;
+    uintptr_t s = (uintptr_t)src;
+    while (len > 0) {
+        ssize_t n = pread(W.mem_fd, d, len, (off_t)s);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            memcpy(d, (const void *)s, len); /* cannot happen with a readable fd */
+            return;
+        }
+        d += n;
+        s += (size_t)n;
+        len -= (size_t)n;
+    }
 }
 
 int ovl__watch_pending(const void *p, size_t len, int missing)
@@ -459,15 +608,15 @@ int ovl__watch_pending(const void *p, size_t len, int missing)
     return hit;
 }
 
-/* Is @addr one of the bytes some pending receive is waiting for? */
-static int in_pending_buffer(uintptr_t addr)
+/* The pending receive whose buffer holds @addr, or NULL. */
+static struct ovl__watch *pending_buffer_of(uintptr_t addr)
 {
     for (int k = 0; k < MAX_REGIONS; k++) {
         struct ovl__watch *w = atomic_load(&W.regs[k]);
         if (w && !w->is_send && addr >= (uintptr_t)w->base && addr < (uintptr_t)w->base + w->len)
-            return 1;
+            return w;
     }
-    return 0;
+    return NULL;
 }
 
 /* Neighbour data on a guarded edge page (malloc's own headers, other
@@ -501,6 +650,97 @@ static int step_over(uintptr_t page, void *uc)
         return 0;
     step_pages[k] = page;
     u->uc_mcontext.gregs[REG_EFL] |= 0x100; /* TF */
+    return 1;
+}
+
+/* Is @page either no region's, or a guarded edge page (which ovl writes
+ * and reads through /proc/self/mem whatever its protection)? */
+static int page_plain_or_edge(uintptr_t page)
+{
+    if (edge_guarded(page))
+        return 1;
+    size_t ps = ovl__watch_page();
+    for (int k = 0; k < MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&W.regs[k]);
+        if (w && page >= w->p0 && page < w->p0 + w->npages * ps)
+            return 0;
+    }
+    return 1;
+}
+
+/* Does [lo, hi) hold a byte of a pending receive buffer? */
+static int range_pending(uintptr_t lo, uintptr_t hi)
+{
+    for (int k = 0; k < MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&W.regs[k]);
+        if (w && !w->is_send && lo < (uintptr_t)w->base + w->len && (uintptr_t)w->base < hi)
+            return 1;
+    }
+    return 0;
+}
+
+/* A string move or store (rep movs, rep stos: glibc's memcpy and memset
+ * for a few KiB and more) single-stepped would trap once per element. Do
+ * the part of it that stays on the pages it is on now through
+ * /proc/self/mem, advance its registers, and let it run on: one trap per
+ * page. Only forward moves whose bytes on these pages are no pending
+ * buffer's; anything else is stepped. 1 if done. */
+static int string_move(void *uc)
+{
+    ucontext_t *u = uc;
+    greg_t *g = u->uc_mcontext.gregs;
+    const unsigned char *ip = (const unsigned char *)g[REG_RIP];
+    int rep = 0, osize = 0, rexw = 0, n = 0;
+    for (; n < 4; n++) {
+        if (ip[n] == 0xf3)
+            rep = 1;
+        else if (ip[n] == 0x66)
+            osize = 1;
+        else if (ip[n] != 0x2e && ip[n] != 0x3e && ip[n] != 0x26 && ip[n] != 0x36)
+            break;
+    }
+    if ((ip[n] & 0xf0) == 0x40) {
+        rexw = (ip[n] & 0x08) != 0;
+        n++;
+    }
+    unsigned char op = ip[n++];
+    if (!rep || W.mem_fd < 0 || (g[REG_EFL] & 0x400) ||
+        (op != 0xa4 && op != 0xa5 && op != 0xaa && op != 0xab))
+        return 0;
+    size_t sz = (op == 0xa4 || op == 0xaa) ? 1 : rexw ? 8 : osize ? 2 : 4;
+    int move = op == 0xa4 || op == 0xa5;
+    size_t ps = ovl__watch_page();
+    uintptr_t dst = (uintptr_t)g[REG_RDI], src = move ? (uintptr_t)g[REG_RSI] : 0;
+    size_t count = (size_t)g[REG_RCX];
+    size_t k = count, room = (ps - (dst & (ps - 1))) / sz;
+    if (room < k)
+        k = room;
+    if (move && (room = (ps - (src & (ps - 1))) / sz) < k)
+        k = room;
+    size_t bytes = k * sz;
+    if (k == 0 || !page_plain_or_edge(dst & ~(uintptr_t)(ps - 1)) ||
+        range_pending(dst, dst + bytes))
+        return 0;
+    if (move && (!page_plain_or_edge(src & ~(uintptr_t)(ps - 1)) ||
+                 range_pending(src, src + bytes) || (dst > src && dst < src + bytes)))
+        return 0;
+    unsigned char b[4096];
+    if (move) {
+        if (pread(W.mem_fd, b, bytes, (off_t)src) != (ssize_t)bytes)
+            return 0;
+    } else {
+        uint64_t v = (uint64_t)g[REG_RAX];
+        for (size_t i = 0; i < bytes; i++)
+            b[i] = (unsigned char)(v >> (8 * (i % sz)));
+    }
+    if (pwrite(W.mem_fd, b, bytes, (off_t)dst) != (ssize_t)bytes)
+        return 0;
+    g[REG_RDI] = (greg_t)(dst + bytes);
+    if (move)
+        g[REG_RSI] = (greg_t)(src + bytes);
+    g[REG_RCX] = (greg_t)(count - k);
+    if (count == k)
+        g[REG_RIP] += n;
     return 1;
 }
 
@@ -617,8 +857,26 @@ static int handle(int sig, uintptr_t addr, void *uc)
     atomic_fetch_add_explicit(&ovl__g.st_faults, 1, memory_order_relaxed);
     if (edge_guarded(page)) {
 #ifdef OVL_SINGLE_STEP
-        if (!in_pending_buffer(addr) && step_over(page, uc))
+        /* A byte of a pending buffer on a page another buffer still guards
+         * (two buffers share it): once its own bytes there are in, the
+         * access is let through like a neighbour's. Waiting for the page
+         * to open would wait for the other buffer too, which may never
+         * come before this access is done. */
+        struct ovl__watch *own = pending_buffer_of(addr);
+        if (own && own->p0 <= page) {
+            size_t i = (page - own->p0) / ps;
+            if (i < own->npages && !atomic_load(&own->valid[i]))
+                wait_for(page_valid, own, i, addr);
+            if (!edge_guarded(page))
+                return 1; /* opened meanwhile: retry */
+        }
+        if (string_move(uc) || step_over(page, uc)) {
+            int e = edge_slot(page);
+            atomic_fetch_add_explicit(&ovl__g.st_edge_steps, 1, memory_order_relaxed);
+            if (e >= 0)
+                atomic_fetch_add_explicit(&W.edges[e].steps, 1, memory_order_relaxed);
             return 1;
+        }
 #else
         (void)uc;
 #endif
@@ -783,7 +1041,7 @@ int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta
     int rc = reg_add(w);
     pthread_mutex_unlock(&W.lock);
     if (rc) {
-        free(w);
+        ovl__page_free(w);
         return ovl__error(OVL_ERR_MONITOR, "ovl_delta_send_begin",
                           "more than %d delta buffers pending at once", MAX_REGIONS);
     }
@@ -957,7 +1215,7 @@ static void page_complete(struct ovl__watch *w, size_t i)
         int err = 0;
         pthread_mutex_lock(&W.lock);
         if ((i == 0 && w->edge_lo) || (i == w->npages - 1 && w->edge_hi)) {
-            err = edge_put_locked((uintptr_t)ovl__watch_page_addr(w, i), 1);
+            err = edge_put_locked((uintptr_t)ovl__watch_page_addr(w, i), 1, w);
             if (!err && i == 0)
                 w->edge_lo = 0;
             else if (!err)
@@ -983,8 +1241,9 @@ void ovl__watch_recv_install(struct ovl__watch *w, size_t off, const void *src, 
     uintptr_t a = (uintptr_t)w->base + off, e = a + len;
     /* 1. place the bytes */
     if (w->mon == OVL_MONITOR_EXPLICIT) {
-        if (w->base + off != src) /* else it landed in place */
-            memcpy(w->base + off, src, len);
+        if (w->base + off != src) /* else it landed in place; the buffer may
+                                   * share another receive's guarded edge */
+            ovl__watch_write(w->base + off, src, len);
     } else {
         uintptr_t ilo_a = (uintptr_t)ovl__watch_page_addr(w, w->ilo);
         uintptr_t ihi_a = (uintptr_t)ovl__watch_page_addr(w, w->ihi);

@@ -52,8 +52,8 @@ static void recv_done(struct ovl__watch *w)
         return;
     for (size_t i = w->ilo; i < w->ihi; i++)
         if (prot(w, i, i + 1, PROT_READ | PROT_WRITE) != 0)
-            ovl__error(OVL_ERR_MONITOR, "ovl delta receive", "cannot open page %zu: %s", i,
-                       strerror(errno));
+            ovl__report(OVL_ERR_MONITOR, "ovl delta receive", "cannot open page %zu: %s", i,
+                        strerror(errno));
 }
 
 static int send_guard(struct ovl__watch *w)

@@ -437,11 +437,11 @@ static int copy_pages(char *dst, const char *src, size_t len)
          * there. Write the bytes into it anyway and say so: whoever read
          * the page before may have seen old bytes. */
         int err = ovl__watch_poke((void *)(uintptr_t)c.dst, (const void *)(uintptr_t)c.src, ps);
-        ovl__error(OVL_ERR_MONITOR, "ovl delta receive",
-                   "page %p of a pending buffer was populated before its data arrived "
-                   "(userfaultfd EEXIST): its data was written %s; a read before may have "
-                   "seen old bytes",
-                   (void *)(uintptr_t)c.dst, err ? "NOT written" : "through /proc/self/mem");
+        ovl__report(OVL_ERR_MONITOR, "ovl delta receive",
+                    "page %p of a pending buffer was populated before its data arrived "
+                    "(userfaultfd EEXIST): its data was written %s; a read before may have "
+                    "seen old bytes",
+                    (void *)(uintptr_t)c.dst, err ? "NOT written" : "through /proc/self/mem");
         if (err)
             return err;
         c.dst += ps;

@@ -13,8 +13,14 @@
  *    wait on a copy after the slot was reused -> OVL_ERR_REQUEST, and the
  *    request now in that slot is unaffected; forged handles ->
  *    OVL_ERR_REQUEST without crashing;
- *  - ovl_waitall with a stale handle among valid ones -> OVL_ERR_REQUEST,
- *    the valid ones untouched and still waitable;
+ *  - ovl_waitall with a stale handle and OVL_REQUEST_NULL among valid
+ *    sends and receives (and a truncated receive), as MPI_Waitall: every
+ *    valid one completes with its data and is released (handle
+ *    OVL_REQUEST_NULL, copies refused), the stale one's status says
+ *    OVL_ERR_REQUEST (its handle left as it was), the truncated one's
+ *    OVL_ERR_TRUNCATE, and the call returns OVL_ERR_IN_STATUS; the same
+ *    without statuses; from a callback it refuses a pending request
+ *    before touching any (test_continue);
  *  - ovl_request_free of a pending receive: the message still lands in the
  *    buffer and the receive's continuation still runs (and with no
  *    continuation, the data still arrives); its handle is then refused by
@@ -239,17 +245,18 @@ static void check_stale_handles(void)
         EXPECT_ERR(ovl_request_free(&f), OVL_ERR_REQUEST);
         EXPECT_ERR(ovl_continue(f, cb_never, NULL), OVL_ERR_REQUEST);
         ovl_request_t arr[2] = { OVL_REQUEST_NULL, f };
-        EXPECT_ERR(ovl_waitall(2, arr, NULL), OVL_ERR_REQUEST);
+        EXPECT_ERR(ovl_waitall(2, arr, NULL), OVL_ERR_IN_STATUS);
+        CHECK(arr[0] == OVL_REQUEST_NULL && arr[1] == f);
     }
     CHECK(strstr(ovl_error_detail(), "ovl_waitall") != NULL);
 }
 
 static void check_waitall_stale(void)
 {
-    enum { N = 3 };
-    char out[N][100], in[N][100];
-    ovl_request_t q[2 * N + 1];
-    ovl_status_t st[2 * N + 1];
+    enum { N = 3, STALE = 2, NUL = 3, TRUNC = 2 * N + 2, BIG = 2 * N + 3, M = 2 * N + 4 };
+    char out[N][100], in[N][100], big[16], small[8];
+    ovl_request_t q[M], copy[M];
+    ovl_status_t st[M];
     /* a released handle to put among the valid ones */
     ovl_request_t stale, stale_copy;
     char b1[8], b2[8];
@@ -258,34 +265,57 @@ static void check_waitall_stale(void)
     CHECK_OK(ovl_wait(&stale, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&q[0], OVL_STATUS_IGNORE));
 
+    /* pairs at 0-1, 4-5, 6-7: the stale handle and OVL_REQUEST_NULL between
+     * them, then a receive the peer's 16 bytes truncate */
+    static const int at[N] = { 0, 4, 6 };
     for (int i = 0; i < N; i++)
-        exchange_post(&q[2 * i], &q[2 * i + 1], out[i], in[i], sizeof in[i], 30 + i);
-    q[2 * N] = stale_copy;
-    ovl_request_t saved[2 * N + 1];
-    memcpy(saved, q, sizeof q);
-    for (int i = 0; i < 2 * N + 1; i++)
+        exchange_post(&q[at[i]], &q[at[i] + 1], out[i], in[i], sizeof in[i], 30 + i);
+    q[STALE] = stale_copy;
+    q[NUL] = OVL_REQUEST_NULL;
+    th_fill(big, sizeof big, 39, 0);
+    memset(small, 0x33, sizeof small);
+    CHECK_OK(ovl_irecv(small, sizeof small, MPI_CHAR, peer, 39, &q[TRUNC]));
+    CHECK_OK(ovl_isend(big, sizeof big, MPI_CHAR, peer, 39, &q[BIG]));
+    memcpy(copy, q, sizeof q);
+    for (int i = 0; i < M; i++)
         st[i] = (ovl_status_t){ .source = 9, .tag = 9, .bytes = 9, .error = 9 };
-    EXPECT_ERR(ovl_waitall(2 * N + 1, q, st), OVL_ERR_REQUEST);
-    /* nothing touched: handles still there, statuses unwritten */
-    CHECK(memcmp(saved, q, sizeof q) == 0);
-    for (int i = 0; i < 2 * N + 1; i++)
-        CHECK(st[i].error == 9 && st[i].source == 9);
-    /* ... and still valid: test one, then wait for the rest */
-    int flag = 0;
-    ovl_status_t tst;
-    CHECK_OK(ovl_test(&q[1], &flag, &tst));
-    q[2 * N] = OVL_REQUEST_NULL;
-    CHECK_OK(ovl_waitall(2 * N + 1, q, st));
-    if (flag) /* ovl_test completed it: waitall saw OVL_REQUEST_NULL there */
-        st[1] = tst;
+    EXPECT_ERR(ovl_waitall(M, q, st), OVL_ERR_IN_STATUS);
+    CHECKF(strstr(ovl_error_detail(), "ovl_waitall") != NULL, "detail \"%s\"", ovl_error_detail());
     for (int i = 0; i < N; i++) {
-        CHECK(st[2 * i].error == OVL_SUCCESS && st[2 * i].bytes == sizeof out[i]);
-        CHECK(st[2 * i + 1].source == peer && st[2 * i + 1].tag == 30 + i);
-        CHECK(st[2 * i + 1].bytes == sizeof in[i]);
+        int s = at[i], r = at[i] + 1;
+        CHECK(q[s] == OVL_REQUEST_NULL && q[r] == OVL_REQUEST_NULL);
+        CHECK(st[s].error == OVL_SUCCESS && st[s].bytes == sizeof out[i]);
+        CHECK(st[r].error == OVL_SUCCESS && st[r].source == peer && st[r].tag == 30 + i);
+        CHECK(st[r].bytes == sizeof in[i]);
         check_in(in[i], sizeof in[i], 30 + i);
     }
-    for (int i = 0; i < 2 * N + 1; i++)
-        CHECK(q[i] == OVL_REQUEST_NULL);
+    /* the stale handle: not this call's to release, its status says why */
+    CHECK(q[STALE] == stale_copy);
+    CHECK(st[STALE].error == OVL_ERR_REQUEST);
+    CHECK(q[NUL] == OVL_REQUEST_NULL);
+    expect_empty(&st[NUL]);
+    CHECK(st[NUL].error == OVL_SUCCESS);
+    CHECK(q[TRUNC] == OVL_REQUEST_NULL && q[BIG] == OVL_REQUEST_NULL);
+    CHECK(st[TRUNC].error == OVL_ERR_TRUNCATE && st[TRUNC].source == peer && st[TRUNC].tag == 39);
+    CHECK(st[BIG].error == OVL_SUCCESS && st[BIG].bytes == sizeof big);
+    /* every valid one was released: its old handle is refused */
+    for (int i = 0; i < M; i++)
+        if (i != STALE && i != NUL)
+            EXPECT_ERR(ovl_request_free(&copy[i]), OVL_ERR_REQUEST);
+    /* again: only the stale handle is left */
+    EXPECT_ERR(ovl_waitall(M, q, st), OVL_ERR_IN_STATUS);
+    CHECK(st[STALE].error == OVL_ERR_REQUEST);
+    for (int i = 0; i < M; i++)
+        if (i != STALE)
+            CHECK(q[i] == OVL_REQUEST_NULL && st[i].error == OVL_SUCCESS);
+
+    /* without statuses: the same, the valid ones still completed */
+    ovl_request_t q2[3];
+    exchange_post(&q2[0], &q2[2], out[0], in[0], sizeof in[0], 35);
+    q2[1] = stale_copy;
+    EXPECT_ERR(ovl_waitall(3, q2, OVL_STATUS_IGNORE), OVL_ERR_IN_STATUS);
+    CHECK(q2[0] == OVL_REQUEST_NULL && q2[1] == stale_copy && q2[2] == OVL_REQUEST_NULL);
+    check_in(in[0], sizeof in[0], 35);
 }
 
 /* ---- freeing a pending receive ----------------------------------------------- */

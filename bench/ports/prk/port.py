@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""Port two Parallel Research Kernels (PRK) to ovl, out of the tree.
+
+    port.py PRK_SRC OUT_DIR
+
+PRK_SRC is a checkout of https://github.com/ParRes/Kernels (BSD licence);
+OUT_DIR must lie outside the ovl repository: PRK's code is copied there and
+edited there, never into ovl's tree. The script writes
+
+    OUT_DIR/COPYING                 PRK's licence (it covers the copied code)
+    OUT_DIR/PRK_SOURCE              where the copy came from
+    OUT_DIR/include/                PRK's headers, and prk_ovl.h (ours)
+    OUT_DIR/common/                 wtime.c, MPI_bail_out.c (PRK's)
+    OUT_DIR/transpose/plain/transpose.c     MPI1/Transpose, unchanged
+    OUT_DIR/transpose/ovl/transpose.c       delta send/receive port
+    OUT_DIR/stencil/plain/stencil.c         MPI1/Stencil, unchanged
+    OUT_DIR/stencil/ovl/stencil.c           delta send/receive port
+    OUT_DIR/stencil/ovl-isend/stencil.c     ovl_isend/ovl_irecv/ovl_wait port
+
+Every edit is an exact textual replacement of a piece of PRK's source that
+must occur exactly once: if PRK changes, the script stops with the anchor
+that was not found (and writes nothing), so the change is noticed instead of
+silently producing a different port. PRK's allocation
+(prk_malloc, the work and halo buffers carved from one block) is kept as it
+is. bench/ports/README.md describes every edit in words.
+"""
+
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OVL_ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+
+
+class PortError(Exception):
+    pass
+
+
+class Source:
+    """A C file being edited; every edit asserts its anchor's count."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, encoding="ascii") as f:
+            self.text = f.read()
+
+    def replace(self, old, new, count=1, what=""):
+        n = self.text.count(old)
+        if n != count:
+            raise PortError(
+                "%s: anchor %sfound %d times, expected %d:\n---\n%s\n---"
+                % (self.path, "(" + what + ") " if what else "", n, count, old)
+            )
+        self.text = self.text.replace(old, new)
+
+    def insert_after(self, anchor, new, what=""):
+        self.replace(anchor, anchor + new, 1, what)
+
+    def insert_before(self, anchor, new, what=""):
+        self.replace(anchor, new + anchor, 1, what)
+
+    def write(self, path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="ascii") as f:
+            f.write(self.text)
+
+
+# --------------------------------------------------------------------------
+# Our header, written into OUT_DIR/include: the return-code check and the
+# guard that a delta port runs under a fault monitor.
+# --------------------------------------------------------------------------
+
+PRK_OVL_H = r"""/* prk_ovl.h: written by ovl's bench/ports/prk/port.py for the ovl ports of
+ * the Parallel Research Kernels; not part of PRK. */
+#ifndef PRK_OVL_H
+#define PRK_OVL_H
+
+#include <stdio.h>
+#include <mpi.h>
+#include <ovl.h>
+
+/* Every ovl call is checked: on an error, say which call, where, and why,
+ * then stop the whole job. */
+#define OVL_CHECK(call)                                                        \
+    do {                                                                       \
+        int ovl_check_rc_ = (call);                                            \
+        if (ovl_check_rc_ != OVL_SUCCESS) {                                    \
+            int ovl_check_rank_ = -1;                                          \
+            MPI_Comm_rank(MPI_COMM_WORLD, &ovl_check_rank_);                   \
+            fprintf(stderr, "rank %d: %s:%d: %s: %s (%s)\n", ovl_check_rank_,  \
+                    __FILE__, __LINE__, #call, ovl_strerror(ovl_check_rc_),    \
+                    ovl_error_detail());                                       \
+            fflush(stderr);                                                    \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                      \
+        }                                                                      \
+    } while (0)
+
+/* The delta ports read received buffers without ovl_delta_need: that is
+ * only correct when a fault monitor (uffd, mprotect) makes an early read
+ * wait. Refuse to run under the explicit monitor. */
+static inline void prk_ovl_require_fault_monitor(void)
+{
+    ovl_config_t cfg;
+    ovl_monitor_t chosen = OVL_MONITOR_EXPLICIT;
+    char why[256] = "";
+    OVL_CHECK(ovl_config_get(&cfg));
+    int rc = ovl_monitor_probe(cfg.monitor, &chosen, why, sizeof why);
+    if ((rc != OVL_SUCCESS && rc != OVL_ERR_UNSUPPORTED) ||
+        chosen == OVL_MONITOR_EXPLICIT) {
+        fprintf(stderr, "ovl port: needs a fault monitor (OVL_MONITOR=uffd or "
+                        "mprotect), got %s: %s\n", ovl_monitor_name(chosen), why);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+#endif /* PRK_OVL_H */
+"""
+
+INCLUDE_OVL = """/* ---- ovl port (bench/ports/prk/port.py) ---- */
+#include <prk_ovl.h>
+"""
+
+# Transpose's SYNCHRONOUS=1 build (MPI_Sendrecv) is not ported.
+TRANSPOSE_ONLY_ASYNC = """#if SYNCHRONOUS
+#error "ovl port: only PRK's non-blocking exchange (SYNCHRONOUS=0) is ported"
+#endif
+"""
+
+INIT_OVL = """  /* ovl port: MPI_THREAD_MULTIPLE so that OVL_PROGRESS=thread works */
+  int provided;
+  MPI_Init_thread(&argc,&argv,MPI_THREAD_MULTIPLE,&provided);
+  OVL_CHECK(ovl_init(MPI_COMM_WORLD, NULL));
+"""
+
+
+def port_main_calls(src, delta, finalize_anchor, include_extra=""):
+    """MPI_Init -> MPI_Init_thread + ovl_init; ovl_finalize before the
+    bail_out that follows validation (bail_out calls MPI_Finalize on an
+    error, so ovl must be finalized before it, not just before the final
+    MPI_Finalize)."""
+    src.insert_after("#include <par-res-kern_mpi.h>\n", INCLUDE_OVL + include_extra,
+                     "PRK MPI header")
+    init = INIT_OVL
+    if delta:
+        init += "  prk_ovl_require_fault_monitor();\n"
+    src.replace("  MPI_Init(&argc,&argv);\n", init, 1, "MPI_Init")
+    src.replace(finalize_anchor,
+                "  OVL_CHECK(ovl_finalize()); /* ovl port: before bail_out, "
+                "which may call MPI_Finalize */\n" + finalize_anchor,
+                1, "validation bail_out")
+
+
+# --------------------------------------------------------------------------
+# MPI1/Transpose
+# --------------------------------------------------------------------------
+
+def port_transpose(src, irecv=False):
+    """irecv: the porting guide's recipe for buffers carved from one block
+    (Work_out starts on Work_in's last page): Work_in is received with
+    ovl_irecv and waited for before the scatter loop, so no page is guarded
+    and the pack loop's writes next to it never trap. The send is the same
+    delta send."""
+    port_main_calls(src, True,
+                    "  bail_out(error);\n\n  MPI_Finalize();\n  exit(EXIT_SUCCESS);\n",
+                    TRANSPOSE_ONLY_ASYNC)
+
+    src.replace("""#if !SYNCHRONOUS
+  MPI_Request send_req;
+  MPI_Request recv_req;
+#endif
+""", """#if !SYNCHRONOUS
+  ovl_request_t send_req;  /* ovl port: was MPI_Request */
+  ovl_request_t recv_req;  /* ovl port: was MPI_Request */
+#endif
+""", 1, "request declarations")
+
+    # The receive: posted where MPI_Irecv was, before the pack loop.
+    src.replace("""#if !SYNCHRONOUS
+      MPI_Irecv(Work_in_p, Block_size, MPI_DOUBLE,
+                recv_from, phase, MPI_COMM_WORLD, &recv_req);
+#endif
+""", """#if !SYNCHRONOUS
+      /* ovl port: was MPI_Irecv; the scatter loop below reads Work_in as
+         it arrives (a page not yet here waits) */
+      OVL_CHECK(ovl_delta_recv(Work_in_p, (int)Block_size, MPI_DOUBLE,
+                               recv_from, phase, &recv_req));
+#endif
+""" if not irecv else """#if !SYNCHRONOUS
+      /* ovl port (irecv recipe): was MPI_Irecv; waited for before the
+         scatter loop, as in PRK, so nothing of Work_in's pages is guarded */
+      OVL_CHECK(ovl_irecv(Work_in_p, (int)Block_size, MPI_DOUBLE,
+                          recv_from, phase, &recv_req));
+#endif
+""", 1, "MPI_Irecv of Work_in")
+
+    # Untiled pack: writes Work_out from its first to its last element
+    # (Work_out(j,i) = Work_out_p[j+Block_order*i], j innermost), as a fault
+    # monitor requires: the send starts before the loop.
+    src.insert_after("""      istart = send_to*Block_order;
+      if (!tiling) {
+""", """        /* ovl port: the send starts before the loop that writes Work_out,
+           which writes it in order; pieces leave as pages fill */
+        OVL_CHECK(ovl_delta_send_begin(Work_out_p, (int)Block_size, MPI_DOUBLE,
+                                       send_to, phase, &send_req));
+""", "untiled pack loop")
+
+    # Tiled pack: within a band of Tile_order columns i..i+Tile_order-1 of
+    # the A block (= rows it of Work_out), the tiles j visit every jt of each
+    # it, so the writes jump between the band's columns of Work_out: out of
+    # order for a fault monitor (OVL_ERR_STALE). Announce each band instead.
+    src.replace("""      else {
+        for (i=0; i<Block_order; i+=Tile_order)
+          for (j=0; j<Block_order; j+=Tile_order)
+            for (it=i; it<MIN(Block_order,i+Tile_order); it++)
+              for (jt=j; jt<MIN(Block_order,j+Tile_order);jt++) {
+                Work_out(jt,it) = A(it,jt);
+                A(it,jt) += 1.0;
+\t      }
+      }
+""", """      else {
+        /* ovl port: the tiled loop writes Work_out out of order within a
+           band, so no fault monitor: it says which part is done */
+        OVL_CHECK(ovl_delta_send_begin_with(Work_out_p, (int)Block_size, MPI_DOUBLE,
+                                            send_to, phase, OVL_MONITOR_EXPLICIT,
+                                            &send_req));
+        for (i=0; i<Block_order; i+=Tile_order) {
+          for (j=0; j<Block_order; j+=Tile_order)
+            for (it=i; it<MIN(Block_order,i+Tile_order); it++)
+              for (jt=j; jt<MIN(Block_order,j+Tile_order);jt++) {
+                Work_out(jt,it) = A(it,jt);
+                A(it,jt) += 1.0;
+\t      }
+          /* ovl port: band i is complete. It wrote Work_out(jt,it) =
+             Work_out_p[jt+Block_order*it] for every jt in [0,Block_order)
+             and it in [i, MIN(Block_order,i+Tile_order)): the elements
+             [i*Block_order, MIN(Block_order,i+Tile_order)*Block_order),
+             i.e. bytes [i*Block_order*8, MIN(Block_order,i+Tile_order)*
+             Block_order*8) of Work_out, contiguous and after every band
+             before it. */
+          OVL_CHECK(ovl_delta_produced(send_req,
+                        (size_t)i*(size_t)Block_order*sizeof(double),
+                        (size_t)(MIN(Block_order,i+Tile_order)-i)*
+                        (size_t)Block_order*sizeof(double)));
+        }
+      }
+""", 1, "tiled pack loop")
+
+    # MPI_Isend + both waits -> the end of the send; the waits move after
+    # the scatter loop, which reads Work_in while it arrives.
+    src.replace("""#if !SYNCHRONOUS
+      MPI_Isend(Work_out_p, Block_size, MPI_DOUBLE, send_to,
+                phase, MPI_COMM_WORLD, &send_req);
+      MPI_Wait(&recv_req, MPI_STATUS_IGNORE);
+      MPI_Wait(&send_req, MPI_STATUS_IGNORE);
+#else
+""", """#if !SYNCHRONOUS
+      /* ovl port: was MPI_Isend + MPI_Wait x2: Work_out is written, send
+         the rest; the waits are after the scatter loop */
+      OVL_CHECK(ovl_delta_send_end(send_req));
+#else
+""" if not irecv else """#if !SYNCHRONOUS
+      /* ovl port (irecv recipe): was MPI_Isend + MPI_Wait x2: Work_out is
+         written, send the rest; Work_in is waited for here, as in PRK */
+      OVL_CHECK(ovl_delta_send_end(send_req));
+      OVL_CHECK(ovl_wait(&recv_req, OVL_STATUS_IGNORE));
+#else
+""", 1, "MPI_Isend and waits")
+
+    src.replace("""          B(i,j) += Work_in(i,j);
+
+    }  /* end of phase loop  */
+""", """          B(i,j) += Work_in(i,j);
+
+      /* ovl port: the waits moved here from before the scatter loop */
+""" + ("" if irecv else """      OVL_CHECK(ovl_wait(&recv_req, OVL_STATUS_IGNORE));
+""") + """      OVL_CHECK(ovl_wait(&send_req, OVL_STATUS_IGNORE));
+
+    }  /* end of phase loop  */
+""", 1, "end of the scatter loop")
+    return src
+
+
+# --------------------------------------------------------------------------
+# MPI1/Stencil
+# --------------------------------------------------------------------------
+
+class Dir:
+    """One halo direction of MPI1/Stencil: PRK's calls, verbatim."""
+
+    def __init__(self, out, inb, nbr, count, rtag, stag, si, ri, guard, pack, irecv, isend):
+        self.out, self.inb, self.nbr, self.count = out, inb, nbr, count
+        self.rtag, self.stag, self.si, self.ri = rtag, stag, si, ri
+        self.guard = guard  # the if that guards the direction
+        self.pack = pack    # the pack loop's first two lines
+        self.irecv = irecv  # PRK's MPI_Irecv statement
+        self.isend = isend  # PRK's MPI_Isend statement
+        self.waits = ("      MPI_Wait(&(request[%s]), MPI_STATUS_IGNORE);\n"
+                      "      MPI_Wait(&(request[%s]), MPI_STATUS_IGNORE);\n" % (si, ri))
+
+
+STENCIL_DIRS = [
+    Dir("top_buf_out", "top_buf_in", "top_nbr", "RADIUS*width", "101", "99", "0", "1",
+        "if (my_IDy < Num_procsy-1) {",
+        "      for (int kk=0,j=jend-RADIUS+1; j<=jend; j++) for (int i=istart; i<=iend; i++) {\n"
+        "          top_buf_out[kk++]= IN(i,j);\n",
+        "      MPI_Irecv(top_buf_in, RADIUS*width, MPI_DTYPE, top_nbr, 101,\n"
+        "                MPI_COMM_WORLD, &(request[1]));\n",
+        "      MPI_Isend(top_buf_out, RADIUS*width,MPI_DTYPE, top_nbr, 99,\n"
+        "                MPI_COMM_WORLD, &(request[0]));\n"),
+    Dir("bottom_buf_out", "bottom_buf_in", "bottom_nbr", "RADIUS*width", "99", "101", "2", "3",
+        "if (my_IDy > 0) {",
+        "      for (int kk=0,j=jstart; j<=jstart+RADIUS-1; j++) for (int i=istart; i<=iend; i++) {\n"
+        "          bottom_buf_out[kk++]= IN(i,j);\n",
+        "      MPI_Irecv(bottom_buf_in,RADIUS*width, MPI_DTYPE, bottom_nbr, 99,\n"
+        "                MPI_COMM_WORLD, &(request[3]));\n",
+        "      MPI_Isend(bottom_buf_out, RADIUS*width,MPI_DTYPE, bottom_nbr, 101,\n"
+        "                MPI_COMM_WORLD, &(request[2]));\n"),
+    Dir("right_buf_out", "right_buf_in", "right_nbr", "RADIUS*height", "1010", "990", "0+4", "1+4",
+        "if (my_IDx < Num_procsx-1) {",
+        "      for (int kk=0,j=jstart; j<=jend; j++) for (int i=iend-RADIUS+1; i<=iend; i++) {\n"
+        "          right_buf_out[kk++]= IN(i,j);\n",
+        "      MPI_Irecv(right_buf_in, RADIUS*height, MPI_DTYPE, right_nbr, 1010,\n"
+        "                MPI_COMM_WORLD, &(request[1+4]));\n",
+        "      MPI_Isend(right_buf_out, RADIUS*height, MPI_DTYPE, right_nbr, 990,\n"
+        "              MPI_COMM_WORLD, &(request[0+4]));\n"),
+    Dir("left_buf_out", "left_buf_in", "left_nbr", "RADIUS*height", "990", "1010", "2+4", "3+4",
+        "if (my_IDx > 0) {",
+        "      for (int kk=0,j=jstart; j<=jend; j++) for (int i=istart; i<=istart+RADIUS-1; i++) {\n"
+        "          left_buf_out[kk++]= IN(i,j);\n",
+        "      MPI_Irecv(left_buf_in, RADIUS*height, MPI_DTYPE, left_nbr, 990,\n"
+        "                MPI_COMM_WORLD, &(request[3+4]));\n",
+        "      MPI_Isend(left_buf_out, RADIUS*height, MPI_DTYPE, left_nbr, 1010,\n"
+        "                MPI_COMM_WORLD, &(request[2+4]));\n"),
+]
+
+
+STENCIL_FINALIZE_ANCHOR = ("  bail_out(error);\n\n  if (my_ID == root) {\n"
+                           "    /* flops/stencil: 2 flops (fma) for each point in the stencil,\n")
+
+
+def port_stencil_delta(src):
+    port_main_calls(src, True, STENCIL_FINALIZE_ANCHOR)
+    src.replace("  MPI_Request request[8];\n",
+                "  ovl_request_t request[8]; /* ovl port: was MPI_Request */\n", 1,
+                "request array")
+    final_waits = ""
+    for d in STENCIL_DIRS:
+        # The receive: where MPI_Irecv was, before the pack loop.
+        src.replace(d.irecv,
+                    "      /* ovl port: was MPI_Irecv; the copy into IN below reads\n"
+                    "         %s as it arrives */\n"
+                    "      OVL_CHECK(ovl_delta_recv(%s, %s, MPI_DTYPE, %s, %s,\n"
+                    "                               &(request[%s])));\n"
+                    % (d.inb, d.inb, d.count, d.nbr, d.rtag, d.ri), 1, "MPI_Irecv of " + d.inb)
+        # The send begins before the pack loop, which writes the buffer in
+        # order (kk++), and ends where MPI_Isend was.
+        src.insert_before(d.pack,
+                          "      /* ovl port: the send starts before the pack loop */\n"
+                          "      OVL_CHECK(ovl_delta_send_begin(%s, %s, MPI_DTYPE, %s, %s,\n"
+                          "                                     &(request[%s])));\n"
+                          % (d.out, d.count, d.nbr, d.stag, d.si), "pack loop of " + d.out)
+        src.replace(d.isend,
+                    "      OVL_CHECK(ovl_delta_send_end(request[%s])); /* ovl port: was MPI_Isend */\n"
+                    % d.si, 1, "MPI_Isend of " + d.out)
+        # The waits leave the unpack: it reads the halo as it arrives.
+        src.replace(d.waits,
+                    "      /* ovl port: the two MPI_Waits moved after the stencil */\n", 1,
+                    "MPI_Waits before unpacking " + d.inb)
+        final_waits += ("    %s\n"
+                        "      OVL_CHECK(ovl_wait(&(request[%s]), OVL_STATUS_IGNORE));\n"
+                        "      OVL_CHECK(ovl_wait(&(request[%s]), OVL_STATUS_IGNORE));\n"
+                        "    }\n" % (d.guard, d.si, d.ri))
+    # Every halo is read whole by its unpack loop, so the receives have
+    # completed by then; the sends may still be leaving. Their buffers are
+    # written again only by the next iteration's pack loops, so the waits go
+    # after the stencil and the update of IN: the latest correct place.
+    src.insert_after("    for (int j=jstart; j<=jend; j++) for (int i=istart; i<=iend; i++) IN(i,j)+= 1.0;\n",
+                     "\n    /* ovl port: the waits of this iteration's exchanges */\n" + final_waits,
+                     "update of IN at the end of an iteration")
+    return src
+
+
+def port_stencil_isend(src):
+    port_main_calls(src, False, STENCIL_FINALIZE_ANCHOR)
+    src.replace("  MPI_Request request[8];\n",
+                "  ovl_request_t request[8]; /* ovl port: was MPI_Request */\n", 1,
+                "request array")
+    for d in STENCIL_DIRS:
+        src.replace(d.irecv,
+                    "      OVL_CHECK(ovl_irecv(%s, %s, MPI_DTYPE, %s, %s,\n"
+                    "                          &(request[%s]))); /* ovl port: was MPI_Irecv */\n"
+                    % (d.inb, d.count, d.nbr, d.rtag, d.ri), 1, "MPI_Irecv of " + d.inb)
+        src.replace(d.isend,
+                    "      OVL_CHECK(ovl_isend(%s, %s, MPI_DTYPE, %s, %s,\n"
+                    "                          &(request[%s]))); /* ovl port: was MPI_Isend */\n"
+                    % (d.out, d.count, d.nbr, d.stag, d.si), 1, "MPI_Isend of " + d.out)
+        src.replace(d.waits,
+                    "      OVL_CHECK(ovl_wait(&(request[%s]), OVL_STATUS_IGNORE)); /* ovl port: was MPI_Wait */\n"
+                    "      OVL_CHECK(ovl_wait(&(request[%s]), OVL_STATUS_IGNORE)); /* ovl port: was MPI_Wait */\n"
+                    % (d.si, d.ri), 1, "MPI_Waits before unpacking " + d.inb)
+    return src
+
+
+def check_no_mpi_p2p_left(src):
+    """Every point-to-point call of the kernel's exchange must be ported."""
+    for call in ("MPI_Irecv(", "MPI_Isend(", "MPI_Wait("):
+        # (Transpose's SYNCHRONOUS branch keeps MPI_Sendrecv: #error'd)
+        if call in src.text:
+            raise PortError("%s: %s left after porting" % (src.path, call))
+
+
+# --------------------------------------------------------------------------
+
+PRK_FILES = [
+    "COPYING",
+    "include/par-res-kern_general.h",
+    "include/par-res-kern_mpi.h",
+    "common/wtime.c",
+    "common/MPI_bail_out.c",
+    "common/PRKVERSION",
+    "MPI1/Transpose/transpose.c",
+    "MPI1/Stencil/stencil.c",
+]
+
+
+def inside(path, root):
+    path = os.path.realpath(path)
+    root = os.path.realpath(root)
+    return path == root or path.startswith(root + os.sep)
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] in ("-h", "--help"):
+        sys.stderr.write("usage: port.py PRK_SRC OUT_DIR\n")
+        return 2
+    prk, out = argv[1], argv[2]
+    if os.path.exists(os.path.join(OVL_ROOT, "include", "ovl.h")) and inside(out, OVL_ROOT):
+        sys.stderr.write("port.py: OUT_DIR %s is inside the ovl tree %s: PRK's code "
+                         "must stay outside it\n" % (out, OVL_ROOT))
+        return 2
+    for rel in PRK_FILES:
+        if not os.path.isfile(os.path.join(prk, rel)):
+            sys.stderr.write("port.py: %s is not a PRK checkout (no %s)\n" % (prk, rel))
+            return 2
+
+    # All edits first: nothing is written if one anchor is missing.
+    try:
+        t = os.path.join(prk, "MPI1/Transpose/transpose.c")
+        s = os.path.join(prk, "MPI1/Stencil/stencil.c")
+        files = {
+            "transpose/plain/transpose.c": Source(t),
+            "transpose/ovl/transpose.c": port_transpose(Source(t)),
+            "transpose/ovl-irecv/transpose.c": port_transpose(Source(t), irecv=True),
+            "stencil/plain/stencil.c": Source(s),
+            "stencil/ovl/stencil.c": port_stencil_delta(Source(s)),
+            "stencil/ovl-isend/stencil.c": port_stencil_isend(Source(s)),
+        }
+        for rel, src in files.items():
+            if "/plain/" not in rel:
+                check_no_mpi_p2p_left(src)
+    except PortError as e:
+        sys.stderr.write("port.py: PRK's source is not what this port expects "
+                         "(PRK changed?):\n%s\n" % e)
+        return 1
+
+    os.makedirs(out, exist_ok=True)
+    for rel in ["COPYING", "include/par-res-kern_general.h",
+                "include/par-res-kern_mpi.h", "common/wtime.c",
+                "common/MPI_bail_out.c", "common/PRKVERSION"]:
+        dst = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(os.path.join(prk, rel), dst)
+    with open(os.path.join(out, "include", "prk_ovl.h"), "w") as f:
+        f.write(PRK_OVL_H)
+    with open(os.path.join(out, "PRK_SOURCE"), "w") as f:
+        f.write("copied from %s by ovl's bench/ports/prk/port.py\n" % os.path.realpath(prk))
+        f.write("PRK's code is BSD-licensed (COPYING); the ovl edits are marked 'ovl port'\n")
+    for rel, src in files.items():
+        src.write(os.path.join(out, rel))
+    print("port.py: wrote %s" % out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
