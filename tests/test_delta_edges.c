@@ -175,8 +175,13 @@ static void neighbours(void)
         sum += lo[i];
     b = stats();
     unsigned long long steps = b.edge_steps - a.edge_steps;
+#if !defined(__SANITIZE_ADDRESS__)
+    /* (under ASan, memcpy and memset are its byte-wise interceptors) */
     CHECKF(steps < (nlo + nhi) / 8, "string functions over %zu bytes took %llu steps", nlo + nhi,
            steps);
+#else
+    (void)steps;
+#endif
     CHECK(len == nhi - 1 && strlen(dup) == nhi - 1);
     free(dup);
     memcpy(ref_lo, tmp, 1);
