@@ -62,7 +62,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < (size_t)ROWS * COLS; i++)
             sum += 1e-9 * u[i];
         /* the halos are read as they arrive, strip by strip (with
-         * OVL_MONITOR=explicit there are no faults: say what is needed) */
+         * the explicit monitor there are no faults: say what is needed) */
         if (annotate) {
             rc = rc ? rc : ovl_get_need(lo, row);
             rc = rc ? rc : ovl_get_need(hi, row);

@@ -213,7 +213,8 @@ typedef struct {
         stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream, same on every rank (default 8) */
     size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
     int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info; more = 2; negative: OVL_ERR_CONFIG */
-    ovl_monitor_t monitor; /**< OVL_MONITOR: auto|uffd|mprotect|explicit (default auto) */
+    ovl_monitor_t
+        monitor; /**< OVL_MONITOR: auto|uffd|mprotect (default auto); explicit here only */
     size_t
         delta_size; /**< OVL_DELTA_SIZE: bytes per delta; 0 = chosen at run time by the model (default 0) */
     size_t
@@ -579,7 +580,12 @@ const char *ovl_monitor_name(ovl_monitor_t monitor);
  * same resolver ovl_init() and every request use, so *@p chosen is what
  * they pick. Needs neither MPI nor ovl_init (the ovl-info tool calls it).
  * @p why may be NULL. Without a /proc/self/mem that writes protected pages
- * no fault monitor works: auto then gives explicit (ovl_init warns).
+ * no fault monitor works: auto then gives explicit (ovl_init warns), and a
+ * delta receive or ovl_get whose monitor the code did not choose completes
+ * inside the call, so nothing is read before it arrives. The explicit
+ * monitor is chosen in code (ovl_config_t.monitor, a request's _with);
+ * OVL_MONITOR=explicit in the environment makes ovl_init fail
+ * (OVL_ERR_CONFIG).
  * @return OVL_SUCCESS; OVL_ERR_ARG (chosen NULL, unknown monitor);
  *         OVL_ERR_UNSUPPORTED (uffd requested but unavailable: *@p chosen
  *         is the fallback ovl_init takes, mprotect; @p why says why);
@@ -806,7 +812,7 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * each strip as soon as it lands. Large transfers are split into strips by
  * the performance model (ovl_hint_decomp()). Bytes of @p dst's first and
  * last pages that are not part of it are never modified (an access to them
- * may wait too). With OVL_MONITOR=explicit call ovl_get_need() before using
+ * may wait too). With the explicit monitor (ovl_config_t.monitor) call ovl_get_need() before using
  * a range. As with delta receives, @p dst must not be given to a system
  * call while pending, fault monitors refuse a @p dst on the calling
  * thread's stack or in shared memory (MAP_SHARED, shm, an MPI shared
@@ -840,7 +846,7 @@ OVL_NODISCARD int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_
  * strips are still demand-driven). The first strip is the one read first:
  * it starts at @p dst, or, after ovl_hint_order(OVL_ORDER_DOWN), ends at
  * @p dst + @p bytes; the status's bytes is its length, and those bytes may
- * be used without a wait (even under OVL_MONITOR=explicit).
+ * be used without a wait (even under the explicit monitor).
  * Complete it with ovl_wait()/ovl_test()/ovl_request_free().
  * A target on this node (OVL_RMA_LOCAL=direct): the request is already
  * complete.
@@ -851,7 +857,7 @@ OVL_NODISCARD int ovl_get_nb(void *dst, int rank, size_t offset, size_t bytes, o
 
 /**
  * Wait until bytes [@p dst, @p dst + @p bytes) of outstanding gets have
- * arrived (any monitor; needed before using them with OVL_MONITOR=explicit).
+ * arrived (any monitor; needed before using them under the explicit monitor).
  * Memory that is not the destination of an outstanding get returns at once.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL with bytes > 0),
  *         OVL_ERR_IN_CALLBACK, or the transfer's error
@@ -864,7 +870,7 @@ OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
  * fault monitor a write to it waits until the strip holding that page has
  * left (the bytes of @p src's partial first and last pages, and whole
  * transfers without a full page, are copied at the call). With
- * OVL_MONITOR=explicit the source is copied at the call. Remote
+ * the explicit monitor the source is copied at the call. Remote
  * completion: ovl_fence(), ovl_barrier(), ovl_unlock(). A @p src that is
  * an outstanding get's destination is waited for first; one holding bytes
  * of a fault-monitored delta receive that have not arrived is refused
@@ -960,7 +966,7 @@ OVL_NODISCARD int ovl_hint_order(ovl_order_t order);
  * decides from the performance model. A get smaller than the model's
  * piggyback threshold (below it, guarding costs more than the transfer's
  * wire time could hide), started while a watched get is outstanding,
- * joins, under OVL_MONITOR=explicit, where ovl_get_need() waits for it as
+ * joins, under the explicit monitor, where ovl_get_need() waits for it as
  * for any get. Under a fault monitor no get joins by default: an unguarded
  * destination read before the train has arrived would show old bytes.
  *

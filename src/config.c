@@ -196,6 +196,16 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
     if ((rc = choice_field((m & OVL_CONFIG_FIELD_MONITOR) != 0, (int)u->monitor, "OVL_MONITOR",
                            "monitor", monitor_names, monitor_values, 4, &e)))
         return rc;
+    /* The explicit monitor changes what a correct program must do (annotate
+     * every range before using it), so it is chosen in code, never by the
+     * environment: a setting must not make a program read data that has
+     * not arrived. */
+    if (!(m & OVL_CONFIG_FIELD_MONITOR) && e == OVL_MONITOR_EXPLICIT)
+        return ovl__error(OVL_ERR_CONFIG, "ovl_init",
+                          "OVL_MONITOR=explicit: choose the explicit monitor in code "
+                          "(ovl_config_t.monitor or a request's _with): unannotated reads "
+                          "would see data before it arrives; OVL_MONITOR takes auto, uffd, "
+                          "mprotect");
     c.monitor = (ovl_monitor_t)e;
 
     static const char *const rma_local_names[] = { "direct", "overlap" };

@@ -944,12 +944,16 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
         return rc != MPI_SUCCESS ? ovl__mpi_error(rc, fn, "MPI_Isend of the header")
                                  : ovl__error(OVL_ERR_NOMEM, fn, "no memory");
     }
-    if (d->fwd_src) {
+    if (d->forwarding) {
+        /* under the lock: the driver (forward_one) clears fwd_src once the
+         * receive has completed, possibly since it was published above */
         ovl__spin_lock(&d->lock);
-        int done = atomic_load(&d->fwd_src->done);
-        forward_locked(d, done);
-        if (done)
-            d->fwd_src = NULL; /* it completed before it could see us */
+        if (d->fwd_src) {
+            int done = atomic_load(&d->fwd_src->done);
+            forward_locked(d, done);
+            if (done)
+                d->fwd_src = NULL; /* it completed before it could see us */
+        }
         ovl__spin_unlock(&d->lock);
     }
     *req = h;
@@ -1380,6 +1384,17 @@ void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *
     header_matched(d, msg, st);
 }
 
+struct need_arg {
+    struct ovl__delta *d;
+    size_t offset, bytes;
+};
+
+static int need_served(const void *p)
+{
+    const struct need_arg *a = p;
+    return atomic_load(&a->d->done) || ovl__watch_recv_ready(a->d->w, a->offset, a->bytes);
+}
+
 int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int tag,
                         ovl_monitor_t monitor, ovl_request_t *req)
 {
@@ -1390,6 +1405,9 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
         return rc;
     const ovl_monitor_t mon = ovl__watch_resolve(monitor);
     if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
+        return rc;
+    const int degraded = ovl__watch_degraded(fn, monitor, mon);
+    if (degraded && (rc = ovl__check_not_in_callback(fn)))
         return rc;
     struct ovl__req *r = NULL;
     ovl_request_t h;
@@ -1415,23 +1433,14 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     r->match.patient = 1; /* the program's access or wait drives it */
     *req = h;
     ovl__match_post(&r->match);
+    if (degraded)
+        ovl__engine_spin(need_served, &(struct need_arg){ d, 0, cap });
     return OVL_SUCCESS;
 }
 
 int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag, ovl_request_t *req)
 {
     return ovl_delta_recv_with(buf, count, dt, source, tag, OVL_MONITOR_AUTO, req);
-}
-
-struct need_arg {
-    struct ovl__delta *d;
-    size_t offset, bytes;
-};
-
-static int need_served(const void *p)
-{
-    const struct need_arg *a = p;
-    return atomic_load(&a->d->done) || ovl__watch_recv_ready(a->d->w, a->offset, a->bytes);
 }
 
 int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)

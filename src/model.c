@@ -534,6 +534,19 @@ int ovl__model_calibrate(void)
             loaded = lrc == 0;
         }
     }
+    /* The model sizes pieces and strips for the links between nodes when
+     * the job spans nodes (peers on the node take the plain path), else for
+     * the node's own: a database measured on the other kind describes
+     * links this job does not use. */
+    const int spans = measuring_peer() >= 0 && off_node_peer(0) >= 0;
+    int mismatch = 0;
+    if (loaded && db.db_link && db.db_link != (spans ? 2 : 1)) {
+        snprintf(why, sizeof why, "%s was measured %s, and this job's model needs %s figures", path,
+                 db.db_link == 1 ? "within a node" : "between nodes",
+                 spans ? "inter-node" : "intra-node");
+        loaded = 0;
+        mismatch = 1;
+    }
     int all = 0;
     if (MPI_Allreduce(&loaded, &all, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
@@ -565,10 +578,13 @@ int ovl__model_calibrate(void)
             snprintf(why, sizeof why, "no perfdb path (HOME unset)");
         else if (loaded)
             snprintf(why, sizeof why, "%s: not usable on every rank", path);
+        int said = 0;
+        if (MPI_Allreduce(&mismatch, &said, 1, MPI_INT, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
+            return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
         snprintf(ovl__m.source_detail, sizeof ovl__m.source_detail, "%s (%.290s)", fallback, why);
         /* Say so only if the user asked for a database: a missing default
          * database is the normal case before ovl-calibrate ran. */
-        if (explicit_db && !off && ovl__g.rank == 0 && ovl__g.cfg.verbose >= 1)
+        if ((explicit_db || said) && !off && ovl__g.rank == 0 && ovl__g.cfg.verbose >= 1)
             fprintf(stderr, "ovl: performance database ignored: %s; using the %s\n", why, fallback);
     }
     ovl__m.poll_sleep_us = ovl__g.cfg.progress == OVL_PROGRESS_THREAD

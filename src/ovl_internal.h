@@ -355,6 +355,7 @@ void ovl__watch_fini(void);
 int ovl__watch_on_my_stack(const void *buf, size_t len);
 /* Resolve OVL_MONITOR_AUTO (and check uffd) for this process. */
 ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m);
+int ovl__watch_degraded(const char *fn, ovl_monitor_t asked, ovl_monitor_t got);
 /* Receive region: pages of [base, base+len) not yet arrived are guarded
  * (accesses wait) until installed. */
 int ovl__watch_recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len,
@@ -515,6 +516,7 @@ struct ovl__model {
     double rma_lat_us;       /* MPI_Rget of a small block, round trip */
     double rma_bw_Bpus;      /* MPI_Rget bandwidth */
     int source;              /* OVL__MODEL_* */
+    int db_link;             /* a perfdb's `link`: 0 not given, 1 intra-node, 2 inter-node */
     double init_us;          /* time ovl_init spent measuring */
     char source_detail[320]; /* perfdb path, or why it was not used */
 };

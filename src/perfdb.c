@@ -133,7 +133,7 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
     double val[NKEYS];
     int seen[NKEYS] = { 0 };
     char mpi[256] = "", host[256] = "";
-    int have_mpi = 0, in_table = 0, lineno = 0, rc = -2;
+    int have_mpi = 0, in_table = 0, lineno = 0, rc = -2, link = 0;
     char *line = malloc(LINE_MAX_LEN + 2);
     if (!line) {
         fclose(f);
@@ -188,6 +188,10 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
         }
         if (!strcmp(k, "hostname")) {
             snprintf(host, sizeof host, "%s", v);
+            continue;
+        }
+        if (!strcmp(k, "link")) {
+            link = !strcmp(v, "intra-node") ? 1 : !strcmp(v, "inter-node") ? 2 : 0;
             continue;
         }
         int i = find_key(k);
@@ -245,6 +249,7 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
         else
             *(double *)p = val[i];
     }
+    m->db_link = link;
     m->bw_Bpus = 1.0 / val[find_key("G_us_per_B")];
     int rg = find_key("rma_get_G_us_per_B");
     if (seen[rg] && val[rg] > 0)

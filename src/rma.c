@@ -540,6 +540,12 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
     struct ovl__seg *s = NULL;
     if ((rc = check_common(fn, dst, rank, offset, bytes, seg, &s)))
         return rc;
+    ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
+    /* ovl_get_nb is waited for by the program; a plain get nobody chose the
+     * explicit monitor for, where no fault monitor works, completes here */
+    const int degraded = !req && bytes > 0 && s && ovl__watch_degraded(fn, OVL_MONITOR_AUTO, mon);
+    if (degraded && (rc = ovl__check_not_in_callback(fn)))
+        return rc;
     struct ovl__req *r = NULL;
     ovl_request_t h = OVL_REQUEST_NULL;
     if (req && ovl__req_alloc(OVL__REQ_RMA, &r, &h) != OVL_SUCCESS)
@@ -553,11 +559,10 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         }
         return OVL_SUCCESS;
     }
-    ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
     if (mon != OVL_MONITOR_EXPLICIT && ovl__watch_on_my_stack(dst, bytes)) {
         rc = ovl__error(OVL_ERR_ARG, fn,
                         "destination %p is on the thread's stack: the %s monitor cannot guard "
-                        "stack pages; use heap memory or OVL_MONITOR=explicit",
+                        "stack pages; use heap memory or OVL_MONITOR_EXPLICIT",
                         dst, ovl_monitor_name(mon));
         goto fail_req;
     }
@@ -716,7 +721,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
     }
     if (req)
         *req = h;
-    return OVL_SUCCESS;
+    return degraded ? ovl_get_need(dst, bytes) : OVL_SUCCESS;
 
 fail_req:
     if (r)

@@ -297,7 +297,7 @@ static void finish(struct ovl__stream *s)
     r->status.bytes = s->is_send ? s->tell : s->received;
     r->status.source = s->is_send ? ovl__g.rank : s->peer;
     r->status.tag = s->tag;
-    free(s->block);
+    ovl__page_free(s->block);
     free(s->frags);
     ovl__coro_destroy(s->co);
     atomic_fetch_sub(s->is_send ? &active_send : &active_recv, 1);
@@ -912,7 +912,7 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     s->window = ovl__g.cfg.stream_window;
     s->payload_max = ovl__g.cfg.fragment_size - OVL__HDR_BYTES;
     s->frags = calloc(s->window, sizeof *s->frags);
-    s->block = malloc(block_bytes(s));
+    s->block = ovl__page_alloc(block_bytes(s)); /* not malloc: see ovl__page_alloc */
     if (!s->frags || !s->block)
         goto nomem;
     for (unsigned i = 0; i < s->window; i++) {
@@ -969,7 +969,7 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     return OVL_SUCCESS;
 
 nomem:
-    free(s->block);
+    ovl__page_free(s->block);
     free(s->frags);
     free(s);
     return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a stream");

@@ -94,10 +94,12 @@ static size_t page_map_len(size_t bytes)
 }
 
 /* Blocks of up to PAGE_CACHE_MAX bytes are kept for reuse (delta pieces,
- * staging: one mmap and munmap each, with their page faults, per piece
- * would be paid on every transfer). */
+ * staging, a stream's fragment window: one mmap and munmap each, with their
+ * page faults, per piece or stream would be paid on every transfer). The
+ * limit covers the default window of 8 fragments of 64 KiB with its
+ * headers; at most 32 blocks stay mapped until ovl_finalize. */
 #define PAGE_CACHE_N   32
-#define PAGE_CACHE_MAX ((size_t)512 << 10)
+#define PAGE_CACHE_MAX ((size_t)1 << 20)
 static struct {
     pthread_mutex_t lock;
     char *v[PAGE_CACHE_N];
@@ -989,7 +991,8 @@ static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
             say(" written at offset ");
             say_hex(off);
             say(" after that part was sent (OS-triggered delta send needs the buffer written "
-                "in order; use OVL_MONITOR=explicit and ovl_delta_produced for other orders); "
+                "in order; choose OVL_MONITOR_EXPLICIT in code and call ovl_delta_produced for "
+                "other orders); "
                 "the message is marked stale (OVL_ERR_STALE)\n");
         }
         b->send_protect(w, i, i + 1, 0);
@@ -1176,13 +1179,15 @@ static int recv_create(const char *fn, ovl_monitor_t m, void *base, size_t len, 
             return ovl__error(OVL_ERR_MONITOR, fn,
                               "buffer [%p, +%zu) is shared memory (MAP_SHARED, shm, an MPI "
                               "shared window), which the %s monitor cannot guard: use private "
-                              "memory, or OVL_MONITOR=explicit for this request",
+                              "memory, or OVL_MONITOR_EXPLICIT for this request",
                               base, len, ovl_monitor_name(m));
         return ovl__error(OVL_ERR_MONITOR, fn, "cannot guard the buffer with %s: %s%s",
                           ovl_monitor_name(m), strerror(err),
                           err == ENOMEM && m == OVL_MONITOR_MPROTECT
-                              ? " (vm.max_map_count reached? try OVL_MONITOR=uffd or explicit)"
-                          : err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=explicit)"
+                              ? " (vm.max_map_count reached? try OVL_MONITOR=uffd, or "
+                                "OVL_MONITOR_EXPLICIT in code)"
+                          : err == ENOMEM
+                              ? " (vm.max_map_count reached? try OVL_MONITOR_EXPLICIT in code)"
                           : err == ENOSPC ? " (too many buffers share pages)"
                                           : "");
     }
@@ -1522,6 +1527,25 @@ int ovl_monitor_probe(ovl_monitor_t req, ovl_monitor_t *chosen, char *why, size_
     return rc;
 }
 
+/* A transfer whose monitor nobody chose in code (the request's is auto and so
+ * is the configuration's) resolved to explicit because no fault monitor works
+ * here: nothing would stop the program from reading bytes that have not
+ * arrived, so the caller completes it inside the call. Says so once. */
+int ovl__watch_degraded(const char *fn, ovl_monitor_t asked, ovl_monitor_t got)
+{
+    static atomic_int said;
+    if (got != OVL_MONITOR_EXPLICIT || asked != OVL_MONITOR_AUTO ||
+        ovl__g.cfg.monitor != OVL_MONITOR_AUTO)
+        return 0;
+    if (ovl__g.cfg.verbose >= 1 && !atomic_exchange(&said, 1))
+        fprintf(stderr,
+                "ovl: warning: %s (rank %d): no fault monitor works here (%s), so delta "
+                "receives and gets complete inside the call, without overlap; choose "
+                "OVL_MONITOR_EXPLICIT in code with ovl_delta_need/ovl_get_need to overlap\n",
+                fn, ovl__g.rank, mem_why[0] ? mem_why : "fault handler not installed");
+    return 1;
+}
+
 ovl_monitor_t ovl__watch_resolve(ovl_monitor_t m)
 {
     if (m == OVL_MONITOR_AUTO)
@@ -1675,16 +1699,18 @@ int ovl__watch_init(void)
     if (rc == OVL_ERR_MONITOR)
         return ovl__error(OVL_ERR_MONITOR, "ovl_init",
                           "OVL_MONITOR=%s cannot work in this process: %s. Use "
-                          "OVL_MONITOR=explicit with ovl_delta_produced/ovl_delta_need and "
-                          "ovl_get_need, or make /proc/self/mem writable (ovl-info)",
+                          "OVL_MONITOR=auto, choose OVL_MONITOR_EXPLICIT in code with "
+                          "ovl_delta_produced/ovl_delta_need and ovl_get_need, or make "
+                          "/proc/self/mem writable (ovl-info)",
                           ovl_monitor_name(m), mem_why);
     if (W.mem_fd < 0 && m == OVL_MONITOR_AUTO &&
         (ovl__g.cfg.verbose >= 2 ||
          (ovl__g.cfg.verbose >= 1 &&
           (!ovl__g.node_of || ovl__g.node_of[ovl__g.rank] == ovl__g.rank))))
         fprintf(stderr,
-                "ovl: warning: %s: no fault monitor, OVL_MONITOR=auto gives explicit: call "
-                "ovl_delta_need/ovl_get_need before using arriving data (ovl-info)\n",
+                "ovl: warning: %s: no fault monitor, OVL_MONITOR=auto gives explicit: delta "
+                "receives and gets complete inside the call unless the code chooses "
+                "OVL_MONITOR_EXPLICIT (ovl-info)\n",
                 mem_why);
     if (!W.installed && W.mem_fd >= 0) {
         struct sigaction sa;

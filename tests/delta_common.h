@@ -175,7 +175,7 @@ static inline void dt_init(int *argc, char ***argv, const char *name, const ovl_
         MPI_Finalize();
         exit(77);
     }
-    CHECK_OK(ovl_init(MPI_COMM_WORLD, cfg));
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, th_config(cfg)));
     if (th_rank == 0) {
         size_t dsz = 0;
         ovl_config_t c;

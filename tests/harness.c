@@ -213,11 +213,29 @@ int th_init_mpi(int *argc, char ***argv, const char *name, int required)
     return provided;
 }
 
+const ovl_config_t *th_config(const ovl_config_t *cfg)
+{
+    static ovl_config_t merged;
+    static const char *const names[] = { "auto", "uffd", "mprotect", "explicit" };
+    const char *m = getenv("OVL_TEST_MONITOR");
+    if (!m || !*m || (cfg && (cfg->field_mask & OVL_CONFIG_FIELD_MONITOR)))
+        return cfg;
+    int which = -1;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(m, names[i]) == 0)
+            which = i;
+    CHECKF(which >= 0, "OVL_TEST_MONITOR=%s: expected auto, uffd, mprotect or explicit", m);
+    merged = cfg ? *cfg : (ovl_config_t){ .field_mask = 0 };
+    merged.field_mask |= OVL_CONFIG_FIELD_MONITOR;
+    merged.monitor = (ovl_monitor_t)which;
+    return &merged;
+}
+
 void th_init(int *argc, char ***argv, const char *name, const ovl_config_t *cfg)
 {
     int provided = th_init_mpi(argc, argv, name, MPI_THREAD_MULTIPLE);
     CHECKF(provided == MPI_THREAD_MULTIPLE, "MPI provides thread level %d only", provided);
-    CHECK_OK(ovl_init(MPI_COMM_WORLD, cfg));
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, th_config(cfg)));
 }
 
 int th_finish(void)

@@ -32,6 +32,11 @@ extern int th_size;
  * (cfg may be NULL: environment and defaults). Fails the test if MPI does
  * not provide MPI_THREAD_MULTIPLE. */
 void th_init(int *argc, char ***argv, const char *name, const ovl_config_t *cfg);
+/* @cfg with the monitor OVL_TEST_MONITOR names (auto, uffd, mprotect,
+ * explicit) when it is set and @cfg does not choose one: how a test variant
+ * picks the explicit monitor, which ovl_init refuses from OVL_MONITOR. The
+ * result is @cfg itself or static storage; th_init applies it. */
+const ovl_config_t *th_config(const ovl_config_t *cfg);
 /* MPI only, at thread level `required`; returns the level MPI provides. */
 int th_init_mpi(int *argc, char ***argv, const char *name, int required);
 /* Finalise ovl if it is initialised (checked), print the per-rank and the

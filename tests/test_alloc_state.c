@@ -14,7 +14,7 @@
  * estimate runs, white-box check), after transfers (a delta message, with
  * receive slots of the largest piece, 256 KiB; a plain message into a
  * delta receive under mprotect, through a staging buffer that ovl keeps
- * until ovl_finalize) and after ovl_finalize, a malloc of 192 KiB, of
+ * until ovl_finalize; a marshal stream) and after ovl_finalize, a malloc of 192 KiB, of
  * 1 MiB and of 4 MiB each get a mapping of their own: mallinfo2().hblks,
  * glibc's count of mmapped blocks, grows by one. The probe blocks stay
  * live until the end, since freeing one would itself raise the threshold.
@@ -97,11 +97,34 @@ static char *map(size_t bytes)
     return p;
 }
 
+struct chunk {
+    char *p;
+    size_t n;
+};
+
+static int marshal(ovl_stream_t st, void *arg)
+{
+    const struct chunk *c = arg;
+    for (size_t at = 0; at < c->n; at += 100000) {
+        int rc = ovl_stream_write(st, c->p + at, c->n - at < 100000 ? c->n - at : 100000);
+        if (rc)
+            return rc;
+    }
+    return OVL_SUCCESS;
+}
+
+static int unmarshal(ovl_stream_t st, void *arg)
+{
+    const struct chunk *c = arg;
+    return ovl_stream_read(st, c->p, c->n);
+}
+
 /* Between rank pairs (the last rank of an odd count sits out): a delta
  * message of @bytes each way (receive slots of the largest piece, 256 KiB,
  * and page bookkeeping of the whole buffer), then a plain message of
  * @bytes into a delta receive under mprotect (a staging buffer of the
- * whole message, kept in ovl's cache until ovl_finalize). */
+ * whole message, kept in ovl's cache until ovl_finalize), and a marshal
+ * stream of 4 MiB each way in 64 KiB fragments (its fragment window). */
 static void transfers(size_t bytes)
 {
     int peer = th_rank ^ 1;
@@ -125,6 +148,15 @@ static void transfers(size_t bytes)
     CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
     CHECK(th_verify(in, bytes, 0xa110c + (uint64_t)peer, 0) == TH_OK);
+
+    /* a marshal stream each way (its window of fragment buffers: window x
+     * fragment size, 512 KiB at 64 KiB fragments) */
+    size_t sb = 4 * MIB;
+    CHECK_OK(ovl_irecv_stream(peer, 7, unmarshal, &(struct chunk){ in, sb }, &r));
+    CHECK_OK(ovl_isend_stream(peer, 7, marshal, &(struct chunk){ out, sb }, &s));
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+    CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
+    CHECK(th_verify(in, sb, 0xa110c + (uint64_t)peer, 0) == TH_OK);
     munmap(out, bytes);
     munmap(in, bytes);
 }
@@ -135,6 +167,7 @@ int main(int argc, char **argv)
     /* no perfdb: ovl_init measures the quick estimate */
     setenv("OVL_PERFDB", "off", 1);
     setenv("OVL_CALIBRATE", "1", 1);
+    setenv("OVL_FRAGMENT_SIZE", "65536", 1);
 
     /* the starting point, on every rank: large blocks get mappings */
     int ok = 1, all = 0;

@@ -898,7 +898,8 @@ int main(int argc, char **argv)
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
     cfg_delta_size = cfg.delta_size;
-    const char *env = getenv("OVL_MONITOR");
+    const char *env =
+        getenv("OVL_TEST_MONITOR") ? getenv("OVL_TEST_MONITOR") : getenv("OVL_MONITOR");
     if (env && strcmp(env, "auto") != 0)
         CHECKF(strcmp(ovl_monitor_name(mon), env) == 0, "OVL_MONITOR=%s, configuration says %s",
                env, ovl_monitor_name(mon));

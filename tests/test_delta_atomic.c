@@ -175,6 +175,10 @@ static void forward_overflow(size_t bytes, int tag)
             dt_region_alloc(&back[k], bytes, 300, 0x5c0000u + (uint64_t)k);
             CHECK_OK(ovl_delta_recv(back[k].buf, (int)bytes, MPI_BYTE, peer, tag + 1 + k, &f[k]));
         }
+        /* not before the ninth was refused: a receive complete by then
+         * would no longer be forwarded, and the ninth would be a plain send */
+        char go = 0;
+        CHECK_MPI(MPI_Recv(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag, &d));
         dt_produce(d, b.buf, bytes, key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
         CHECK_OK(ovl_delta_send_end(d));
@@ -191,6 +195,8 @@ static void forward_overflow(size_t bytes, int tag)
             CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag + 1 + k, &f[k]));
         EXPECT_REJECTED(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag + 1 + NF, &r),
                         OVL_ERR_NOMEM);
+        char go = 1;
+        CHECK_MPI(MPI_Send(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD));
         for (int k = 0; k < NF; k++)
             CHECK_OK(ovl_delta_send_end(f[k]));
         if (explicit_mode)

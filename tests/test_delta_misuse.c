@@ -671,10 +671,18 @@ static void configuration(void)
     }
     dt_free(b, bytes);
     CHECK_OK(ovl_finalize());
-    /* the environment alone: explicit, 8 KiB */
+    /* the environment alone may not choose explicit: a program that does
+     * not annotate would read data before it arrives. Refused, naming where
+     * to choose it; the code's choice is taken (above). */
+    EXPECT_ERR(ovl_init(MPI_COMM_WORLD, NULL), OVL_ERR_CONFIG);
+    CHECKF(strstr(ovl_error_detail(), "mprotect") != NULL &&
+               strstr(ovl_error_detail(), "in code") != NULL,
+           "detail: %s", ovl_error_detail());
+    CHECK(!ovl_initialized());
+    setenv("OVL_MONITOR", "mprotect", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.monitor == OVL_MONITOR_EXPLICIT && got.delta_size == 8192);
+    CHECK(got.monitor == OVL_MONITOR_MPROTECT && got.delta_size == 8192);
     unsetenv("OVL_MONITOR");
     unsetenv("OVL_DELTA_SIZE");
 }
@@ -757,12 +765,67 @@ static int no_proc_mem(int *argc, char ***argv)
         CHECK_OK(ovl_delta_send_end(r));
         CHECK_OK(ovl_wait(&r, &st));
     } else {
-        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 6, &r));
+        capture_start(&cap); /* the first degraded receive says so */
+        rc = ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 6, &r);
+        capture_end(&cap);
+        CHECK_OK(rc);
+        CHECKF(strstr(cap.text, "complete inside the call") != NULL, "no notice: \"%.300s\"",
+               cap.text);
         CHECK_OK(ovl_delta_need(r, 0, bytes));
         CHECK(th_verify(b, bytes, key, 0) == TH_OK);
         CHECK_OK(ovl_wait(&r, &st));
     }
     CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
+
+    /* Nobody chose explicit in code and nothing guards the buffer: the
+     * receive completes inside the call (no stale byte can be read); the
+     * unannotated send leaves at its end. */
+    key ^= 0x77;
+    if (even) {
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 7, &r));
+        th_fill(b, bytes, key, 0);
+        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_wait(&r, &st));
+    } else {
+        memset(b, 0, bytes);
+        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 7, &r));
+        size_t bad = th_verify(b, bytes, key, 0); /* no need, no wait */
+        CHECKF(bad == TH_OK, "degraded receive: byte %zu not there when the call returned", bad);
+        CHECK_OK(ovl_wait(&r, &st));
+    }
+    CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
+
+    /* Explicit chosen in code is not degraded: the receive returns before
+     * the peer sends, which it does only once told so (else: a hang). */
+    key ^= 0x78;
+    char go = 1;
+    if (even) {
+        CHECK_MPI(MPI_Recv(&go, 1, MPI_CHAR, peer, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 8, &r));
+        th_fill(b, bytes, key, 0);
+        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_wait(&r, &st));
+    } else {
+        CHECK_OK(ovl_delta_recv_with(b, (int)bytes, MPI_BYTE, peer, 8, OVL_MONITOR_EXPLICIT, &r));
+        CHECK_MPI(MPI_Send(&go, 1, MPI_CHAR, peer, 99, MPI_COMM_WORLD));
+        CHECK_OK(ovl_delta_need(r, 0, bytes));
+        CHECK(th_verify(b, bytes, key, 0) == TH_OK);
+        CHECK_OK(ovl_wait(&r, &st));
+    }
+    CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
+
+    /* ovl_get the same way: complete when it returns */
+    void *sb = NULL;
+    ovl_segment_t seg = NULL;
+    CHECK_OK(ovl_segment_create(bytes, &sb, &seg));
+    th_fill(sb, bytes, key + (uint64_t)th_rank, 0);
+    CHECK_OK(ovl_fence(seg));
+    memset(b, 0, bytes);
+    CHECK_OK(ovl_get(b, peer, 0, bytes, seg));
+    size_t bad = th_verify(b, bytes, key + (uint64_t)peer, 0);
+    CHECKF(bad == TH_OK, "degraded get: byte %zu not there when the call returned", bad);
+    CHECK_OK(ovl_fence(seg));
+    CHECK_OK(ovl_segment_free(&seg));
     dt_free(b, bytes);
     return th_finish();
 }

@@ -392,7 +392,7 @@ int main(int argc, char **argv)
             MPI_Finalize();
             return 77;
         }
-        CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+        CHECK_OK(ovl_init(MPI_COMM_WORLD, th_config(NULL)));
         dt_watchdog_start();
     } else {
         dt_init(&argc, &argv,

@@ -154,6 +154,13 @@ static void test_perfdb(void)
     sane_model();
     CHECK_OK(ovl_finalize());
 
+    /* measured within a node, as this job runs: taken */
+    write_db(p, NULL, NULL, NULL, "link = intra-node\n", 0);
+    init_with(p, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB && msg[0] == 0,
+           "intra-node database: %.200s / %.200s", ovl__m.source_detail, msg);
+    CHECK_OK(ovl_finalize());
+
     /* OVL_EAGER_LIMIT still wins over the database */
     setenv("OVL_EAGER_LIMIT", "5000", 1);
     init_with(p, msg, sizeof msg);
@@ -187,6 +194,10 @@ static void test_perfdb(void)
     refused(p, "truncated");
     write_db(p, NULL, "mpi_library", "Some Other MPI 9.9", NULL, 0);
     refused(p, "another MPI");
+    /* measured between nodes, and this job's ranks share one node (the
+     * test runs on one): its figures describe links the job does not use */
+    write_db(p, NULL, NULL, NULL, "link = inter-node\n", 0);
+    refused(p, "measured between nodes");
     write_db(p, NULL, "ovl_perfdb_version", "2", NULL, 0);
     refused(p, "out of range");
     write_db(p, NULL, NULL, NULL, "this line has no equals sign\n", 0);

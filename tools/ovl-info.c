@@ -80,9 +80,13 @@ int main(int argc, char **argv)
     printf("\nAccess monitor (OVL_MONITOR=%s): %s\n", env && *env ? env : "auto, the default",
            works ? ovl_monitor_name(got) : "UNAVAILABLE (ovl_init fails with OVL_ERR_MONITOR)");
     printf("  why: %s\n", why);
+    if (want == OVL_MONITOR_EXPLICIT)
+        printf("  NOTE: ovl_init refuses OVL_MONITOR=explicit (OVL_ERR_CONFIG): the explicit "
+               "monitor is chosen in code (ovl_config_t.monitor, or a request's _with)\n");
     if (works && got == OVL_MONITOR_EXPLICIT && want != OVL_MONITOR_EXPLICIT)
-        printf("  WARNING: no fault monitor works here: a program that does not call "
-               "ovl_delta_need/ovl_get_need reads data before it arrives\n");
+        printf("  WARNING: no fault monitor works here: delta receives and gets complete inside "
+               "the call, without overlap, unless the code chooses OVL_MONITOR_EXPLICIT and calls "
+               "ovl_delta_need/ovl_get_need\n");
     printf("\nEach monitor:\n");
     for (int i = 1; i < 4; i++) {
         rc = ovl_monitor_probe(all[i], &got, why, sizeof why);

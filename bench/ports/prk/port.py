@@ -67,8 +67,7 @@ class Source:
 
 
 # --------------------------------------------------------------------------
-# Our header, written into OUT_DIR/include: the return-code check and the
-# guard that a delta port runs under a fault monitor.
+# Our header, written into OUT_DIR/include: the return-code check.
 # --------------------------------------------------------------------------
 
 PRK_OVL_H = r"""/* prk_ovl.h: written by ovl's bench/ports/prk/port.py for the ovl ports of
@@ -96,25 +95,6 @@ PRK_OVL_H = r"""/* prk_ovl.h: written by ovl's bench/ports/prk/port.py for the o
         }                                                                      \
     } while (0)
 
-/* The delta ports read received buffers without ovl_delta_need: that is
- * only correct when a fault monitor (uffd, mprotect) makes an early read
- * wait. Refuse to run under the explicit monitor. */
-static inline void prk_ovl_require_fault_monitor(void)
-{
-    ovl_config_t cfg;
-    ovl_monitor_t chosen = OVL_MONITOR_EXPLICIT;
-    char why[256] = "";
-    OVL_CHECK(ovl_config_get(&cfg));
-    int rc = ovl_monitor_probe(cfg.monitor, &chosen, why, sizeof why);
-    if ((rc != OVL_SUCCESS && rc != OVL_ERR_UNSUPPORTED) ||
-        chosen == OVL_MONITOR_EXPLICIT) {
-        fprintf(stderr, "ovl port: needs a fault monitor (OVL_MONITOR=uffd or "
-                        "mprotect), got %s: %s\n", ovl_monitor_name(chosen), why);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-
 #endif /* PRK_OVL_H */
 """
 
@@ -135,7 +115,7 @@ INIT_OVL = """  /* ovl port: MPI_THREAD_MULTIPLE so that OVL_PROGRESS=thread wor
 """
 
 
-def port_main_calls(src, delta, finalize_anchor, include_extra=""):
+def port_main_calls(src, finalize_anchor, include_extra=""):
     """MPI_Init -> MPI_Init_thread + ovl_init; ovl_finalize before the
     bail_out that follows validation (bail_out calls MPI_Finalize on an
     error, so ovl must be finalized before it, not just before the final
@@ -143,8 +123,6 @@ def port_main_calls(src, delta, finalize_anchor, include_extra=""):
     src.insert_after("#include <par-res-kern_mpi.h>\n", INCLUDE_OVL + include_extra,
                      "PRK MPI header")
     init = INIT_OVL
-    if delta:
-        init += "  prk_ovl_require_fault_monitor();\n"
     src.replace("  MPI_Init(&argc,&argv);\n", init, 1, "MPI_Init")
     src.replace(finalize_anchor,
                 "  OVL_CHECK(ovl_finalize()); /* ovl port: before bail_out, "
@@ -162,7 +140,7 @@ def port_transpose(src, irecv=False):
     ovl_irecv and waited for before the scatter loop, so no page is guarded
     and the pack loop's writes next to it never trap. The send is the same
     delta send."""
-    port_main_calls(src, True,
+    port_main_calls(src,
                     "  bail_out(error);\n\n  MPI_Finalize();\n  exit(EXIT_SUCCESS);\n",
                     TRANSPOSE_ONLY_ASYNC)
 
@@ -341,7 +319,7 @@ STENCIL_FINALIZE_ANCHOR = ("  bail_out(error);\n\n  if (my_ID == root) {\n"
 
 
 def port_stencil_delta(src):
-    port_main_calls(src, True, STENCIL_FINALIZE_ANCHOR)
+    port_main_calls(src, STENCIL_FINALIZE_ANCHOR)
     src.replace("  MPI_Request request[8];\n",
                 "  ovl_request_t request[8]; /* ovl port: was MPI_Request */\n", 1,
                 "request array")
@@ -383,7 +361,7 @@ def port_stencil_delta(src):
 
 
 def port_stencil_isend(src):
-    port_main_calls(src, False, STENCIL_FINALIZE_ANCHOR)
+    port_main_calls(src, STENCIL_FINALIZE_ANCHOR)
     src.replace("  MPI_Request request[8];\n",
                 "  ovl_request_t request[8]; /* ovl port: was MPI_Request */\n", 1,
                 "request array")
