@@ -541,8 +541,8 @@ int ovl__model_calibrate(void)
     const int spans = measuring_peer() >= 0 && off_node_peer(0) >= 0;
     int mismatch = 0;
     if (loaded && db.db_link && db.db_link != (spans ? 2 : 1)) {
-        snprintf(why, sizeof why, "%s was measured %s, and this job's model needs %s figures", path,
-                 db.db_link == 1 ? "within a node" : "between nodes",
+        snprintf(why, sizeof why, "%.200s was measured %s, and this job's model needs %s figures",
+                 path, db.db_link == 1 ? "within a node" : "between nodes",
                  spans ? "inter-node" : "intra-node");
         loaded = 0;
         mismatch = 1;
