@@ -3,7 +3,9 @@
 #   make test   install what is missing, build with -Werror, run the whole suite
 #               (normal build, then ASan+UBSan build, then under Open MPI where
 #               it is installed), and check formatting
-# Other targets: build, bench, test-tsan, build-openmpi, format, format-check, clean.
+# Other targets: build, bench, test-tsan, build-openmpi, format, format-check, clean,
+#   stress (the randomized stress test over its matrix: SEEDS="1 2 3" MINUTES=30
+#   STRESS_BUILD=build-asan; see scripts/stress).
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_TSAN ?= build-tsan
@@ -11,7 +13,7 @@ JOBS       ?= 2
 CTEST_ARGS ?= --output-on-failure -j2
 
 .PHONY: all deps build demo test test-default test-asan test-tsan test-openmpi build-openmpi format \
-        format-check clean
+        format-check clean stress
 
 all: build
 
@@ -59,6 +61,14 @@ build-openmpi:
 	@if command -v mpicc.openmpi >/dev/null 2>&1; then \
 	  $(OPENMPI_CMAKE) && cmake --build build-openmpi -j$(JOBS) && echo "build-openmpi: ok"; \
 	else echo "build-openmpi: skipped (mpicc.openmpi not installed)"; fi
+
+# The randomized stress test over ranks x progress x monitor (scripts/stress):
+# SEEDS (default: 3 random), MINUTES (default 5), STRESS_BUILD (default
+# build-stress, Release; a directory named *asan* or *tsan* gets that build).
+SEEDS   ?=
+MINUTES ?= 5
+stress: deps
+	SEEDS="$(SEEDS)" MINUTES="$(MINUTES)" JOBS="$(JOBS)" scripts/stress
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 
