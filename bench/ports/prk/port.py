@@ -29,41 +29,8 @@ import os
 import shutil
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OVL_ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
-
-
-class PortError(Exception):
-    pass
-
-
-class Source:
-    """A C file being edited; every edit asserts its anchor's count."""
-
-    def __init__(self, path):
-        self.path = path
-        with open(path, encoding="ascii") as f:
-            self.text = f.read()
-
-    def replace(self, old, new, count=1, what=""):
-        n = self.text.count(old)
-        if n != count:
-            raise PortError(
-                "%s: anchor %sfound %d times, expected %d:\n---\n%s\n---"
-                % (self.path, "(" + what + ") " if what else "", n, count, old)
-            )
-        self.text = self.text.replace(old, new)
-
-    def insert_after(self, anchor, new, what=""):
-        self.replace(anchor, anchor + new, 1, what)
-
-    def insert_before(self, anchor, new, what=""):
-        self.replace(anchor, new + anchor, 1, what)
-
-    def write(self, path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="ascii") as f:
-            f.write(self.text)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from porting import PortError, Source, check_calls_left, out_dir_refused  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -382,11 +349,9 @@ def port_stencil_isend(src):
 
 
 def check_no_mpi_p2p_left(src):
-    """Every point-to-point call of the kernel's exchange must be ported."""
-    for call in ("MPI_Irecv(", "MPI_Isend(", "MPI_Wait("):
-        # (Transpose's SYNCHRONOUS branch keeps MPI_Sendrecv: #error'd)
-        if call in src.text:
-            raise PortError("%s: %s left after porting" % (src.path, call))
+    """Every point-to-point call of the exchange must be ported."""
+    # (Transpose's SYNCHRONOUS branch keeps MPI_Sendrecv: #error'd)
+    check_calls_left(src, ("MPI_Irecv(", "MPI_Isend(", "MPI_Wait("))
 
 
 # --------------------------------------------------------------------------
@@ -403,20 +368,14 @@ PRK_FILES = [
 ]
 
 
-def inside(path, root):
-    path = os.path.realpath(path)
-    root = os.path.realpath(root)
-    return path == root or path.startswith(root + os.sep)
-
-
 def main(argv):
     if len(argv) != 3 or argv[1] in ("-h", "--help"):
         sys.stderr.write("usage: port.py PRK_SRC OUT_DIR\n")
         return 2
     prk, out = argv[1], argv[2]
-    if os.path.exists(os.path.join(OVL_ROOT, "include", "ovl.h")) and inside(out, OVL_ROOT):
-        sys.stderr.write("port.py: OUT_DIR %s is inside the ovl tree %s: PRK's code "
-                         "must stay outside it\n" % (out, OVL_ROOT))
+    refused = out_dir_refused(out, "PRK")
+    if refused:
+        sys.stderr.write(refused)
         return 2
     for rel in PRK_FILES:
         if not os.path.isfile(os.path.join(prk, rel)):
