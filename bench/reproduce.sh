@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# reproduce.sh - run every measurement of docs/PERFORMANCE.md and plot it.
+# reproduce.sh - run the standard benchmark sets and plot them (the sets of
+# docs/perf-log/2026-11-21.md; docs/PERFORMANCE.md names each table's command).
 #
 #   bench/reproduce.sh [--build DIR] [--out DIR] [--img DIR] [--quick] [--only WHAT]
 #
@@ -12,13 +13,13 @@
 # DELTA_RUNS times (default 5) into numbered CSVs. Before each run it waits until the
 # machine is idle (other processes would steal the two cores the benchmark
 # measures). CSVs go to --out (default results/perf), PNGs to --img
-# (default docs/img).
+# (default: the --out directory).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-bench
 OUT=$ROOT/results/perf
-IMG=$ROOT/docs/img
+IMG=
 ONLY=all
 REPS=20
 CLREPS=1000
@@ -32,11 +33,12 @@ while [ $# -gt 0 ]; do
     --img) IMG=$2; shift 2 ;;
     --quick) REPS=5; CLREPS=200; shift ;;
     --only) ONLY=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "reproduce.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
 
+IMG=${IMG:-$OUT}
 BENCH=$BUILD/bench/ovl-bench
 CLUSTER=$ROOT/tools/ovl-cluster
 [ -x "$BENCH" ] || { echo "reproduce.sh: build first: cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && cmake --build $BUILD --target ovl-bench" >&2; exit 2; }
@@ -154,10 +156,10 @@ if [ "$ONLY" = all ] || [ "$ONLY" = delta ]; then
         where=cluster4; [ $kind = delta-sweep ] && where=cluster2
         ls "$OUT/$where-$kind"-[0-9]*.csv >/dev/null 2>&1 || continue
         "$PY" "$ROOT/bench/delta_summary.py" "$OUT/$where-$kind"-[0-9]*.csv \
-            -o "$IMG/cluster-$kind.csv" | tee "$OUT/cluster-$kind-summary.md"
+            -o "$OUT/cluster-$kind.csv" | tee "$OUT/cluster-$kind-summary.md"
     done
     for kind in delta delta-sleep delta-sweep; do
-        [ -f "$IMG/cluster-$kind.csv" ] && "$PY" "$ROOT/bench/plot.py" "$IMG/cluster-$kind.csv" -o "$IMG/cluster-$kind.png"
+        [ -f "$OUT/cluster-$kind.csv" ] && "$PY" "$ROOT/bench/plot.py" "$OUT/cluster-$kind.csv" -o "$IMG/cluster-$kind.png"
     done
 fi
 if [ "$ONLY" = all ] || [ "$ONLY" = rma ]; then
