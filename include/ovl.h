@@ -671,7 +671,12 @@ OVL_NODISCARD int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype d
 
 /**
  * The buffer is fully written: send what has not been sent. The request
- * remains to be waited on or freed.
+ * remains to be waited on or freed. Without a progress thread
+ * (OVL_PROGRESS=inline) it returns once the message has left, as MPI_Send
+ * does, so the receiver does not wait for this rank's next ovl call; if
+ * the receiver takes none of it for a while (four times the model's time
+ * for one piece, at least 1 ms: it is computing, not in MPI), it returns
+ * earlier and the rest leaves at the next call.
  * @return OVL_SUCCESS, OVL_ERR_REQUEST (not a delta send, or already
  *         ended), OVL_ERR_MPI
  */

@@ -108,6 +108,7 @@ struct ovl__delta {
     unsigned npieces; /* pieces sent or received */
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
     int forwarding;             /* fwd_src was set at begin (never changes after) */
+    unsigned fail_in;           /* ovl__delta_fail_piece: the piece that fails (0: none) */
 
     /* receive */
     int plain; /* ovl_irecv of a delta message */
@@ -427,7 +428,9 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     /* A copy may be read by another process (shared-memory zero-copy:
      * CMA), which a guarded page makes fail: it gets pages of its own, never
      * one shared with a heap buffer that is a pending delta receive. */
-    struct send_piece *p = copy ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
+    struct send_piece *p = NULL;
+    if (!d->fail_in || --d->fail_in > 0)
+        p = copy ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
     if (!p)
         return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece");
     p->paged = copy;
@@ -651,6 +654,41 @@ static void send_last_locked(struct ovl__delta *d)
     d->last_sent = 1;
 }
 
+/* Without a progress thread nothing moves a message between the program's
+ * calls: what MPI could not hand to the wire at once would wait for this
+ * rank's next call, after whatever it computes next, while the receiver
+ * waits for it. So an ended send is driven until it has left, as MPI_Send
+ * returns once its message has, unless none of its pieces leaves within
+ * four times the model's wire time for one, and at least a millisecond (on
+ * one node a receiver inside MPI takes a 60 KiB piece in 0.1 - 0.4 ms, far
+ * slower than the model's copy rate): a receiver that does not drain its
+ * end (it computes) then holds the sender no longer than that, and the
+ * rest leaves at the next call. */
+static void push_out(struct ovl__delta *d)
+{
+    struct ovl__req *r = d->req;
+    double stall = 4 * (ovl__m.lat_us + (double)d->max_piece / ovl__m.bw_Bpus);
+    if (stall < 1000)
+        stall = 1000;
+    double last = ovl__now_us();
+    int left = -1;
+    for (;;) {
+        ovl__engine_drive();
+        if (atomic_load(&r->done))
+            return; /* (d may go with the request from here) */
+        ovl__spin_lock(&d->lock);
+        int n = d->inflight;
+        ovl__spin_unlock(&d->lock);
+        double now = ovl__now_us();
+        if (n != left) {
+            left = n;
+            last = now;
+        } else if (now - last > stall) {
+            return;
+        }
+    }
+}
+
 static int end_send(struct ovl__delta *d, size_t total, int observed, const char *fn)
 {
     ovl__spin_lock(&d->lock);
@@ -694,8 +732,11 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     if (fin)
         finish_send(d);
     ovl__engine_drive();
-    if (!fin)
+    if (!fin) {
         ovl__engine_hurry(); /* its pieces are no longer patient */
+        if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD && !d->forwarding)
+            push_out(d);
+    }
     return rc;
 }
 
@@ -1461,6 +1502,19 @@ int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
     }
     if (atomic_load(&d->done) && atomic_load(&r->done))
         return r->status.error;
+    return OVL_SUCCESS;
+}
+
+int ovl__delta_fail_piece(ovl_request_t req, unsigned n)
+{
+    struct ovl__req *r = NULL;
+    int rc = lookup("ovl__delta_fail_piece", req, OVL__REQ_DSEND, &r);
+    if (rc)
+        return rc;
+    struct ovl__delta *d = r->delta;
+    ovl__spin_lock(&d->lock);
+    d->fail_in = n;
+    ovl__spin_unlock(&d->lock);
     return OVL_SUCCESS;
 }
 
