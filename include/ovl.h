@@ -677,8 +677,14 @@ OVL_NODISCARD int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype d
  * the receiver takes none of it for a while (four times the model's time
  * for one piece, at least 1 ms: it is computing, not in MPI), it returns
  * earlier and the rest leaves at the next call.
+ *
+ * A send that fails once part of its message has left (no memory for a
+ * piece, MPI refusing one) sends no more of it: this call, the later ones
+ * on the request and its wait return that error, and the receiver's
+ * request (and that of a send forwarding it) completes with
+ * OVL_ERR_CANCELLED and 0 bytes, its buffer's contents undefined.
  * @return OVL_SUCCESS, OVL_ERR_REQUEST (not a delta send, or already
- *         ended), OVL_ERR_MPI
+ *         ended), OVL_ERR_NOMEM, OVL_ERR_MPI
  */
 OVL_NODISCARD int ovl_delta_send_end(ovl_request_t req);
 
@@ -696,7 +702,8 @@ OVL_NODISCARD int ovl_delta_send_end_count(ovl_request_t req, int count);
  * a contiguous piece once it reaches the delta size. Also accepted on a
  * fault-monitored request (it then sends earlier than the faults would).
  * @return OVL_SUCCESS, OVL_ERR_ARG (range outside the buffer), OVL_ERR_STALE
- *         (the range overlaps a part already sent), OVL_ERR_REQUEST, OVL_ERR_MPI
+ *         (the range overlaps a part already sent), OVL_ERR_REQUEST,
+ *         OVL_ERR_NOMEM, OVL_ERR_MPI (the send failed: ovl_delta_send_end())
  */
 OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes);
 

@@ -56,8 +56,9 @@ struct ovl__coro {
     int finished;
     int state; /* OVL__CO_*, engine lock */
     void *owner;
-    struct ovl__coro *next;         /* ready queue link */
-    struct ovl__coro *prev_running; /* coroutine this one was resumed from */
+    void (*run)(struct ovl__coro *); /* the owner's resume step (ovl__coro_run) */
+    struct ovl__coro *next;          /* ready queue link */
+    struct ovl__coro *prev_running;  /* coroutine this one was resumed from */
 #ifdef OVL_ASAN
     void *fake_stack;
     const void *back_bottom;
@@ -79,9 +80,15 @@ void *ovl__coro_owner(struct ovl__coro *c)
     return c->owner;
 }
 
-void ovl__coro_set_owner(struct ovl__coro *c, void *owner)
+void ovl__coro_set_owner(struct ovl__coro *c, void *owner, void (*run)(struct ovl__coro *))
 {
     c->owner = owner;
+    c->run = run;
+}
+
+void ovl__coro_run(struct ovl__coro *c)
+{
+    c->run(c);
 }
 
 struct ovl__coro **ovl__coro_next(struct ovl__coro *c)

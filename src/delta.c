@@ -14,7 +14,12 @@
  * user's buffer with a two-block struct datatype (no copy). The piece
  * header says where the bytes go, so pieces may be produced in any order;
  * the last piece carries the final size (which may be below the buffer's)
- * and whether the sender saw a write after send (stale).
+ * and whether the sender saw a write after send (stale). A send that fails
+ * once part of its message has left (no memory for a piece, MPI refusing
+ * one) sends nothing more of it but an abort marker, an empty last piece
+ * kept in the send's own state (it needs no memory): the receiver then
+ * completes with OVL_ERR_CANCELLED instead of waiting for pieces that will
+ * never come, and so does a send forwarding that receive.
  *
  * The receiver keeps a few piece receives posted into staging buffers and
  * installs each piece through the access monitor (watch.c), which makes
@@ -43,7 +48,7 @@
 #define NSLOTS    8
 #define NFWD      8 /* sends that may forward one arriving buffer */
 
-enum { P_LAST = 1u, P_STALE = 2u };
+enum { P_LAST = 1u, P_STALE = 2u, P_ABORT = 4u };
 
 struct delta_hdr {
     uint32_t magic, sid;
@@ -109,6 +114,9 @@ struct ovl__delta {
     struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
     int forwarding;             /* fwd_src was set at begin (never changes after) */
     unsigned fail_in;           /* ovl__delta_fail_piece: the piece that fails (0: none) */
+    int last_left;              /* a piece flagged P_LAST (or the abort marker) went to MPI */
+    struct piece_hdr end_h;     /* the abort marker */
+    struct ovl__op end_op;
 
     /* receive */
     int plain; /* ovl_irecv of a delta message */
@@ -116,6 +124,7 @@ struct ovl__delta {
     int posted;
     uint64_t seq, last_seq;
     int last_seen, stale;
+    int aborted; /* the sender's error, from its abort marker (0: none) */
     size_t total_r, arrived;
     char *landing; /* a plain message received where the monitor lets MPI write */
     char *staging; /* a plain message received into a guarded buffer */
@@ -373,7 +382,7 @@ static void finish_send(struct ovl__delta *d)
 /* Done handler of the header and of every piece. */
 static void piece_sent(struct ovl__op *op, MPI_Status *st)
 {
-    /* op is either d->hdr_op (peer -2, ctx = d) or a piece (ctx = piece) */
+    /* op is d->hdr_op or d->end_op (peer -2, ctx = d) or a piece (ctx = piece) */
     struct ovl__delta *d;
     struct send_piece *p = NULL;
     if (op->peer == -2) { /* header */
@@ -417,9 +426,53 @@ static int piece_patient(const struct ovl__op *op)
     return ovl__m.eager == 0 || sizeof p->h + p->h.len <= ovl__m.eager;
 }
 
-/* Send bytes [off, off+len) as one piece (len <= max_piece); lock held. */
+/* End the message with the abort marker (lock held): an empty piece
+ * flagged P_LAST | P_ABORT, the sender's error in its offset, sent from
+ * the delta's own state, so that it leaves when no piece could. One try: a
+ * marker MPI refuses could not be sent again either. */
+static void send_abort(struct ovl__delta *d)
+{
+    d->last_left = 1;
+    d->end_h = (struct piece_hdr){ .off = (uint64_t)(-(int64_t)d->err),
+                                   .total = d->total,
+                                   .flags = P_LAST | P_ABORT };
+    d->end_op = (struct ovl__op){
+        .ctx = d, .done = piece_sent, .kind = OVL__OP_SEND, .peer = -2, .mreq = MPI_REQUEST_NULL
+    };
+    if (MPI_Isend(&d->end_h, (int)sizeof d->end_h, MPI_BYTE, d->peer, (int)d->sid,
+                  ovl__g.comm_delta, &d->end_op.mreq) != MPI_SUCCESS)
+        return;
+    atomic_fetch_add_explicit(&ovl__g.st_deltas_sent, 1, memory_order_relaxed);
+    int flag = 0;
+    if (MPI_Test(&d->end_op.mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+        return;
+    d->inflight++;
+    if (ovl__engine_add(&d->end_op) != OVL_SUCCESS) {
+        MPI_Wait(&d->end_op.mreq, MPI_STATUS_IGNORE);
+        d->inflight--;
+    }
+}
+
+/* The send has failed with @err (the first error stays; lock held): no
+ * more of it is sent, and unless its last piece has gone, the abort marker
+ * ends it now, so the receiver does not wait for the rest (the pieces
+ * before it may have left already). The request completes with the error
+ * once ended. Returns the error. */
+static int fail_locked(struct ovl__delta *d, int err)
+{
+    if (!d->err)
+        d->err = err;
+    if (!d->last_left)
+        send_abort(d);
+    return d->err;
+}
+
+/* Send bytes [off, off+len) as one piece (len <= max_piece); lock held.
+ * Nothing once the send has failed. */
 static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t flags)
 {
+    if (d->err)
+        return d->err;
     /* A piece on a page guarded as another pending receive's edge is
      * copied whatever its size: MPI (or the kernel for it) cannot read it. */
     int copy = len > 0 && (ovl__model_copy_piece(sizeof(struct piece_hdr) + len) ||
@@ -432,7 +485,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     if (!d->fail_in || --d->fail_in > 0)
         p = copy ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
     if (!p)
-        return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece");
+        return fail_locked(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece"));
     p->paged = copy;
     p->h.off = off;
     p->h.len = (uint32_t)len;
@@ -464,8 +517,10 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     }
     if (rc != MPI_SUCCESS) {
         copy ? ovl__page_free(p) : free(p);
-        return d->err = ovl__mpi_error(rc, "ovl_delta_send", "MPI_Isend of a piece");
+        return fail_locked(d, ovl__mpi_error(rc, "ovl_delta_send", "MPI_Isend of a piece"));
     }
+    if (flags & P_LAST)
+        d->last_left = 1;
     d->inflight++;
     d->npieces++;
     atomic_fetch_add_explicit(&ovl__g.st_deltas_sent, 1, memory_order_relaxed);
@@ -478,8 +533,8 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
          * which on a busy node takes the CPU from the computation. */
         int flag = 0;
         int trc = MPI_Test(&p->op.mreq, &flag, MPI_STATUS_IGNORE);
-        if (trc != MPI_SUCCESS && !d->err)
-            d->err = ovl__mpi_error(trc, "ovl_delta_send", "piece transfer");
+        if (trc != MPI_SUCCESS)
+            fail_locked(d, ovl__mpi_error(trc, "ovl_delta_send", "piece transfer"));
         if (flag || p->op.mreq == MPI_REQUEST_NULL) {
             d->inflight--;
             copy ? ovl__page_free(p) : free(p);
@@ -490,7 +545,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
         copy ? ovl__page_free(p) : free(p);
-        return d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory");
+        return fail_locked(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory"));
     }
     return OVL_SUCCESS;
 }
@@ -567,7 +622,8 @@ static int flush_ready(struct ovl__delta *d, int k)
     memmove(&d->ready[k], &d->ready[k + 1], (size_t)(d->nready - k - 1) * sizeof *d->ready);
     d->nready--;
     if (range_add(&d->sent, &d->nsent, &d->capsent, g.lo, g.hi) < 0)
-        return d->err = OVL_ERR_NOMEM;
+        return fail_locked(
+            d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_produced", "no memory for the range list"));
     if (d->nsent == 1 && d->sent[0].lo == 0 && d->sent[0].hi == d->cap) {
         /* The whole buffer has now been produced: the message can be no
          * shorter, so this range ends it (no empty last piece at send_end,
@@ -597,9 +653,22 @@ static size_t produced_upto(void *ctx, size_t upto)
     return ds;
 }
 
-/* Forwarding: send on whatever of the source receive is valid; lock held. */
+/* Forwarding: send on whatever of the source receive is valid; lock held.
+ * A source that completed without its data (its sender aborted, MPI
+ * failed, ovl_finalize cancelled it) fails the send: the bytes it lacks
+ * are not sent on as data. A truncated source holds its first bytes, a
+ * stale one every byte: those are sent. */
 static void forward_locked(struct ovl__delta *d, int src_done)
 {
+    if (src_done && d->fwd_src) {
+        int e = d->fwd_src->req->status.error;
+        if (e != OVL_SUCCESS && e != OVL_ERR_TRUNCATE && e != OVL_ERR_STALE) {
+            if (!d->err)
+                fail_locked(d, ovl__error(OVL_ERR_CANCELLED, "ovl_delta_send",
+                                          "the receive it forwards failed: %s", ovl_strerror(e)));
+            return;
+        }
+    }
     size_t avail = d->cap;
     if (!src_done && d->fwd_src && d->fwd_src->w)
         avail = ovl__watch_recv_prefix(d->fwd_src->w);
@@ -651,6 +720,8 @@ static void send_last_locked(struct ovl__delta *d)
     }
     if (!flagged)
         send_piece(d, d->total, 0, flags);
+    if (d->err && !d->last_left) /* failed earlier (an MPI error seen by piece_sent) */
+        send_abort(d);
     d->last_sent = 1;
 }
 
@@ -740,7 +811,7 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     return rc;
 }
 
-void ovl__delta_implied_end(struct ovl__req *r)
+static void implied_end(struct ovl__req *r)
 {
     struct ovl__delta *d = r->delta;
     if (d && !atomic_load(&d->ended))
@@ -823,6 +894,20 @@ static int check_pending(const char *fn, const void *buf, size_t len)
                       buf, len);
 }
 
+/* The request table's hooks (struct ovl__req_ops): a recycled slot frees
+ * the delta state; a send waited on, tested or freed before its end is
+ * ended first. */
+static void req_release(struct ovl__req *r)
+{
+    if (r->delta) {
+        ovl__delta_free(r->delta);
+        r->delta = NULL;
+    }
+}
+
+static const struct ovl__req_ops recv_ops = { .release = req_release };
+static const struct ovl__req_ops send_ops = { .release = req_release, .unfinished = implied_end };
+
 static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, size_t cap)
 {
     struct ovl__delta *d = calloc(1, sizeof *d);
@@ -835,6 +920,9 @@ static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, 
     d->cap = cap;
     d->t_trace = ovl__now_us();
     r->delta = d;
+    /* atomic: an ovl_irecv matched to a delta header gets its ops here, on
+     * the driver, while its owner may be testing it (request.c) */
+    __atomic_store_n(&r->ops, is_send ? &send_ops : &recv_ops, __ATOMIC_RELEASE);
     return d;
 }
 
@@ -1136,6 +1224,10 @@ static void finish_recv(struct ovl__delta *d, int err)
     d->staging = NULL;
     if (!err)
         err = d->err;
+    if (!err && d->aborted)
+        err = ovl__error(OVL_ERR_CANCELLED, d->plain ? "ovl_irecv" : "ovl_delta_recv",
+                         "the sender aborted the message after part of it had left: %s",
+                         ovl_strerror(d->aborted));
     if (!err && d->stale)
         err = ovl__error(OVL_ERR_STALE, "ovl_delta_recv",
                          "the sender wrote its buffer after sending part of it");
@@ -1204,6 +1296,12 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
         d->last_seen = 1;
         d->total_r = h.total;
         d->stale = (h.flags & P_STALE) != 0;
+        if (h.flags & P_ABORT) { /* no more comes: complete with what is posted */
+            d->aborted = -(int)(int64_t)h.off;
+            if (d->aborted >= 0)
+                d->aborted = OVL_ERR_INTERNAL;
+            d->total_r = 0;
+        }
         d->last_seq = s->seq;
         for (int i = 0; i < NSLOTS; i++)
             if (d->slots[i].posted && d->slots[i].seq > s->seq)

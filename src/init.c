@@ -240,6 +240,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     }
     if ((rc = ovl__req_table_init()) != OVL_SUCCESS)
         goto fail_watch;
+    /* the front ends' work besides their ops in flight, which the engine
+     * polls without knowing whose it is */
+    if ((rc = ovl__engine_add_source(&ovl__match_source)) != OVL_SUCCESS ||
+        (rc = ovl__engine_add_source(&ovl__rma_source)) != OVL_SUCCESS) {
+        rc = ovl__error(rc, fn, "too many progress sources");
+        goto fail_table;
+    }
     atomic_store(&ovl__g.initialized, 1);
     if ((rc = ovl__engine_start()) != OVL_SUCCESS) {
         atomic_store(&ovl__g.initialized, 0);

@@ -164,6 +164,13 @@ int ovl__match_urgent(void)
            atomic_load_explicit(&M.npatient, memory_order_relaxed);
 }
 
+const struct ovl__source ovl__match_source = {
+    .name = "match",
+    .poll = ovl__match_poll,
+    .posted = ovl__match_posted,
+    .urgent = ovl__match_urgent,
+};
+
 /* Decode an MPI tag on comm_msg: the user's tag, and whether it marks a
  * delta header. */
 static int user_tag(int mpitag, int *delta)

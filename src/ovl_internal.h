@@ -174,13 +174,24 @@ struct ovl__req {
     int count;
     MPI_Datatype dt; /* owned copy for derived types (freed at match) */
     int dt_owned;
-    struct ovl__delta *delta; /* delta requests, and ovl_irecv of a delta */
-    double t_post_us;         /* OVL_TRACE: when it was posted */
+    struct ovl__delta *delta;       /* delta requests, and ovl_irecv of a delta */
+    const struct ovl__req_ops *ops; /* the front end's hooks, NULL: none */
+    double t_post_us;               /* OVL_TRACE: when it was posted */
     /* ovl_isend/ovl_irecv of a buffer on another pending receive's guarded
      * edge page: MPI moves the bytes through this staging (message.c) */
     char *bounce;
     size_t bounce_cap, bounce_len;
     char *bounce_to; /* the program's span of the buffer */
+};
+
+/* Hooks a front end attaches to a request (r->ops), so that the request
+ * table calls none of it by name. Each may be NULL. */
+struct ovl__req_ops {
+    /* the slot is recycled: free what the front end attached */
+    void (*release)(struct ovl__req *r);
+    /* a wait, test or free meets the request not yet complete: what the
+     * call implies first (a delta send: its end) */
+    void (*unfinished)(struct ovl__req *r);
 };
 
 /* The request a receive's match entry belongs to (match.c hands back @m). */
@@ -291,6 +302,50 @@ int ovl__engine_continuations(void);
 void ovl__engine_defer_callback(struct ovl__req *r);
 /* Coroutines ready to resume are queued here (engine lock held). */
 void ovl__engine_schedule_coro(struct ovl__coro *c);
+/* A progress source: work a front end has besides its ops in flight,
+ * which the engine runs on every pass and weighs when it decides how long
+ * the progress thread may sleep (as a UCX worker's progress callbacks).
+ * init.c registers each before ovl__engine_start; every hook but @poll may
+ * be NULL. */
+struct ovl__source {
+    const char *name;
+    int (*poll)(void);    /* each pass, before the ops are tested: the completions it made */
+    int (*posted)(void);  /* receives posted that a message may match at any moment */
+    int (*urgent)(void);  /* of those, the ones that need the usual pace */
+    int (*serving)(void); /* MPI needs polls here for other ranks' transfers */
+};
+/* ---- sched.c: the progress thread's sleep, a pure function ----------- */
+
+/* One op in flight as the sleep rule sees it. */
+struct ovl__sched_op {
+    int patient;     /* its completion is driven by the program (ovl__op.patient) */
+    int quiet;       /* a stream fragment between checkpoints: sets no pace */
+    int handshake;   /* a rendezvous still in its handshake (ovl__op.hs_until) */
+    double due_us;   /* predicted completion (0: unknown) */
+    double slack_us; /* a stream checkpoint's room for a late poll (0: none) */
+};
+/* The engine's state: counts, and the ops in flight. */
+struct ovl__sched_in {
+    int conts;                       /* continuations waiting for their operation */
+    int deferred;                    /* continuations queued for the driver */
+    int ready;                       /* coroutines ready to run */
+    int posted, urgent, serving;     /* the progress sources (struct ovl__source) */
+    int n;                           /* ops in flight */
+    int nrma;                        /* of which get/put strips */
+    const struct ovl__sched_op *ops; /* n of them */
+};
+struct ovl__sched_cfg {
+    unsigned max_us, quiet_us, callback_us, rma_us, serve_us, quiet_share;
+};
+/* The longest the progress thread may sleep at @now (ovl__now_us clock);
+ * *@predicted: the cap comes from predicted completions (taken at once,
+ * not ramped up to). */
+unsigned ovl__sched_cap(const struct ovl__sched_in *in, const struct ovl__sched_cfg *c, double now,
+                        int *predicted);
+
+/* OVL_ERR_NOMEM past OVL__MAX_SOURCES. */
+#define OVL__MAX_SOURCES 8
+int ovl__engine_add_source(const struct ovl__source *src);
 int ovl__engine_start(void);
 void ovl__engine_stop(void);
 /* Number of ops in flight of a kind (-1: all, plus deferred continuations
@@ -332,6 +387,8 @@ int ovl__match_poll(void);
 int ovl__match_posted(void);
 /* Posted receives that are not patient (struct ovl__match). */
 int ovl__match_urgent(void);
+/* Matching as a progress source (poll, posted, urgent), registered by init.c. */
+extern const struct ovl__source ovl__match_source;
 /* @m (posted, or matched already) is no longer patient. */
 void ovl__match_hurry(struct ovl__match *m);
 int ovl__match_unexpected_from(int source);
@@ -630,10 +687,14 @@ void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *
 /* ovl_finalize: end delta sends the program never ended. */
 void ovl__delta_end_all(void);
 int ovl__delta_active(int sends_only);
-/* ovl_wait / ovl_test / ovl_request_free on a delta send not yet ended. */
-void ovl__delta_implied_end(struct ovl__req *r);
-/* Request released: free what is left of its delta state. */
+/* Free a delta state (its request's release hook, and failed posts). */
 void ovl__delta_free(struct ovl__delta *d);
+/* Fault injection, for tests only (no public call or variable reaches
+ * it): the @n-th piece delta send @req sends from now on (1: the next)
+ * finds no memory, as if malloc or ovl__page_alloc had returned NULL; 0
+ * disarms. The pieces before it leave as usual. Costs the normal path one
+ * test of a field per piece. OVL_ERR_REQUEST: not a delta send. */
+int ovl__delta_fail_piece(ovl_request_t req, unsigned n);
 
 /* ---- segment.c, rma.c: one-sided get/put ------------------------------- */
 
@@ -655,6 +716,8 @@ int ovl__rma_retire(struct ovl__seg *s, int rank);
 int ovl__rma_outstanding(struct ovl__seg *s);
 /* Progress hook (driver): keeps passive-target RMA moving while segments exist. */
 int ovl__rma_poll(void);
+/* Serving others' RMA as a progress source (poll, serving), registered by init.c. */
+extern const struct ovl__source ovl__rma_source;
 int ovl__rma_wants_progress(void);
 /* Whether this rank serves others' one-sided operations while a segment
  * lives (segment.c's probe, or OVL_POLL_SERVE_US set); 0 before the first
@@ -686,13 +749,14 @@ void ovl__coro_destroy(struct ovl__coro *c);
 enum { OVL__CO_RUNNING, OVL__CO_WAITING, OVL__CO_READY, OVL__CO_DONE };
 int *ovl__coro_state(struct ovl__coro *c);
 void *ovl__coro_owner(struct ovl__coro *c);
-void ovl__coro_set_owner(struct ovl__coro *c, void *owner);
+/* @owner and its step that resumes @c and handles what follows, which the
+ * engine's driver runs for a ready coroutine (ovl__coro_run). */
+void ovl__coro_set_owner(struct ovl__coro *c, void *owner, void (*run)(struct ovl__coro *));
+void ovl__coro_run(struct ovl__coro *c);
 struct ovl__coro **ovl__coro_next(struct ovl__coro *c);
 
 /* ---- stream.c --------------------------------------------------------- */
 
-/* Resume a stream's coroutine and handle what follows (driver only). */
-void ovl__stream_run(struct ovl__coro *c);
 int ovl__stream_active(void);
 /* Send streams not yet complete (finalize's first step waits for these). */
 int ovl__stream_active_sends(void);

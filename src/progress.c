@@ -112,6 +112,45 @@ static struct {
     unsigned long polls;
 } E = { .lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER };
 
+/* ---- progress sources ----------------------------------------------------- */
+
+/* Registered once, before the engine starts (init.c); read without a lock
+ * from then on. */
+static const struct ovl__source *sources[OVL__MAX_SOURCES];
+static int nsources;
+
+int ovl__engine_add_source(const struct ovl__source *src)
+{
+    for (int i = 0; i < nsources; i++)
+        if (sources[i] == src)
+            return OVL_SUCCESS; /* a second ovl_init */
+    if (nsources == OVL__MAX_SOURCES)
+        return OVL_ERR_NOMEM;
+    sources[nsources++] = src;
+    return OVL_SUCCESS;
+}
+
+static int sources_poll(void)
+{
+    int n = 0;
+    for (int i = 0; i < nsources; i++)
+        n += sources[i]->poll();
+    return n;
+}
+
+/* sources_posted() etc.: whether any source's hook of that name says yes. */
+#define SOURCES_ANY(hook)                               \
+    static int sources_##hook(void)                     \
+    {                                                   \
+        for (int i = 0; i < nsources; i++)              \
+            if (sources[i]->hook && sources[i]->hook()) \
+                return 1;                               \
+        return 0;                                       \
+    }
+SOURCES_ANY(posted)
+SOURCES_ANY(urgent)
+SOURCES_ANY(serving)
+
 void ovl__engine_lock(void)
 {
     pthread_mutex_lock(&E.lock);
@@ -594,10 +633,9 @@ int ovl__engine_drive(void)
     if (pthread_mutex_trylock(&E.drive) != 0)
         return -1;
     driving = 1;
-    /* Messages on comm_msg are matched by ovl (match.c), before the poll so
-     * the receives they start are tested in the same pass. */
-    int matched = ovl__match_poll();
-    ovl__rma_poll(); /* passive-target RMA: keep MPI progressing */
+    /* The sources first (matching messages, serving other ranks' RMA), so
+     * that the receives they start are tested in the same pass. */
+    int matched = sources_poll();
     int nb = 0, npat = 0;
 
     pthread_mutex_lock(&E.lock);
@@ -665,7 +703,7 @@ int ovl__engine_drive(void)
         if (!c)
             break;
         ovl__rt_leave(); /* marshalling outranks no computation */
-        ovl__stream_run(c);
+        ovl__coro_run(c);
         nb++;
     }
 
@@ -679,8 +717,7 @@ int ovl__engine_drive(void)
  * but patient ops. */
 static int urgent_work_locked(void)
 {
-    if (E.ndef > 0 || E.ready_head != NULL || E.conts > 0 || ovl__match_urgent() ||
-        ovl__rma_wants_progress())
+    if (E.ndef > 0 || E.ready_head != NULL || E.conts > 0 || sources_urgent() || sources_serving())
         return 1;
     for (int i = 0; i < E.n; i++)
         if (!E.ops[i]->patient || !E.ops[i]->patient(E.ops[i]))
@@ -749,130 +786,49 @@ void ovl__engine_wait_flag(atomic_int *flag)
 
 static int has_work_locked(void)
 {
-    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || ovl__match_posted() ||
-           ovl__rma_wants_progress();
+    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || sources_posted() || sources_serving();
 }
 
-/* The longest the progress thread may sleep now. Normally poll_max_us. When
- * the only work is transfers whose predicted completion (due_locked) is
- * further away than that, longer, up to poll_quiet_us: poll_quiet_share
- * (OVL_POLL_QUIET_SHARE, 75 %) of the way to one poll interval before the
- * earliest of them, so wake-ups thin out in the middle of a long transfer
- * and close in towards its end. Each wake-up costs the computation on this
- * core about 25 us on the test VM; against halfway (the policy before
- * 2026-11-25) three-quarters left a computation 0.63-0.66 of its CPU
- * during a 64 KB exchange instead of 0.54-0.60, with fewer wake-ups (3.0-3.3
- * against 3.1-4.0 per exchange) and no later completions (docs/PERFORMANCE.md,
- * "Fewer wake-ups before a predicted completion"). Patient work (delta
- * receive pieces and delta receives waiting for their message, whose
- * program's access fault or ovl_delta_need drives progress when it needs
- * the data; delta send pieces while the program still produces) sets no
- * limit of its own: with nothing else in flight the sleep doubles up to
- * poll_quiet_us, and a poll that completes only patient ops does not bring
- * it back to the first interval (the thread loop). Without that, a delta
- * message whose last piece comes only at the sender's send_end kept the
- * thread waking every 50 us through a whole computation, and pieces that
- * arrived one per poll kept it at the first interval, each wake-up taking
- * the computing thread's CPU (docs/PERFORMANCE.md, "Patient delta receives"
- * and "A progress thread that leaves delta messages to the program").
- * Other receives not yet matched,
- * continuations, coroutines, RMA or an operation of unknown size keep the
- * usual pace, since something may arrive at any moment. Over TCP the kernel
- * moves the bytes of a started transfer without MPI being polled; what a
- * poll is needed for is a handshake, caught by the short sleeps right after
- * posting, and the completion. An op added by ovl__engine_add_handshake (a
- * marshal stream sent whole) keeps the usual pace until two polls have
- * passed: with one, both ranks of an exchange answered each other's
- * request to send and slept before either sent its data. (Where the MPI
- * library copies itself, as over shared memory, the model's bandwidth is
- * that copy's and the predicted times are short, so little changes.) */
-static unsigned sleep_cap_ops_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
-                                     int *predicted)
+/* The engine's state as the sleep rule sees it (engine lock held); the
+ * rule itself is sched.c's, a pure function. Op summaries go to a scratch
+ * array that grows with the ops in flight. */
+static struct ovl__sched_op *sched_ops;
+static int sched_cap_n;
+
+static unsigned sleep_cap_locked(const struct ovl__sched_cfg *cfg, int *predicted)
 {
-    *predicted = 0;
-    if (E.conts > 0) /* a callback waits: the shorter interval, same quiet middle */
-        max_us = callback_us;
-    if (quiet_us <= max_us || E.ndef > 0 || E.ready_head != NULL ||
-        (E.conts > 0 ? ovl__match_posted() : ovl__match_urgent()))
-        return max_us;
-    if (E.n == 0) /* patient receives waiting for their first message */
-        return ovl__match_posted() ? quiet_us : max_us;
-    double first = 0, firm = 0, now = ovl__now_us();
-    int quiet = 0;
+    struct ovl__sched_in in = {
+        .conts = E.conts,
+        .deferred = E.ndef,
+        .ready = E.ready_head != NULL,
+        .posted = sources_posted(),
+        .urgent = sources_urgent(),
+        .serving = sources_serving(),
+        .n = E.n,
+        .nrma = E.nrma,
+    };
+    if (E.n > sched_cap_n) {
+        int ncap = E.n > 2 * sched_cap_n ? E.n : 2 * sched_cap_n;
+        struct ovl__sched_op *o = ovl__page_realloc(sched_ops, (size_t)ncap * sizeof *o);
+        if (!o) { /* no summary: the usual pace */
+            *predicted = 0;
+            return cfg->max_us;
+        }
+        sched_ops = o;
+        sched_cap_n = ncap;
+    }
     for (int i = 0; i < E.n; i++) {
         const struct ovl__op *op = E.ops[i];
-        if (op->patient && op->patient(op))
-            continue;
-        if (op->hs_until > E.polls)
-            return max_us; /* a rendezvous in its handshake */
-        if (op->quiet) {
-            quiet = 1;
-            continue;
-        }
-        double d = op->due_us;
-        if (d <= 0)
-            return max_us;
-        if (op->slack_us > 0) {
-            /* a stream's checkpoint: its window has room for a late poll,
-             * so the thread sleeps until it is due, not halfway there; if
-             * overdue (its sender is behind), for up to its slack */
-            if (d < now)
-                d = now + op->slack_us;
-            if (firm == 0 || d < firm)
-                firm = d;
-            continue;
-        }
-        if (first == 0 || d < first)
-            first = d;
+        sched_ops[i] = (struct ovl__sched_op){
+            .patient = op->patient && op->patient(op),
+            .quiet = op->quiet,
+            .handshake = op->hs_until > E.polls,
+            .due_us = op->due_us,
+            .slack_us = op->slack_us,
+        };
     }
-    if (first == 0 && firm == 0) /* only patient ops, or quiet ones whose checkpoint is done */
-        return quiet ? max_us : quiet_us;
-    double cap = quiet_us;
-    if (first > 0) {
-        double part = (first - now - max_us) * ovl__g.cfg.poll_quiet_share / 100.0;
-        if (part <= max_us)
-            return max_us;
-        cap = part < cap ? part : cap;
-    }
-    if (firm > 0 && firm - now < cap)
-        cap = firm - now;
-    if (cap <= max_us)
-        return max_us;
-    *predicted = 1;
-    return (unsigned)cap;
-}
-
-/* The sleep cap, also for serving: while this rank has a live segment,
- * other ranks' gets and puts on its memory may progress only when MPI is
- * polled here (MPI over TCP moves one-sided data through the target's
- * progress), so where segment.c's probe found that so (or
- * OVL_POLL_SERVE_US is set: ovl__rma_wants_progress) the thread polls at
- * least every OVL_POLL_SERVE_US (default OVL_POLL_MAX_US), also with
- * nothing of its own in flight; a wake-up costs the computation on this
- * core about 25 us on the Xeon test VM (docs/PERFORMANCE.md, "What a live
- * segment costs"). Get/put strips in flight keep their own pace
- * (OVL_POLL_RMA_US). */
-static unsigned sleep_cap_locked(unsigned max_us, unsigned quiet_us, unsigned callback_us,
-                                 unsigned rma_us, unsigned serve_us, int *predicted)
-{
-    *predicted = 0;
-    /* nothing queued for the driver, no continuation waiting */
-    int calm = E.conts == 0 && E.ndef == 0 && E.ready_head == NULL;
-    /* Only get/put strips in flight: the program's access (a fault),
-     * ovl_get_need or a fence drives a strip when it needs it, and a
-     * computation running meanwhile loses less to a slower pace
-     * (docs/PERFORMANCE.md, "The origin's pace during a get"). */
-    if (calm && E.n > 0 && E.n == E.nrma && !ovl__match_urgent())
-        return rma_us;
-    int serving = ovl__rma_wants_progress();
-    if (calm && serving && E.n == 0 && !ovl__match_posted())
-        return serve_us; /* serving only */
-    unsigned c = sleep_cap_ops_locked(max_us, quiet_us, callback_us, predicted);
-    if (serving && c > serve_us) {
-        c = serve_us;
-        *predicted = c > max_us;
-    }
-    return c;
+    in.ops = sched_ops;
+    return ovl__sched_cap(&in, cfg, ovl__now_us(), predicted);
 }
 
 /* Ask the scheduler for a short time slice (EEVDF custom slice, Linux >=
@@ -981,8 +937,15 @@ static void *progress_thread(void *unused)
     ovl__trace_thread_name("ovl progress");
     const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
     const unsigned quiet_us = ovl__g.cfg.poll_quiet_us, min_us = ovl__g.cfg.poll_min_us;
-    const unsigned callback_us = ovl__g.cfg.poll_callback_us, rma_us = ovl__g.cfg.poll_rma_us;
-    const unsigned serve_us = ovl__g.cfg.poll_serve_us;
+    const unsigned callback_us = ovl__g.cfg.poll_callback_us;
+    const struct ovl__sched_cfg scfg = {
+        .max_us = max_us,
+        .quiet_us = quiet_us,
+        .callback_us = callback_us,
+        .rma_us = ovl__g.cfg.poll_rma_us,
+        .serve_us = ovl__g.cfg.poll_serve_us,
+        .quiet_share = ovl__g.cfg.poll_quiet_share,
+    };
     unsigned backoff = 0;
     double last_activity = ovl__now_us();
 
@@ -1082,8 +1045,7 @@ static void *progress_thread(void *unused)
         if (ovl__now_us() - last_activity < spin_us)
             continue;
         int predicted;
-        const unsigned cap =
-            sleep_cap_locked(max_us, quiet_us, callback_us, rma_us, serve_us, &predicted);
+        const unsigned cap = sleep_cap_locked(&scfg, &predicted);
         /* min_us and callback_us <= max_us (config.c); the cap is below
          * max_us only while a continuation waits, or while only strips are
          * in flight and OVL_POLL_RMA_US is set below it. A cap from the

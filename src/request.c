@@ -208,6 +208,13 @@ void ovl__req_unpin(ovl_request_t h, struct ovl__req *r)
     unpin(r, handle_gen(h));
 }
 
+/* The front end's hooks: set on the driver for an ovl_irecv that a delta
+ * message matched, so read atomically. */
+static const struct ovl__req_ops *req_ops(struct ovl__req *r)
+{
+    return __atomic_load_n(&r->ops, __ATOMIC_ACQUIRE);
+}
+
 /* Give the slot back with generation @next. The generation goes first:
  * stale handles fail from here on, and it ends the caller's pin, so no
  * other caller waits on it through what follows (ovl_continue waits under
@@ -215,10 +222,9 @@ void ovl__req_unpin(ovl_request_t h, struct ovl__req *r)
 static void recycle(struct ovl__req *r, uint32_t next)
 {
     __atomic_store_n(&r->gen, next, __ATOMIC_RELEASE);
-    if (r->delta) {
-        ovl__delta_free(r->delta);
-        r->delta = NULL;
-    }
+    const struct ovl__req_ops *ops = req_ops(r);
+    if (ops && ops->release)
+        ops->release(r);
     pthread_mutex_lock(&tab.lock);
     __atomic_store_n(&r->in_use, 0, __ATOMIC_RELEASE);
     tab.free_idx[tab.nfree++] = r->idx;
@@ -345,8 +351,9 @@ static int wait_one(const char *fn, ovl_request_t *req, ovl_status_t *status)
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         if ((rc = ovl__check_not_in_callback(fn)))
             return rc;
-        if (r->kind == OVL__REQ_DSEND)
-            ovl__delta_implied_end(r); /* ovl_wait implies ovl_delta_send_end */
+        const struct ovl__req_ops *ops = req_ops(r);
+        if (ops && ops->unfinished)
+            ops->unfinished(r); /* ovl_wait implies ovl_delta_send_end */
     }
     int c;
     for (;;) {
@@ -387,8 +394,9 @@ int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
     ovl_request_t h = *req;
     uint32_t g = handle_gen(h);
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
-        if (r->kind == OVL__REQ_DSEND)
-            ovl__delta_implied_end(r);
+        const struct ovl__req_ops *ops = req_ops(r);
+        if (ops && ops->unfinished)
+            ops->unfinished(r);
         ovl__engine_drive();
     }
     struct waiter w = { r, g };
@@ -462,8 +470,9 @@ int ovl_request_free(ovl_request_t *req)
         return rc;
     ovl_request_t h = *req;
     uint32_t g = handle_gen(h);
-    if (r->kind == OVL__REQ_DSEND && !atomic_load(&r->done))
-        ovl__delta_implied_end(r); /* nobody could end it after this */
+    const struct ovl__req_ops *ops = req_ops(r);
+    if (ops && ops->unfinished && !atomic_load(&r->done))
+        ops->unfinished(r); /* nobody could end it after this */
     /* Under the engine lock `done` cannot change (completion publishes it,
      * and ovl_continue withdraws it, under this lock). */
     ovl__engine_lock();

@@ -235,6 +235,12 @@ int ovl__rma_poll(void)
     return 0;
 }
 
+const struct ovl__source ovl__rma_source = {
+    .name = "rma",
+    .poll = ovl__rma_poll,
+    .serving = ovl__rma_wants_progress,
+};
+
 /* Agree on failure before the next collective, so that no rank returns
  * while the others wait in it: every rank passes its own error (@mine, 0
  * if none; recorded already) and @flag (ORed over the ranks into *@any);

@@ -270,7 +270,8 @@ static void run(struct ovl__stream *s)
         finish(s);
 }
 
-void ovl__stream_run(struct ovl__coro *c)
+/* The coroutine's step for the driver (ovl__coro_set_owner). */
+static void stream_step(struct ovl__coro *c)
 {
     struct ovl__stream *s = ovl__coro_owner(c);
     ovl__engine_lock();
@@ -931,7 +932,7 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     rclose(s);
     if (ovl__coro_create(ovl__g.cfg.stack_size, is_send ? send_body : recv_body, s, &s->co))
         goto nomem;
-    ovl__coro_set_owner(s->co, s);
+    ovl__coro_set_owner(s->co, s, stream_step);
 
     ovl_request_t h;
     if (ovl__req_alloc(is_send ? OVL__REQ_SSEND : OVL__REQ_SRECV, &s->req, &h)) {

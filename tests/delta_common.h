@@ -4,6 +4,9 @@
  * harness.h:
  *  - start-up: MPI, the monitor check (a uffd variant where userfaultfd is
  *    unavailable exits 77, "skipped"), ovl_init, a watchdog;
+ *  - pairs: rank r works with r ^ 1, the even rank of a pair usually
+ *    sends (dt_pair); EXPECT_REJECTED, a call that must fail and leave
+ *    its request output untouched;
  *  - the watchdog: a thread that turns a hang (typically inside an access
  *    fault, where TH_WAIT_UNTIL cannot help) into a FAIL line naming the
  *    phase that did not finish;
@@ -186,6 +189,30 @@ static inline void dt_init(int *argc, char ***argv, const char *name, const ovl_
     }
     dt_watchdog_start();
 }
+
+/* This rank's peer, r ^ 1; *@even (may be NULL): whether this rank is the
+ * even one of the pair. Fails the test, naming @name, when the job has an
+ * odd number of ranks (the last rank would have no peer). */
+static inline int dt_pair(const char *name, int *even)
+{
+    int peer = th_rank ^ 1;
+    if (even)
+        *even = th_rank % 2 == 0;
+    CHECKF(peer < th_size, "%s needs an even number of ranks", name);
+    return peer;
+}
+
+/* A request handle no call returns: what a failed call must leave behind. */
+#define DT_SENTINEL ((ovl_request_t)(uintptr_t)0x5e5e5e5eull)
+
+/* The call fails with `code` and does not write the request `r` (an
+ * ovl_request_t in scope, the call's output argument). */
+#define EXPECT_REJECTED(call, code) \
+    do {                            \
+        r = DT_SENTINEL;            \
+        EXPECT_ERR(call, code);     \
+        CHECK(r == DT_SENTINEL);    \
+    } while (0)
 
 static inline int dt_finish(void)
 {

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * test_delta_atomic: a call that fails leaves no trace, and an empty buffer
- * is never taken for a pending one (issue 34, items 2 and 3).
+ * test_delta_atomic: a call that fails leaves no trace, an empty buffer is
+ * never taken for a pending one, and a delta send that fails once part of
+ * its message has left fails on both ends, nobody waiting for ever (issue
+ * 34).
  *  - empty exchanges (a ring): ovl_delta_recv(p, 0) and
  *    ovl_delta_send_begin(p, 0) with the same pointer p, and with NULL,
  *    complete with 0 bytes; a zero-length delta send that starts where a
@@ -18,23 +20,24 @@
  *    receive is pending: refused at once, no message consumed; the valid
  *    receive posted next gets the message;
  *  - a ninth send forwarding one arriving buffer (OVL_ERR_NOMEM) among
- *    eight that work: the eight deliver the whole buffer.
+ *    eight that work: the eight deliver the whole buffer;
+ *  - no memory after part of a message has left (white-box: the third
+ *    piece of a delta send fails to allocate, ovl__delta_fail_piece): the
+ *    call that sent it (ovl_delta_produced in explicit mode) or else
+ *    ovl_delta_send_end returns OVL_ERR_NOMEM, as ovl_wait does; the
+ *    receiver does not hang, not even in a read of the part that never
+ *    came: its receive completes with OVL_ERR_CANCELLED and 0 bytes, and
+ *    so do a send forwarding that receive as it arrived and the receive
+ *    of that forwarded copy (an error, never wrong bytes); a delta
+ *    transfer on another tag in flight meanwhile arrives intact, and a
+ *    delta and a plain message on the failed tag right after it too.
  * Run under every monitor and progress mode. Pairs: rank r with r^1, the
  * even rank sends; the empty exchange goes round the ring.
  */
 #include "delta_common.h"
+#include "ovl_internal.h" /* white-box: ovl__delta_fail_piece */
 
 static int peer, even, explicit_mode;
-
-#define SENTINEL ((ovl_request_t)(uintptr_t)0x5e5e5e5eull)
-
-/* The call fails with `code` and does not write *r. */
-#define EXPECT_REJECTED(call, code) \
-    do {                            \
-        r = SENTINEL;               \
-        EXPECT_ERR(call, code);     \
-        CHECK(r == SENTINEL);       \
-    } while (0)
 
 static void expect_done(ovl_request_t *q, int source, size_t bytes)
 {
@@ -210,12 +213,145 @@ static void forward_overflow(size_t bytes, int tag)
     dt_region_free(&b);
 }
 
+/* ---- no memory after part of a message has left ----------------------- */
+
+/* Write pattern @key into b[lo, hi) in strips of 1-3 pages (as
+ * dt_produce), with ovl_delta_produced in explicit mode: there the call
+ * that sends a piece that finds no memory fails, and every later one.
+ * Returns whether one failed. */
+static int produce_part(ovl_request_t s, unsigned char *b, size_t lo, size_t hi, uint64_t key,
+                        th_rng_t *rng)
+{
+    size_t pg = dt_page();
+    int failed = 0;
+    for (size_t o = lo; o < hi;) {
+        size_t len = dt_min(hi - o, 1 + (size_t)th_below(rng, 3 * pg));
+        th_fill(b + o, len, key, o);
+        if (explicit_mode) {
+            int rc = ovl_delta_produced(s, o, len);
+            if (failed)
+                EXPECT_ERR(rc, OVL_ERR_NOMEM);
+            else
+                CHECKF(rc == OVL_SUCCESS || rc == OVL_ERR_NOMEM, "ovl_delta_produced: %s",
+                       th_code_name(rc));
+            failed |= rc == OVL_ERR_NOMEM;
+        }
+        o += len;
+    }
+    return failed;
+}
+
+/* The even rank's delta send F of @bytes on @tag loses its third piece
+ * (no memory) while a delta send V on tag + 1 is half sent; the odd rank
+ * forwards F as it arrives back on tag + 2. Then a delta message and a
+ * plain one on @tag. */
+static void nomem_after_pieces(size_t bytes, int tag)
+{
+    enum { SMALL = 64 };
+    const size_t vbytes = 64 * dt_page() + 17; /* watched, in pieces (not on this node) */
+    uint64_t key = 0xe70000u + (uint64_t)tag, vkey = key + 1, key2 = key + 2, skey = key + 3;
+    unsigned char small[SMALL];
+    th_rng_t rng;
+    th_rng_init(&rng, (uint64_t)th_rank, (uint64_t)tag, bytes);
+    dt_region_t f, v;
+    dt_region_alloc(&f, bytes, 100, 0x5d0000u + (uint64_t)tag);
+    dt_region_alloc(&v, vbytes, 200, 0x5d1000u + (uint64_t)tag);
+    ovl_request_t fr, vr, fw, q;
+    ovl_status_t st;
+    char go = 1;
+    if (even) {
+        dt_region_t back;
+        dt_region_alloc(&back, bytes, 300, 0x5d2000u + (uint64_t)tag);
+        CHECK_OK(ovl_delta_recv(back.buf, (int)bytes, MPI_BYTE, peer, tag + 2, &fw));
+        /* not before the peer's forwarding send has begun: a receive
+         * complete by then would not be forwarded */
+        CHECK_MPI(MPI_Recv(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        CHECK_OK(ovl_delta_send_begin(v.buf, (int)vbytes, MPI_BYTE, peer, tag + 1, &vr));
+        CHECK(!produce_part(vr, v.buf, 0, vbytes / 2, vkey, &rng));
+        ovl_stats_t s0 = dt_stats();
+        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        CHECK_OK(ovl__delta_fail_piece(fr, 3));
+        /* explicit mode: pieces leave as ranges are produced, the third
+         * before the end, so a call to ovl_delta_produced fails; else the
+         * fault handler or send_end finds no memory */
+        int failed = produce_part(fr, f.buf, 0, bytes, key, &rng);
+        CHECKF(failed == explicit_mode, "ovl_delta_produced %s",
+               failed ? "failed" : "never failed");
+        EXPECT_ERR(ovl_delta_send_end(fr), OVL_ERR_NOMEM);
+        ovl_stats_t s1 = dt_stats();
+        CHECKF(s1.deltas_sent - s0.deltas_sent >= 2, "%llu pieces left before the failure",
+               (unsigned long long)(s1.deltas_sent - s0.deltas_sent));
+        CHECK(!produce_part(vr, v.buf, vbytes / 2, vbytes, vkey, &rng));
+        CHECK_OK(ovl_delta_send_end(vr));
+        EXPECT_ERR(ovl_wait(&fr, &st), OVL_ERR_NOMEM);
+        CHECK(fr == OVL_REQUEST_NULL && st.error == OVL_ERR_NOMEM);
+        expect_done(&vr, th_rank, vbytes);
+        /* the copy the peer forwarded of what reached it: an error */
+        EXPECT_ERR(ovl_wait(&fw, &st), OVL_ERR_CANCELLED);
+        CHECKF(st.error == OVL_ERR_CANCELLED && st.bytes == 0, "forwarded copy: %s, %zu bytes",
+               th_code_name(st.error), st.bytes);
+        CHECK(dt_sentinel_check(&back) == TH_OK);
+        dt_region_free(&back);
+        /* the same tag again: a delta message, then a plain one */
+        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        dt_produce(fr, f.buf, bytes, key2, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
+        CHECK_OK(ovl_delta_send_end(fr));
+        th_fill(small, SMALL, skey, 0);
+        CHECK_OK(ovl_isend(small, SMALL, MPI_BYTE, peer, tag, &q));
+        expect_done(&fr, th_rank, bytes);
+        expect_done(&q, th_rank, SMALL);
+    } else {
+        CHECK_OK(ovl_delta_recv(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        CHECK_OK(ovl_delta_recv(v.buf, (int)vbytes, MPI_BYTE, peer, tag + 1, &vr));
+        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag + 2, &fw));
+        CHECK_OK(ovl_delta_send_end(fw)); /* its source's completion ends it */
+        CHECK_MPI(MPI_Send(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD));
+        dt_use(vr, explicit_mode, v.buf, vbytes, vkey, &rng);
+        expect_done(&vr, peer, vbytes);
+        size_t bad = dt_check_used(v.buf, vbytes, vkey);
+        CHECKF(bad == TH_OK, "byte %zu of %zu of the message in flight received wrong", bad,
+               vbytes);
+        /* the failed message's third piece never comes: an access to it
+         * (a read of every page) waits for the end of the message, not
+         * for ever */
+        if (explicit_mode) {
+            int rc = ovl_delta_need(fr, 0, bytes);
+            CHECKF(rc == OVL_SUCCESS || rc == OVL_ERR_CANCELLED, "ovl_delta_need: %s",
+                   th_code_name(rc));
+        } else {
+            volatile unsigned char *b = f.buf;
+            for (size_t o = 0; o < bytes; o += dt_page())
+                (void)b[o];
+            (void)b[bytes - 1];
+        }
+        EXPECT_ERR(ovl_wait(&fr, &st), OVL_ERR_CANCELLED);
+        CHECKF(st.error == OVL_ERR_CANCELLED && st.bytes == 0 && st.source == peer,
+               "failed message: %s, %zu bytes, source %d", th_code_name(st.error), st.bytes,
+               st.source);
+        EXPECT_ERR(ovl_wait(&fw, &st), OVL_ERR_CANCELLED);
+        CHECK(st.error == OVL_ERR_CANCELLED);
+        CHECK(dt_sentinel_check(&f) == TH_OK);
+        /* the same tag again */
+        CHECK_OK(ovl_delta_recv(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        memset(small, 0, sizeof small);
+        CHECK_OK(ovl_irecv(small, SMALL, MPI_BYTE, peer, tag, &q));
+        dt_use(fr, explicit_mode, f.buf, bytes, key2, &rng);
+        expect_done(&fr, peer, bytes);
+        bad = dt_check_used(f.buf, bytes, key2);
+        CHECKF(bad == TH_OK, "byte %zu of %zu of the next message received wrong", bad, bytes);
+        expect_done(&q, peer, SMALL);
+        CHECKF(th_verify(small, SMALL, skey, 0) == TH_OK, "the plain message after the failure");
+    }
+    CHECK(dt_sentinel_check(&f) == TH_OK);
+    CHECK(dt_sentinel_check(&v) == TH_OK);
+    dt_region_free(&f);
+    dt_region_free(&v);
+}
+
 int main(int argc, char **argv)
 {
     dt_init(&argc, &argv, "test_delta_atomic", NULL);
-    peer = th_rank ^ 1;
-    even = th_rank % 2 == 0;
-    CHECKF(peer < th_size, "test_delta_atomic needs an even number of ranks");
+    peer = dt_pair("test_delta_atomic", &even);
     explicit_mode = dt_monitor() == OVL_MONITOR_EXPLICIT;
     size_t pg = dt_page();
 
@@ -242,5 +378,8 @@ int main(int argc, char **argv)
     failed_post(1, 100, 30);
     dt_phase("a ninth forwarding send", 30);
     forward_overflow(4 * pg + 3, 40);
+    /* more than four pieces whatever the delta size (at most 256 KiB) */
+    dt_phase("no memory after part of a message has left", 30);
+    nomem_after_pieces(((size_t)1 << 20) + 3 * pg + 11, 60);
     return dt_finish();
 }
