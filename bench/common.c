@@ -5,12 +5,17 @@
 #include "common.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 int bench_rank = 0, bench_size = 1;
+int bench_thread_level = MPI_THREAD_SINGLE;
+double bench_daxpy_ns_clean = 0;
 
 /* ---- time ------------------------------------------------------------------ */
 
@@ -65,6 +70,20 @@ long bench_daxpy_for(double seconds)
         n++;
     }
     return n;
+}
+
+double bench_daxpy_ns_median(int slices, double slice_s)
+{
+    double *v = malloc((size_t)slices * sizeof *v);
+    if (!v)
+        return 0;
+    for (int i = 0; i < slices; i++) {
+        long n = bench_daxpy_for(slice_s);
+        v[i] = slice_s * 1e9 / (double)(n ? n : 1);
+    }
+    double m = bench_stat_of(v, slices).med;
+    free(v);
+    return m;
 }
 
 /* ---- statistics ---------------------------------------------------------------- */
@@ -201,6 +220,18 @@ long bench_parse_long(const char *cmd, const char *opt, const char *s, long lo, 
         bench_usage_error(cmd, "%s: \"%s\" is not an integer", opt, s);
     if (v < lo || v > hi)
         bench_usage_error(cmd, "%s: %ld out of range [%ld, %ld]", opt, v, lo, hi);
+    return v;
+}
+
+double bench_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi)
+{
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || v != v)
+        bench_usage_error(cmd, "%s: \"%s\" is not a number", opt, s);
+    if (v < lo || v > hi)
+        bench_usage_error(cmd, "%s: %g out of range [%g, %g]", opt, v, lo, hi);
     return v;
 }
 
@@ -348,6 +379,97 @@ int bench_same_kernel(void)
     int same = id[0] != '\0' && !memcmp(first, id, sizeof id), all = 0;
     MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
     return all;
+}
+
+/* ---- the MPI library ------------------------------------------------------------ */
+
+int bench_async_env(void)
+{
+    static const char *const names[] = { "MPIR_CVAR_ASYNC_PROGRESS", "MPICH_ASYNC_PROGRESS",
+                                         "MPIR_PARAM_ASYNC_PROGRESS" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v && strcmp(v, "0") && strcasecmp(v, "no") && strcasecmp(v, "false"))
+            return 1;
+    }
+    return 0;
+}
+
+int bench_mpich_async(char *lib, size_t len)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING + 1] = "";
+    int n = 0;
+    MPI_Get_library_version(v, &n);
+    if (len > 0) {
+        size_t k = strcspn(v, "\n");
+        if (k >= len)
+            k = len - 1;
+        memcpy(lib, v, k);
+        lib[k] = '\0';
+    }
+    if (!strstr(v, "MPICH"))
+        return -1;
+    int on = 0, level = 0, idx = -1;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &level) != MPI_SUCCESS)
+        return 0;
+    if (MPI_T_cvar_get_index("MPIR_CVAR_ASYNC_PROGRESS", &idx) == MPI_SUCCESS) {
+        MPI_T_cvar_handle h;
+        int count = 0;
+        if (MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) == MPI_SUCCESS) {
+            union {
+                int i; /* MPICH's boolean */
+                char room[64];
+            } val;
+            memset(&val, 0, sizeof val);
+            if (count == 1 && MPI_T_cvar_read(h, &val) == MPI_SUCCESS)
+                on = val.i != 0;
+            MPI_T_cvar_handle_free(&h);
+        }
+    }
+    MPI_T_finalize();
+    return on;
+}
+
+/* ---- CPU accounting -------------------------------------------------------------- */
+
+double bench_proc_stat_tick(void)
+{
+    long hz = sysconf(_SC_CLK_TCK);
+    return 1.0 / (double)(hz > 0 ? hz : 100);
+}
+
+int bench_cpus_unbusy(double *seconds, int *ncpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return -1;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    double ticks = 0;
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        /* "cpuN user nice system idle iowait irq softirq steal ..." (not the "cpu " total) */
+        if (strncmp(line, "cpu", 3) != 0 || line[3] < '0' || line[3] > '9')
+            continue;
+        int cpu = -1;
+        unsigned long long x[8] = { 0 };
+        if (sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &x[0], &x[1],
+                   &x[2], &x[3], &x[4], &x[5], &x[6], &x[7]) != 9)
+            continue;
+        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
+            continue;
+        ticks += (double)x[3] + (double)x[4] + (double)x[7];
+        n++;
+    }
+    fclose(f);
+    if (n == 0)
+        return -1;
+    *seconds = ticks * bench_proc_stat_tick();
+    *ncpu = n;
+    return 0;
 }
 
 /* ---- CSV ------------------------------------------------------------------------- */

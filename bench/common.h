@@ -58,6 +58,9 @@ void bench_daxpy(void);
 double bench_daxpy_checksum(void);
 /* Run daxpy for @p seconds, reading the clock once per daxpy. */
 long bench_daxpy_for(double seconds);
+/* Nanoseconds per daxpy + clock read: the median of @p slices runs of
+ * @p slice_s seconds each (a slice another process disturbed does not count). */
+double bench_daxpy_ns_median(int slices, double slice_s);
 
 /* ---- statistics ---------------------------------------------------------------- */
 
@@ -84,6 +87,7 @@ const char *bench_optarg(const char *cmd, int argc, char **argv, int *i);
 /* "4k" -> 4096 etc. (k, m, g: powers of 1024). */
 size_t bench_parse_size(const char *cmd, const char *opt, const char *s);
 long bench_parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi);
+double bench_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi);
 /* Comma-separated lists; *out is malloc'ed. */
 int bench_parse_size_list(const char *cmd, const char *opt, const char *s, size_t **out);
 int bench_parse_long_list(const char *cmd, const char *opt, const char *s, long lo, long hi,
@@ -122,6 +126,35 @@ int bench_hosts(void);
 void bench_boot_id(char id[64]);
 /* 1 if every rank runs on the same kernel (same boot_id): one clock. */
 int bench_same_kernel(void);
+
+/* ---- the MPI library ------------------------------------------------------------ */
+
+/* The thread level MPI_Init_thread provided. */
+extern int bench_thread_level;
+/* 1 if the environment asks MPICH for its asynchronous progress thread
+ * (MPIR_CVAR_ASYNC_PROGRESS or its aliases MPICH_ASYNC_PROGRESS,
+ * MPIR_PARAM_ASYNC_PROGRESS set, and not to 0/no/false). */
+int bench_async_env(void);
+/* ns per daxpy + clock read, measured in main() before MPI_Init when
+ * bench_async_env(): from MPI_Init on MPICH's thread spins on the computing
+ * core, so this is the only dedicated rate such a process can measure.
+ * 0 when not measured. */
+extern double bench_daxpy_ns_clean;
+/* Whether MPICH's asynchronous progress thread runs in this process, as the
+ * library reports it (MPI_T control variable MPIR_CVAR_ASYNC_PROGRESS): 1 on,
+ * 0 off, -1 the library is not MPICH (Open MPI 4.1 has no such thread).
+ * @p lib gets the first line of MPI_Get_library_version. */
+int bench_mpich_async(char *lib, size_t len);
+
+/* ---- CPU accounting -------------------------------------------------------------- */
+
+/* Seconds the CPUs this thread may run on (sched_getaffinity) spent idle,
+ * in iowait or stolen by the hypervisor (/proc/stat, 1/USER_HZ resolution;
+ * under NO_HZ the idle count itself is exact), and how many CPUs that is.
+ * Returns 0, or -1 if /proc/stat cannot be read. */
+int bench_cpus_unbusy(double *seconds, int *ncpu);
+/* /proc/stat's unit: 1 / USER_HZ seconds. */
+double bench_proc_stat_tick(void);
 
 /* ---- CSV ------------------------------------------------------------------------- */
 

@@ -333,7 +333,18 @@ static void on_tcp_done(struct xchg *x, int which)
 
 static int is_mpi(const struct xchg_variant *v)
 {
+    return v->kind == XK_MPI_POLL || v->kind == XK_MPI_POLL_MARSHAL || xchg_fixed_kind(v->kind);
+}
+
+/* The variants that call MPI_Test every k daxpys. */
+static int is_poll(const struct xchg_variant *v)
+{
     return v->kind == XK_MPI_POLL || v->kind == XK_MPI_POLL_MARSHAL;
+}
+
+int xchg_fixed_kind(enum xchg_kind k)
+{
+    return k == XK_MPI_WAIT || k == XK_MPI_ASYNC;
 }
 
 /* Post both messages (receive first, as in the paper). With @p cont, ovl
@@ -370,6 +381,8 @@ static void xchg_start(struct xchg *x, const struct xchg_variant *v, int trigger
             BENCH_OVL(ovl_continue(x->oreq[XT_SEND], on_done, &x->cb[XT_SEND]));
         break;
     case XK_MPI_POLL:
+    case XK_MPI_WAIT:
+    case XK_MPI_ASYNC:
         BENCH_MPI(MPI_Irecv(X.rbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
                             &x->mreq[XT_RECV]));
         BENCH_MPI(MPI_Isend(X.sbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, MPI_COMM_WORLD,
@@ -510,6 +523,93 @@ static void one_overlapped(const struct xchg_variant *v, int trigger, double *co
     *wakeups = (double)(s1.thread_wakeups - s0.thread_wakeups);
 }
 
+/* One rep of a fixed-work variant: post, @p work daxpys (a clock read each,
+ * as in the dedicated count), then MPI_Waitany twice, which gives each
+ * request's completion as the program learns it. */
+static void one_fixed(const struct xchg_variant *v, long work, double comm[2], double *loop,
+                      double *oncpu, double *post)
+{
+    struct xchg x;
+    sync_start();
+    x.t0 = bench_now();
+    xchg_start(&x, v, -1, 0);
+    double c0 = thread_cpu();
+    double l0 = bench_now(), l1 = l0;
+    for (long i = 0; i < work; i++) {
+        bench_daxpy();
+        l1 = bench_now();
+    }
+    double c1 = thread_cpu();
+    for (int k = 0; k < 2; k++) {
+        int idx = MPI_UNDEFINED;
+        BENCH_MPI(MPI_Waitany(2, x.mreq, &idx, MPI_STATUS_IGNORE));
+        if (idx != MPI_UNDEFINED)
+            mpi_completed(&x, idx);
+    }
+    *oncpu = mean_over_ranks(l1 > l0 ? (c1 - c0) / (l1 - l0) : 1);
+    for (int i = 0; i < 2; i++)
+        comm[i] = max_over_ranks(x.t_done[i] - x.t0);
+    *loop = mean_over_ranks(l1 - l0);
+    *post = mean_over_ranks(l0 - x.t0);
+}
+
+double xchg_dedicated_clean(double seconds)
+{
+    if (bench_daxpy_ns_clean <= 0)
+        return 0;
+    return mean_over_ranks(seconds * 1e9 / bench_daxpy_ns_clean);
+}
+
+/* lh_measure's part (c) for the fixed-work variants: one set of reps gives
+ * both columns. The work takes a dedicated CPU the transfer time T, so
+ * blocking MPI (exchange, then compute) would take 2T and a perfect overlap
+ * T: util = (2T - time to completion) / T is the share of the transfer time
+ * hidden behind the computation. Had the exchange ended on time, that is the
+ * paper's ratio (the daxpys done during it over those that fit in it), and
+ * the same bound holds (xchg_bound). */
+static void lh_fixed(const struct xchg_variant *v, int reps, int warmup, struct lh_result *out)
+{
+    size_t nb = (size_t)reps * sizeof(double);
+    double *m[2] = { malloc(nb), malloc(nb) }, *l = malloc(nb), *u = malloc(nb), *p = malloc(nb);
+    if (!m[0] || !m[1] || !l || !u || !p)
+        bench_fail("out of memory");
+    const long work = (long)(out->dedicated.med + 0.5);
+    ovl_stats_t s0, s1;
+    BENCH_OVL(ovl_stats_get(&s0));
+    for (int r = -warmup; r < reps; r++) {
+        double comm[2], loop, on, post;
+        one_fixed(v, work, comm, &loop, &on, &post);
+        if (r >= 0) {
+            m[0][r] = comm[0] * 1e3;
+            m[1][r] = comm[1] * 1e3;
+            l[r] = loop * 1e3;
+            u[r] = on;
+            p[r] = post * 1e6;
+        }
+    }
+    BENCH_OVL(ovl_stats_get(&s1));
+    struct bench_stat loop_ms = bench_stat_of(l, reps);
+    double on = bench_stat_of(u, reps).med;
+    double tm = out->transfer_ms.med;
+    for (int trig = 0; trig < 2; trig++) {
+        struct bench_stat w = { (double)work, (double)work, (double)work,
+                                (double)work, (double)work, (double)work };
+        out->ovl_daxpy[trig] = w;
+        out->comm_ms[trig] = bench_stat_of(m[trig], reps);
+        out->loop_ms[trig] = loop_ms;
+        out->oncpu[trig] = on;
+        out->wakeups[trig] = (double)(s1.thread_wakeups - s0.thread_wakeups) / reps;
+        out->util[trig] = tm > 0 ? 2 - out->comm_ms[trig].med / tm : 0;
+        out->cpu_share[trig] = loop_ms.med > 0 ? tm / loop_ms.med : 0;
+    }
+    out->post_us = bench_stat_of(p, reps);
+    free(m[0]);
+    free(m[1]);
+    free(l);
+    free(u);
+    free(p);
+}
+
 void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_result *out)
 {
     size_t nb = (size_t)reps * sizeof(double);
@@ -535,14 +635,32 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     out->transfer_ms = bench_stat_of(t, reps);
     double T = out->transfer_ms.med * 1e-3;
 
-    /* (b) dedicated: daxpy for exactly the transfer time, both ranks at once */
+    /* (b) dedicated: daxpy for exactly the transfer time, both ranks at once;
+     * where MPICH's thread runs, from the rate measured before it started */
+    double clean = v->kind == XK_MPI_ASYNC ? xchg_dedicated_clean(T) : 0;
     for (int r = -warmup; r < reps; r++) {
-        sync_start();
-        double n = mean_over_ranks((double)bench_daxpy_for(T));
+        double n = clean;
+        if (clean <= 0) {
+            sync_start();
+            n = mean_over_ranks((double)bench_daxpy_for(T));
+        }
         if (r >= 0)
             d[r] = n;
     }
     out->dedicated = bench_stat_of(d, reps);
+
+    if (xchg_fixed_kind(v->kind)) {
+        out->fixed = 1;
+        lh_fixed(v, reps, warmup, out);
+        free(t);
+        free(d);
+        free(c);
+        free(m);
+        free(l);
+        free(u);
+        free(p);
+        return;
+    }
 
     /* (c) overlapped, loop stopped by the send, then by the receive */
     for (int trig = 0; trig < 2; trig++) {
@@ -596,7 +714,7 @@ double xchg_fixed_work(const struct xchg_variant *v, long work, int blocking)
     xchg_start(&x, v, -1, 0);
     if (blocking)
         xchg_finish(&x);
-    if (!blocking && is_mpi(v)) {
+    if (!blocking && is_poll(v)) {
         int open = 2;
         for (long i = 1; i <= work; i++) {
             bench_daxpy();
@@ -642,4 +760,169 @@ double xchg_daxpy_ns(void)
     const double secs = 0.05;
     long n = bench_daxpy_for(secs);
     return mean_over_ranks(secs * 1e9 / (double)(n ? n : 1));
+}
+
+/* ---- the useful-CPU bound ---------------------------------------------------------
+ * What the transfer alone takes from the ranks' cores: the kernel's network
+ * work (on the emulated cluster: TCP, veth, bridge and shaper, on the same
+ * cores as the ranks) and the copies into and out of the sockets, which every
+ * mechanism pays. Both ranks exchange back to back and sleep between
+ * MPI_Testall calls, so that they add little of their own; idle time comes
+ * from /proc/stat (exact under NO_HZ, printed in 1/USER_HZ). What the same
+ * sleeping polls cost with no message in flight, and whatever else runs on
+ * those CPUs, is measured apart (xchg_bound_background) and taken off. The
+ * cost per exchange is set against the exchange's time alone with MPI_Wait:
+ * a computation overlapped with it keeps at most the rest of its core. */
+
+static void nap_us(long us)
+{
+    struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+    nanosleep(&ts, NULL);
+}
+
+static void one_sleeping(long poll_us)
+{
+    MPI_Request rq[2];
+    MPI_Status st[2];
+    int cnt = (int)X.n, done = 0;
+    BENCH_MPI(MPI_Irecv(X.rbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, MPI_COMM_WORLD, &rq[0]));
+    BENCH_MPI(MPI_Isend(X.sbuf, cnt, MPI_DOUBLE, X.peer, XCHG_TAG, MPI_COMM_WORLD, &rq[1]));
+    for (;;) {
+        BENCH_MPI(MPI_Testall(2, rq, &done, st));
+        if (done)
+            break;
+        nap_us(poll_us);
+    }
+}
+
+/* Busy CPU-seconds per CPU of this rank's set between two reads. */
+static int busy_per_cpu(double *idle, double w, double *per_cpu)
+{
+    double i1 = 0;
+    int nc = 0;
+    if (bench_cpus_unbusy(&i1, &nc) != 0)
+        return -1;
+    double b = (w * nc - (i1 - *idle)) / nc;
+    *per_cpu = b > 0 ? b : 0;
+    return 0;
+}
+
+int xchg_bound_background(double secs, long poll_us, double *share, double *err)
+{
+    int dummy = 0, nc = 0, ok = 1, all = 0;
+    double i0 = 0, busy = 0;
+    MPI_Request rq;
+    MPI_Status st;
+    BENCH_MPI(MPI_Irecv(&dummy, 0, MPI_INT, 1 - bench_rank, XCHG_TAG + 1, MPI_COMM_WORLD, &rq));
+    sync_start();
+    ok &= bench_cpus_unbusy(&i0, &nc) == 0;
+    double w0 = bench_now(), w;
+    while ((w = bench_now() - w0) < secs) {
+        int flag = 0;
+        BENCH_MPI(MPI_Test(&rq, &flag, &st));
+        nap_us(poll_us);
+    }
+    ok &= busy_per_cpu(&i0, w, &busy) == 0;
+    BENCH_MPI(MPI_Send(&dummy, 0, MPI_INT, 1 - bench_rank, XCHG_TAG + 1, MPI_COMM_WORLD));
+    BENCH_MPI(MPI_Wait(&rq, &st));
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (!all)
+        return -1;
+    *share = mean_over_ranks(busy / w);
+    *err = bench_proc_stat_tick() / secs;
+    return 0;
+}
+
+int xchg_bound(int reps, int warmup, double secs, long poll_us, double bg, double bg_err,
+               struct xchg_bound *out)
+{
+    memset(out, 0, sizeof *out);
+    struct xchg_variant wait;
+    memset(&wait, 0, sizeof wait);
+    wait.kind = XK_MPI_WAIT;
+    double T = xchg_transfer_time(&wait, reps, warmup);
+
+    /* the pace of sleeping exchanges sets how many fill the window */
+    sync_start();
+    double t0 = bench_now();
+    for (int i = 0; i < 3; i++)
+        one_sleeping(poll_us);
+    double per = max_over_ranks((bench_now() - t0) / 3);
+    long n = (long)(secs / (per > 0 ? per : 1e-3)) + 1;
+    if (n < 3)
+        n = 3;
+    MPI_Bcast(&n, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+
+    double i0 = 0, busy = 0;
+    int nc = 0, ok = 1;
+    sync_start();
+    ok &= bench_cpus_unbusy(&i0, &nc) == 0;
+    double w0 = bench_now();
+    for (long k = 0; k < n; k++)
+        one_sleeping(poll_us);
+    double w = bench_now() - w0;
+    ok &= busy_per_cpu(&i0, w, &busy) == 0;
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    if (!all)
+        return -1;
+    /* per core and exchange, less the background over the same time */
+    double core = (busy - bg * w) / (double)n;
+    out->transfer_ms = T * 1e3;
+    out->core_ms = mean_over_ranks(core > 0 ? core : 0) * 1e3;
+    out->share = T > 0 ? out->core_ms / out->transfer_ms : 0;
+    out->bound = out->share < 1 ? 1 - out->share : 0;
+    /* each read is cut to a tick per CPU: a core's busy time is known to a
+     * tick, the background's to its own error over this window */
+    double stretch = max_over_ranks(w) / ((double)n * (T > 0 ? T : 1));
+    out->err = T > 0 ? bench_proc_stat_tick() / ((double)n * T) + bg_err * stretch : 0;
+    out->background = bg;
+    out->window_s = max_over_ranks(w);
+    out->exchanges = n;
+    out->poll_us = poll_us;
+    out->ncpu = nc;
+    MPI_Bcast(&out->ncpu, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return 0;
+}
+
+/* ---- MPICH's asynchronous progress thread -------------------------------------- */
+
+int xchg_check_async(const char *cmd, int want_async, int others)
+{
+    char lib[128];
+    int on = bench_mpich_async(lib, sizeof lib);
+    if (!want_async) {
+        if (on == 1 && bench_rank == 0)
+            fprintf(stderr,
+                    "ovl-bench %s: warning: MPICH's asynchronous progress thread is on "
+                    "(MPIR_CVAR_ASYNC_PROGRESS): it spins on the cores of every variant "
+                    "measured here; only mpi-async belongs in such a process\n",
+                    cmd);
+        return on == 1;
+    }
+    if (on < 0)
+        bench_usage_error(cmd,
+                          "mpi-async needs MPICH's asynchronous progress thread "
+                          "(MPIR_CVAR_ASYNC_PROGRESS=1); this MPI is not MPICH (\"%s\"), "
+                          "and has no such thread (Open MPI 4.1 has none)",
+                          lib);
+    if (on == 0)
+        bench_usage_error(cmd,
+                          "mpi-async needs MPICH's asynchronous progress thread, which is off: "
+                          "set MPIR_CVAR_ASYNC_PROGRESS=1 in the environment of the ranks "
+                          "(e.g. MPIR_CVAR_ASYNC_PROGRESS=1 tools/ovl-cluster run ...), "
+                          "or let bench/peers.sh alternate the runs");
+    if (bench_thread_level < MPI_THREAD_MULTIPLE)
+        bench_usage_error(cmd,
+                          "mpi-async: MPICH starts its progress thread only with "
+                          "MPI_THREAD_MULTIPLE, and provided level %d",
+                          bench_thread_level);
+    if (others > 0)
+        bench_usage_error(cmd, "mpi-async runs alone in its process: MPICH's progress thread "
+                               "(MPIR_CVAR_ASYNC_PROGRESS=1) spins on the cores of every other "
+                               "variant; measure those in a separate run (bench/peers.sh "
+                               "alternates the two)");
+    if (bench_daxpy_ns_clean <= 0)
+        bench_fail("%s: mpi-async: no daxpy rate was measured before MPI_Init", cmd);
+    return 1;
 }

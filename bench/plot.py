@@ -6,7 +6,8 @@
 
 The kind of plot follows the CSV's `bench` column:
   latency-hiding    useful CPU utilisation vs payload, one line per variant
-                    (send- and receive-triggered panels, plus comm time ratio)
+                    (send- and receive-triggered panels, plus comm time ratio),
+                    and the bound the machine allows when the CSV has it
   callback-latency  added callback delay (p50/p90/p99) vs poll interval, with
                     the CPU the progress thread costs on a second axis
   overview          speedup over MPI blocking and utilisation per payload (and the
@@ -92,22 +93,41 @@ def style(name):
     return dict(color=_assigned[name], marker="x" if "marshal" in name else ".", ls=ls, lw=1.2)
 
 
+def bound_line(rows):
+    """The useful-CPU bound per payload (column `bound`, newer CSVs), in %."""
+    per = {}
+    for r in rows:
+        v = fnum(r.get("bound"))
+        if v == v:
+            per.setdefault(int(r["payload_bytes"]), []).append(v)
+    xs = sorted(per)
+    return xs, [100 * sorted(per[x])[len(per[x]) // 2] for x in xs]
+
+
 def plot_latency_hiding(rows, out, title):
     hosts = rows[0].get("hosts", "?")
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     vs = by_variant(rows)
     top = max([110.0] + [100 * fnum(r[k]) * 1.05 for r in rows for k in ("util_send", "util_recv")
                          if fnum(r[k]) == fnum(r[k])])
+    # util below 0 (fixed-work variants slower than blocking MPI) shows down to -100 %
+    bottom = max(-100.0, min([0.0] + [100 * fnum(r[k]) * 1.05 for r in rows
+                                      for k in ("util_send", "util_recv")
+                                      if fnum(r[k]) == fnum(r[k])]))
     for ax, key, what in ((axes[0], "util_send", "send"), (axes[1], "util_recv", "receive")):
         for name, rs in vs.items():
             x = [int(r["payload_bytes"]) for r in rs]
             y = [100 * fnum(r[key]) for r in rs]
             ax.plot(x, y, label=name, **style(name))
+        bx, by = bound_line(rows)
+        if bx:
+            ax.plot(bx, by, color="k", lw=1.5, ls=(0, (4, 2)), marker="_", ms=14,
+                    label="bound (nothing polls)")
         ax.axhline(100 * UTIL_TARGET["plain"], color="tab:blue", lw=0.8, ls="-.")
         ax.axhline(100 * UTIL_TARGET["marshal"], color="tab:orange", lw=0.8, ls="-.")
         ax.set_title(f"loop stopped by the {what}")
         ax.set_ylabel("useful CPU utilisation [%]")
-        ax.set_ylim(0, min(top, 250))
+        ax.set_ylim(bottom, min(top, 250))
     for name, rs in vs.items():
         x = [int(r["payload_bytes"]) for r in rs]
         y = [fnum(r["comm_send_ms_med"]) / fnum(r["transfer_ms_med"]) for r in rs]
