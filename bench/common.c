@@ -331,6 +331,17 @@ void bench_ovl_start_thread(ovl_config_t *effective)
     BENCH_OVL(ovl_config_get(effective));
 }
 
+void bench_ovl_start(int inline_only, ovl_config_t *effective)
+{
+    if (!inline_only) {
+        bench_ovl_start_thread(effective);
+        return;
+    }
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_INLINE };
+    bench_ovl_init(&cfg);
+    BENCH_OVL(ovl_config_get(effective));
+}
+
 void bench_ovl_finalize(void)
 {
     BENCH_OVL(ovl_finalize());

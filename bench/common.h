@@ -105,6 +105,9 @@ void bench_ovl_init(const ovl_config_t *cfg);
 /* ovl_init with the progress thread on unless OVL_PROGRESS is set (other
  * options from OVL_*), and the configuration in force. */
 void bench_ovl_start_thread(ovl_config_t *effective);
+/* bench_ovl_start_thread, or with @inline_only ovl without its thread (a
+ * process that runs no ovl variant, such as mpi-async's). */
+void bench_ovl_start(int inline_only, ovl_config_t *effective);
 void bench_ovl_finalize(void);
 #define BENCH_OVL(call)                                                                          \
     do {                                                                                         \

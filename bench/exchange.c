@@ -652,14 +652,7 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     if (xchg_fixed_kind(v->kind)) {
         out->fixed = 1;
         lh_fixed(v, reps, warmup, out);
-        free(t);
-        free(d);
-        free(c);
-        free(m);
-        free(l);
-        free(u);
-        free(p);
-        return;
+        goto done;
     }
 
     /* (c) overlapped, loop stopped by the send, then by the receive */
@@ -692,6 +685,7 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
         out->cpu_share[trig] = ded_rate > 0 ? ovl_rate / ded_rate : 0;
     }
     out->post_us = bench_stat_of(p, 2 * reps);
+done:
     free(t);
     free(d);
     free(c);

@@ -254,14 +254,7 @@ int bench_latency_hiding(int argc, char **argv)
 
     /* A process of mpi-async runs no ovl variant: ovl without its thread. */
     ovl_config_t eff;
-    if (o.async) {
-        ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                             .progress = OVL_PROGRESS_INLINE };
-        bench_ovl_init(&cfg);
-        BENCH_OVL(ovl_config_get(&eff));
-    } else {
-        bench_ovl_start_thread(&eff);
-    }
+    bench_ovl_start(o.async, &eff);
     int hosts = bench_hosts();
     double dns = xchg_daxpy_ns();
     const int do_bound = o.bound_secs > 0 && !o.async;

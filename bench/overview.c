@@ -308,14 +308,7 @@ int bench_overview(int argc, char **argv)
 
     /* under --mpi-async no ovl variant runs: ovl without its thread */
     ovl_config_t eff;
-    if (c.async) {
-        ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                             .progress = OVL_PROGRESS_INLINE };
-        bench_ovl_init(&cfg);
-        BENCH_OVL(ovl_config_get(&eff));
-    } else {
-        bench_ovl_start_thread(&eff);
-    }
+    bench_ovl_start(c.async, &eff);
     int hosts = bench_hosts();
     double t0 = bench_now();
     if (bench_rank == 0) {
