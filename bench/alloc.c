@@ -55,10 +55,10 @@ static void run_once(int op, ovl_monitor_t mon, unsigned char *dst, unsigned cha
         if (op == OP_ISEND) {
             BENCH_OVL(ovl_isend(src, (int)bytes, MPI_BYTE, 0, tag, &r));
         } else {
-            BENCH_OVL(ovl_delta_send_begin_with(src, (int)bytes, MPI_BYTE, 0, tag,
-                                                OVL_MONITOR_EXPLICIT, &r));
+            BENCH_OVL(ovl_delta_send_begin(src, (int)bytes, MPI_BYTE, 0, tag,
+                                           BENCH_MONITOR(OVL_MONITOR_EXPLICIT), &r));
             BENCH_OVL(ovl_delta_produced(r, 0, bytes));
-            BENCH_OVL(ovl_delta_send_end(r));
+            BENCH_OVL(ovl_delta_send_end(r, NULL));
         }
         BENCH_OVL(ovl_wait(&r, NULL));
         MPI_Barrier(MPI_COMM_WORLD);
@@ -67,9 +67,9 @@ static void run_once(int op, ovl_monitor_t mon, unsigned char *dst, unsigned cha
     double t0 = bench_now();
     ovl_request_t r = OVL_REQUEST_NULL;
     if (op == OP_GET)
-        BENCH_OVL(ovl_get(dst, 1, 0, bytes, seg));
+        BENCH_OVL(ovl_get(dst, 1, 0, bytes, seg, NULL, NULL));
     else
-        BENCH_OVL(ovl_delta_recv_with(dst, (int)bytes, MPI_BYTE, 1, tag, mon, &r));
+        BENCH_OVL(ovl_delta_recv(dst, (int)bytes, MPI_BYTE, 1, tag, BENCH_MONITOR(mon), &r));
     uint64_t s = 0;
     for (size_t i = 0; i < bytes; i += 64)
         s += dst[i];

@@ -15,9 +15,8 @@
  *   spin-thread   a dedicated thread spins in MPI_Test while the main thread
  *                 computes (the usual hand-written alternative);
  *   ovl-thread    ovl_irecv + ovl_continue, OVL_PROGRESS=thread with
- *                 the poll interval while a continuation waits swept
- *                 (poll_max_us = poll_callback_us); the main thread computes
- *                 daxpy.
+ *                 the lateness budget of a continuation (OVL_LATENESS_US)
+ *                 swept; the main thread computes daxpy.
  * The one-way time of each message is (time seen - time sent); the added
  * delay of a mode is its quantile minus mpi-spin's (a clock offset between
  * ranks would cancel there).
@@ -41,24 +40,24 @@ static const char HELP[] =
     "               when the message completed),\n"
     "  spin-thread  by a thread spinning in MPI_Test while the main thread computes,\n"
     "  ovl-thread   in an ovl continuation run by the progress thread while the main\n"
-    "               thread computes daxpy, for each poll interval (poll_max_us and\n"
-    "               poll_callback_us both set to it).\n"
+    "               thread computes daxpy, for each lateness budget (lateness_us,\n"
+    "               OVL_LATENESS_US: how late the progress thread may see a completion\n"
+    "               a continuation waits for).\n"
     "Reports p50/p90/p99 of the one-way time and of the delay added to mpi-spin,\n"
     "and the CPU the mode costs the main thread's daxpy (vs computing alone).\n"
     "\n"
     "Options:\n"
     "  --reps N        measured messages per mode (default 500)\n"
     "  --warmup N      discarded messages before them (default 20)\n"
-    "  --poll LIST     poll intervals to sweep (default 10,25,30,35,40,50,100,200;\n"
-    "                  30 is ovl's default interval while a callback waits)\n"
+    "  --lateness LIST lateness budgets to sweep in us (default\n"
+    "                  10,25,30,35,40,50,100,200; 30 is ovl's default)\n"
     "  --gap-us N      mean interval between messages in us (default 1000;\n"
     "                  uniform in [N/2, 3N/2])\n"
     "  --no-spin-thread  skip the spin-thread mode\n"
     "  --csv FILE      one row per mode with all numbers\n"
     "  --help          this text\n"
     "\n"
-    "OVL_SPIN_US and the other OVL_* variables apply (docs/ENV.md); poll_max_us\n"
-    "and poll_callback_us are set per point.\n";
+    "The other OVL_* variables apply (docs/ENV.md); lateness_us is set per point.\n";
 
 struct cl_opts {
     int reps, warmup;
@@ -85,7 +84,7 @@ static void parse(int argc, char **argv, struct cl_opts *o)
             o->reps = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1000000);
         else if (!strcmp(a, "--warmup"))
             o->warmup = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0, 100000);
-        else if (!strcmp(a, "--poll"))
+        else if (!strcmp(a, "--lateness"))
             poll = bench_optarg(CMD, argc, argv, &i);
         else if (!strcmp(a, "--gap-us"))
             o->gap_us = bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 2, 10000000);
@@ -96,7 +95,7 @@ static void parse(int argc, char **argv, struct cl_opts *o)
         else
             bench_usage_error(CMD, "unknown option '%s'", a);
     }
-    o->npoll = bench_parse_long_list(CMD, "--poll", poll, 1, 1000000, &o->poll);
+    o->npoll = bench_parse_long_list(CMD, "--lateness", poll, 1, 1000000, &o->poll);
 }
 
 /* ---- the sender ------------------------------------------------------------------- */
@@ -214,8 +213,7 @@ static const char *const mode_name[] = { "baseline", "mpi-spin", "spin-thread", 
 
 struct cl_point {
     enum cl_mode mode;
-    long poll_us;
-    unsigned spin_us;
+    long poll_us;          /* the lateness budget (ovl-thread) */
     struct bench_stat lat; /* us, measured messages */
     double rate;           /* daxpy/s of rank 1's main thread (0: none) */
     double wakeups_per_s;
@@ -240,13 +238,11 @@ static void cpu_times(double *proc, double *self)
 /* Run one mode on both ranks; rank 0 returns the receiver's numbers. */
 static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o, struct cl_point *pt)
 {
-    const unsigned interval = (unsigned)(poll_us > 0 ? poll_us : 50);
+    const unsigned interval = (unsigned)(poll_us > 0 ? poll_us : 30);
     ovl_config_t cfg = {
-        .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
-                      OVL_CONFIG_FIELD_POLL_CALLBACK_US,
-        .progress = mode == CL_OVL_THREAD ? OVL_PROGRESS_THREAD : OVL_PROGRESS_INLINE,
-        .poll_max_us = interval,
-        .poll_callback_us = interval,
+        .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_LATENESS_US,
+        .progress.mode = mode == CL_OVL_THREAD ? OVL_PROGRESS_THREAD : OVL_PROGRESS_INLINE,
+        .progress.lateness_us = interval,
     };
     bench_ovl_init(&cfg);
     ovl_config_t eff;
@@ -293,11 +289,11 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o, s
             helper = secs > 0 ? ((p1 - p0) - (m1 - m0)) / secs : 0;
             break;
         case CL_OVL_THREAD:
-            BENCH_OVL(ovl_stats_get(&s0));
+            BENCH_OVL(ovl_stats_get(&s0, sizeof s0));
             cpu_times(&p0, &m0);
             rate = compute_until_done(&S, &secs);
             cpu_times(&p1, &m1);
-            BENCH_OVL(ovl_stats_get(&s1));
+            BENCH_OVL(ovl_stats_get(&s1, sizeof s1));
             wps = secs > 0 ? (double)(s1.thread_wakeups - s0.thread_wakeups) / secs : 0;
             helper = secs > 0 ? ((p1 - p0) - (m1 - m0)) / secs : 0;
             break;
@@ -316,8 +312,7 @@ static void run_mode(enum cl_mode mode, long poll_us, const struct cl_opts *o, s
         MPI_Recv(S.lat_us, n, MPI_DOUBLE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         MPI_Recv(extra, 3, MPI_DOUBLE, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         pt->mode = mode;
-        pt->poll_us = mode == CL_OVL_THREAD ? (long)eff.poll_max_us : 0;
-        pt->spin_us = eff.spin_us;
+        pt->poll_us = mode == CL_OVL_THREAD ? (long)eff.progress.lateness_us : 0;
         pt->lat = bench_stat_of(S.lat_us, n);
         pt->rate = extra[0];
         pt->wakeups_per_s = extra[1];
@@ -362,19 +357,15 @@ int bench_callback_latency(int argc, char **argv)
                same ? ""
                     : "\n  one-way times are offset by the clock difference; "
                       "'added' columns remain valid");
-        const char *pmin = getenv("OVL_POLL_MIN_US");
         printf("one-way = seen - sent; added = quantile - mpi-spin quantile; cpu cost = 1 - "
-               "main-thread daxpy rate / baseline (%.0f daxpy/s)\n"
-               "first sleep after activity: %s%s (OVL_POLL_MIN_US)\n\n",
-               base->rate, pmin && atoi(pmin) > 0 ? pmin : "poll",
-               pmin && atoi(pmin) > 0 ? " us" : "");
-        printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "mode", "poll",
-               "spin", "p50", "p90", "p99", "max", "+p50", "+p90", "+p99", "cpu cost", "helper",
-               "wakeups");
-        printf("%-12s %5s %5s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "", "us", "us",
-               "us", "us", "us", "us", "us", "us", "us", "", "cpu", "/s");
+               "main-thread daxpy rate / baseline (%.0f daxpy/s)\n\n",
+               base->rate);
+        printf("%-12s %8s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "mode", "lateness",
+               "p50", "p90", "p99", "max", "+p50", "+p90", "+p99", "cpu cost", "helper", "wakeups");
+        printf("%-12s %8s | %8s %8s %8s %8s | %8s %8s %8s | %8s %8s %9s\n", "", "us", "us", "us",
+               "us", "us", "us", "us", "us", "", "cpu", "/s");
         if (csv)
-            fprintf(csv, "bench,mode,poll_max_us,spin_us,msgs,gap_us,hosts,same_clock,"
+            fprintf(csv, "bench,mode,lateness_us,msgs,gap_us,hosts,same_clock,"
                          "lat_p50_us,lat_p90_us,lat_p99_us,lat_min_us,lat_max_us,lat_mean_us,"
                          "added_p50_us,added_p90_us,added_p99_us,daxpy_rate,baseline_rate,"
                          "cpu_cost,helper_cpu,wakeups_per_s\n");
@@ -385,18 +376,18 @@ int bench_callback_latency(int argc, char **argv)
             double cost = p->rate > 0 && base->rate > 0 ? 1 - p->rate / base->rate : 1;
             char pollbuf[16];
             snprintf(pollbuf, sizeof pollbuf, "%ld", p->poll_us);
-            printf("%-12s %5s %5u | %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f | %7.1f%% "
+            printf("%-12s %8s | %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f | %7.1f%% "
                    "%7.1f%% %9.0f\n",
-                   mode_name[p->mode], p->mode == CL_OVL_THREAD ? pollbuf : "-", p->spin_us,
-                   p->lat.med, p->lat.p90, p->lat.p99, p->lat.max, a50, a90, a99, 100 * cost,
+                   mode_name[p->mode], p->mode == CL_OVL_THREAD ? pollbuf : "-", p->lat.med,
+                   p->lat.p90, p->lat.p99, p->lat.max, a50, a90, a99, 100 * cost,
                    100 * p->helper_cpu, p->wakeups_per_s);
             if (csv)
                 fprintf(csv,
-                        "callback-latency,%s,%ld,%u,%d,%ld,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,"
+                        "callback-latency,%s,%ld,%d,%ld,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,"
                         "%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.4f,%.4f,%.1f\n",
-                        mode_name[p->mode], p->poll_us, p->spin_us, o.reps, o.gap_us, hosts, same,
-                        p->lat.med, p->lat.p90, p->lat.p99, p->lat.min, p->lat.max, p->lat.mean,
-                        a50, a90, a99, p->rate, base->rate, cost, p->helper_cpu, p->wakeups_per_s);
+                        mode_name[p->mode], p->poll_us, o.reps, o.gap_us, hosts, same, p->lat.med,
+                        p->lat.p90, p->lat.p99, p->lat.min, p->lat.max, p->lat.mean, a50, a90, a99,
+                        p->rate, base->rate, cost, p->helper_cpu, p->wakeups_per_s);
         }
         printf("(mpi-spin runs no computation: its cpu cost is 100%% by definition; helper cpu = "
                "CPU time of rank 1's other threads / elapsed)\n");

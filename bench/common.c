@@ -299,7 +299,7 @@ void bench_require_two_ranks(const char *cmd)
         fprintf(stderr,
                 "ovl-bench %s: needs exactly 2 MPI ranks, got %d.\n"
                 "Run e.g. 'mpiexec -n 2 ovl-bench %s' or "
-                "'tools/ovl-cluster run --np 2 -- ovl-bench %s'.\n",
+                "'testbed/ovl-cluster run --np 2 -- ovl-bench %s'.\n",
                 cmd, bench_size, cmd, cmd);
     finish_and_exit(BENCH_EXIT_USAGE);
 }
@@ -326,7 +326,7 @@ void bench_ovl_start_thread(ovl_config_t *effective)
 {
     /* The progress thread, unless OVL_PROGRESS asks otherwise. */
     ovl_config_t cfg = { .field_mask = getenv("OVL_PROGRESS") ? 0u : OVL_CONFIG_FIELD_PROGRESS,
-                         .progress = OVL_PROGRESS_THREAD };
+                         .progress.mode = OVL_PROGRESS_THREAD };
     bench_ovl_init(&cfg);
     BENCH_OVL(ovl_config_get(effective));
 }
@@ -337,7 +337,8 @@ void bench_ovl_start(int inline_only, ovl_config_t *effective)
         bench_ovl_start_thread(effective);
         return;
     }
-    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = OVL_PROGRESS_INLINE };
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS,
+                         .progress.mode = OVL_PROGRESS_INLINE };
     bench_ovl_init(&cfg);
     BENCH_OVL(ovl_config_get(effective));
 }

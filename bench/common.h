@@ -122,6 +122,9 @@ void bench_ovl_finalize(void);
         if (bench_rc_ != MPI_SUCCESS)                                                            \
             bench_fail("%s:%d: %s failed (MPI error %d)", __FILE__, __LINE__, #call, bench_rc_); \
     } while (0)
+/* An ovl_param_t with one option set, for a call's param argument. */
+#define BENCH_MONITOR(m) (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_MONITOR, .monitor = (m) })
+#define BENCH_DECOMP(n)  (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_DECOMP, .decomp = (n) })
 
 /* Number of distinct hosts (processor names) among the ranks. */
 int bench_hosts(void);

@@ -155,8 +155,8 @@ static const char HELP[] =
     "Variants:\n"
     "  mpi           blocking MPI_Send/MPI_Recv (ring, stencil: MPI_Irecv/MPI_Isend/MPI_Wait)\n"
     "  part          MPI-4 partitioned: MPI_Pready per partition, MPI_Parrived before use\n"
-    "  ovl-os        ovl_delta_*_with(OVL_MONITOR_AUTO): page faults trigger the deltas\n"
-    "  ovl-explicit  ovl_delta_*_with(OVL_MONITOR_EXPLICIT): ovl_delta_produced /\n"
+    "  ovl-os        ovl_delta_* (monitor OVL_MONITOR_AUTO): page faults trigger the deltas\n"
+    "  ovl-explicit  ovl_delta_* (monitor OVL_MONITOR_EXPLICIT): ovl_delta_produced /\n"
     "                ovl_delta_need per --strip\n"
     "Each rep also times C (one stage's computation alone) and T (one plain MPI_Send\n"
     "of the message alone). For pair, cascade and reduce the table shows the ideal\n"
@@ -336,7 +336,7 @@ int bench_delta(int argc, char **argv)
     if (bench_size < 2) {
         if (bench_rank == 0)
             fprintf(stderr,
-                    "ovl-bench delta: needs 2 or more ranks, e.g. 'tools/ovl-cluster run --np 4 "
+                    "ovl-bench delta: needs 2 or more ranks, e.g. 'testbed/ovl-cluster run --np 4 "
                     "-- ovl-bench delta'\n");
         return BENCH_EXIT_USAGE;
     }
@@ -359,10 +359,10 @@ int bench_delta(int argc, char **argv)
                bench_fmt_size(o.p.bytes, sz, sizeof sz), o.p.work, o.p.strip, o.p.part_size, o.reps,
                o.warmup);
         if (any_ovl(o.vmask))
-            printf("ovl: progress %s, poll_max_us %u; delta size %s%zu; monitor %s\n",
-                   eff.progress == OVL_PROGRESS_THREAD ? "thread" : "inline", eff.poll_max_us,
-                   eff.delta_size ? "" : "automatic (model) ", eff.delta_size,
-                   monitor_line(mon, sizeof mon));
+            printf("ovl: progress %s, lateness_us %u; delta size %s%zu; monitor %s\n",
+                   eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
+                   eff.progress.lateness_us, eff.access.delta_size ? "" : "automatic (model) ",
+                   eff.access.delta_size, monitor_line(mon, sizeof mon));
         printf("\n");
         if (csv)
             fputs(KERNEL_CSV_HEADER, csv);
@@ -560,8 +560,8 @@ int bench_delta_sweep(int argc, char **argv)
             int d = order[j];
             ovl_config_t cfg = { .field_mask =
                                      OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_DELTA_SIZE,
-                                 .progress = OVL_PROGRESS_THREAD,
-                                 .delta_size = dcfg[d] };
+                                 .progress.mode = OVL_PROGRESS_THREAD,
+                                 .access.delta_size = dcfg[d] };
             if (kernel_trace)
                 fprintf(stderr, "[trace rank %d] rep %d: ovl_init with delta_size %zu\n",
                         bench_rank, r, dcfg[d]);

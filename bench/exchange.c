@@ -481,7 +481,7 @@ static void one_overlapped(const struct xchg_variant *v, int trigger, double *co
 {
     struct xchg x;
     ovl_stats_t s0, s1;
-    BENCH_OVL(ovl_stats_get(&s0));
+    BENCH_OVL(ovl_stats_get(&s0, sizeof s0));
     sync_start();
     x.t0 = bench_now();
     xchg_start(&x, v, trigger, 1);
@@ -513,7 +513,7 @@ static void one_overlapped(const struct xchg_variant *v, int trigger, double *co
     }
     double c1 = thread_cpu();
     xchg_finish(&x);
-    BENCH_OVL(ovl_stats_get(&s1));
+    BENCH_OVL(ovl_stats_get(&s1, sizeof s1));
     *oncpu = mean_over_ranks(l1 > l0 ? (c1 - c0) / (l1 - l0) : 1);
     double done = x.t_done[0] > x.t_done[1] ? x.t_done[0] : x.t_done[1];
     *count = mean_over_ranks((double)n);
@@ -575,7 +575,7 @@ static void lh_fixed(const struct xchg_variant *v, int reps, int warmup, struct 
         bench_fail("out of memory");
     const long work = (long)(out->dedicated.med + 0.5);
     ovl_stats_t s0, s1;
-    BENCH_OVL(ovl_stats_get(&s0));
+    BENCH_OVL(ovl_stats_get(&s0, sizeof s0));
     for (int r = -warmup; r < reps; r++) {
         double comm[2], loop, on, post;
         one_fixed(v, work, comm, &loop, &on, &post);
@@ -587,7 +587,7 @@ static void lh_fixed(const struct xchg_variant *v, int reps, int warmup, struct 
             p[r] = post * 1e6;
         }
     }
-    BENCH_OVL(ovl_stats_get(&s1));
+    BENCH_OVL(ovl_stats_get(&s1, sizeof s1));
     struct bench_stat loop_ms = bench_stat_of(l, reps);
     double on = bench_stat_of(u, reps).med;
     double tm = out->transfer_ms.med;
@@ -625,12 +625,12 @@ void lh_measure(const struct xchg_variant *v, int reps, int warmup, struct lh_re
     ovl_stats_t s0, s1;
     for (int r = -warmup; r < reps; r++) {
         if (r == 0)
-            BENCH_OVL(ovl_stats_get(&s0));
+            BENCH_OVL(ovl_stats_get(&s0, sizeof s0));
         double s = one_alone(v);
         if (r >= 0)
             t[r] = s * 1e3;
     }
-    BENCH_OVL(ovl_stats_get(&s1));
+    BENCH_OVL(ovl_stats_get(&s1, sizeof s1));
     out->transfer_wakeups = (double)(s1.thread_wakeups - s0.thread_wakeups) / reps;
     out->transfer_ms = bench_stat_of(t, reps);
     double T = out->transfer_ms.med * 1e-3;
@@ -904,7 +904,7 @@ int xchg_check_async(const char *cmd, int want_async, int others)
         bench_usage_error(cmd,
                           "mpi-async needs MPICH's asynchronous progress thread, which is off: "
                           "set MPIR_CVAR_ASYNC_PROGRESS=1 in the environment of the ranks "
-                          "(e.g. MPIR_CVAR_ASYNC_PROGRESS=1 tools/ovl-cluster run ...), "
+                          "(e.g. MPIR_CVAR_ASYNC_PROGRESS=1 testbed/ovl-cluster run ...), "
                           "or let bench/peers.sh alternate the runs");
     if (bench_thread_level < MPI_THREAD_MULTIPLE)
         bench_usage_error(cmd,

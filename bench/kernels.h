@@ -11,9 +11,9 @@
  *                 use, as blocking calls would deadlock there)
  *   part          MPI-4 partitioned: MPI_Pready per partition as the
  *                 computation finishes it, MPI_Parrived before using one
- *   ovl-os        ovl_delta_*_with(OVL_MONITOR_AUTO): page faults tell ovl
+ *   ovl-os        ovl_delta_* with monitor OVL_MONITOR_AUTO: page faults tell ovl
  *                 what was written / is needed
- *   ovl-explicit  ovl_delta_*_with(OVL_MONITOR_EXPLICIT): ovl_delta_produced
+ *   ovl-explicit  ovl_delta_* with monitor OVL_MONITOR_EXPLICIT: ovl_delta_produced
  *                 after each strip, ovl_delta_need before using one
  *
  * Every run is verified byte for byte against results computed locally at

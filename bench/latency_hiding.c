@@ -93,7 +93,7 @@ static const char HELP[] =
     "  --csv FILE       write one row per (variant, payload) with all raw numbers\n"
     "  --help           this text\n"
     "\n"
-    "The ovl variants take OVL_POLL_MAX_US, OVL_SPIN_US, OVL_FRAGMENT_SIZE and\n"
+    "The ovl variants take OVL_LATENESS_US, OVL_FRAGMENT_SIZE and\n"
     "OVL_STREAM_WINDOW from the environment (docs/ENV.md); OVL_PROGRESS is forced\n"
     "to thread.\n";
 
@@ -224,11 +224,9 @@ static void print_header(int hosts, const ovl_config_t *c, double daxpy_ns, cons
                "with the thread; ovl inline, unused; no bound measured (see the other run)\n",
                BENCH_DAXPY_N, bench_daxpy_ns_clean, daxpy_ns);
     else
-        printf("ovl: progress thread, poll_max_us %u, poll_min_us %u, poll_callback_us %u, "
-               "poll_quiet_us %u, poll_quiet_share %u, spin_us %u, fragment %zu B, window %u; "
+        printf("ovl: progress thread, lateness_us %u, fragment %zu B, window %u; "
                "one daxpy (n=%d) + clock read = %.0f ns\n",
-               c->poll_max_us, c->poll_min_us, c->poll_callback_us, c->poll_quiet_us,
-               c->poll_quiet_share, c->spin_us, c->fragment_size, c->stream_window, BENCH_DAXPY_N,
+               c->progress.lateness_us, c->stream.fragment_size, c->stream.window, BENCH_DAXPY_N,
                daxpy_ns);
     printf("util = overlapped daxpys / dedicated daxpys (the paper's ratio); mpi-wait, "
            "mpi-async: fixed work, util = 2 - comm (the share of the transfer hidden)\n");
@@ -262,7 +260,7 @@ int bench_latency_hiding(int argc, char **argv)
     if (bench_rank == 0) {
         print_header(hosts, &eff, dns, &o, do_bound);
         if (csv)
-            fprintf(csv, "bench,variant,payload_bytes,hosts,reps,warmup,poll_max_us,spin_us,"
+            fprintf(csv, "bench,variant,payload_bytes,hosts,reps,warmup,"
                          "fragment_size,stream_window,daxpy_ns,"
                          "transfer_ms_med,transfer_ms_min,transfer_ms_max,"
                          "dedicated_med,dedicated_min,dedicated_max,"
@@ -273,9 +271,9 @@ int bench_latency_hiding(int argc, char **argv)
                          "comm_recv_ms_med,comm_recv_ms_min,comm_recv_ms_max,"
                          "loop_send_ms_med,loop_recv_ms_med,"
                          "cpu_share_send,cpu_share_recv,wakeups_send,wakeups_recv,"
-                         "oncpu_send,oncpu_recv,wakeups_alone,poll_quiet_us,"
-                         "post_us_med,post_us_min,post_us_max,poll_callback_us,"
-                         "poll_quiet_share,util_kind,async_progress,daxpy_ns_clean,"
+                         "oncpu_send,oncpu_recv,wakeups_alone,"
+                         "post_us_med,post_us_min,post_us_max,lateness_us,"
+                         "util_kind,async_progress,daxpy_ns_clean,"
                          "bound,bound_share,bound_err,bound_core_ms,bound_transfer_ms,"
                          "bound_exchanges,bound_window_s,bound_poll_us,bound_ncpu,"
                          "bound_background\n");
@@ -314,9 +312,8 @@ int bench_latency_hiding(int argc, char **argv)
             fflush(stdout);
             if (!csv)
                 continue;
-            fprintf(csv, "latency-hiding,%s,%zu,%d,%d,%d,%u,%u,%zu,%u,%.1f", v->name, r.payload,
-                    hosts, o.reps, o.warmup, eff.poll_max_us, eff.spin_us, eff.fragment_size,
-                    eff.stream_window, dns);
+            fprintf(csv, "latency-hiding,%s,%zu,%d,%d,%d,%zu,%u,%.1f", v->name, r.payload, hosts,
+                    o.reps, o.warmup, eff.stream.fragment_size, eff.stream.window, dns);
             csv_stat(csv, r.transfer_ms);
             csv_stat(csv, r.dedicated);
             csv_stat(csv, r.ovl_daxpy[0]);
@@ -324,12 +321,12 @@ int bench_latency_hiding(int argc, char **argv)
             fprintf(csv, ",%.4f,%.4f", r.util[0], r.util[1]);
             csv_stat(csv, r.comm_ms[0]);
             csv_stat(csv, r.comm_ms[1]);
-            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f,%u", r.loop_ms[0].med,
+            fprintf(csv, ",%.6g,%.6g,%.4f,%.4f,%.1f,%.1f,%.4f,%.4f,%.1f", r.loop_ms[0].med,
                     r.loop_ms[1].med, r.cpu_share[0], r.cpu_share[1], r.wakeups[0], r.wakeups[1],
-                    r.oncpu[0], r.oncpu[1], r.transfer_wakeups, eff.poll_quiet_us);
+                    r.oncpu[0], r.oncpu[1], r.transfer_wakeups);
             csv_stat(csv, r.post_us);
-            fprintf(csv, ",%u,%u,%s,%d,", eff.poll_callback_us, eff.poll_quiet_share,
-                    r.fixed ? "fixed" : "stop", async_on);
+            fprintf(csv, ",%u,%s,%d,", eff.progress.lateness_us, r.fixed ? "fixed" : "stop",
+                    async_on);
             if (bench_daxpy_ns_clean > 0)
                 fprintf(csv, "%.1f", bench_daxpy_ns_clean);
             if (have_bound)

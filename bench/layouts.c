@@ -17,7 +17,7 @@
  * Variants of each (the same computation; results compared bit for bit):
  *   mpi         MPI_Irecv, pack, MPI_Isend, MPI_Wait, use (what the codes do)
  *   ovl         the porting guide's recipe for carved buffers: ovl_irecv,
- *               the pack inside ovl_delta_send_begin_with(EXPLICIT) with
+ *               the pack inside ovl_delta_send_begin(EXPLICIT monitor) with
  *               ovl_delta_produced per finished band, ovl_wait, use
  *               (halo: ovl_isend/ovl_irecv in place of MPI's calls)
  *   ovl-fault   the README's first recipe: a fault-monitored ovl_delta_recv
@@ -157,10 +157,11 @@ static void tr_iter(struct tr *t, enum var v, MPI_Comm comm)
         if (v == V_OVL)
             OK(ovl_irecv(t->in, cnt, MPI_DOUBLE, from, ph, &rr));
         else
-            OK(ovl_delta_recv(t->in, cnt, MPI_DOUBLE, from, ph, &rr));
-        OK(ovl_delta_send_begin_with(t->out, cnt, MPI_DOUBLE, to, ph, OVL_MONITOR_EXPLICIT, &sr));
+            OK(ovl_delta_recv(t->in, cnt, MPI_DOUBLE, from, ph, NULL, &rr));
+        OK(ovl_delta_send_begin(t->out, cnt, MPI_DOUBLE, to, ph,
+                                BENCH_MONITOR(OVL_MONITOR_EXPLICIT), &sr));
         tr_pack(t, to, sr);
-        OK(ovl_delta_send_end(sr));
+        OK(ovl_delta_send_end(sr, NULL));
         if (v == V_OVL)
             OK(ovl_wait(&rr, NULL));
         tr_scatter(t, from);
@@ -292,16 +293,16 @@ static void ha_iter(struct ha *h, enum var v, MPI_Comm comm)
     int k = 0;
     ovl_request_t lr = OVL_REQUEST_NULL, hr = OVL_REQUEST_NULL;
     if (left != MPI_PROC_NULL)
-        OK(ovl_delta_recv(h->lo_in, h->n, MPI_DOUBLE, left, 1, &lr));
+        OK(ovl_delta_recv(h->lo_in, h->n, MPI_DOUBLE, left, 1, NULL, &lr));
     if (right != MPI_PROC_NULL)
-        OK(ovl_delta_recv(h->hi_in, h->n, MPI_DOUBLE, right, 0, &hr));
+        OK(ovl_delta_recv(h->hi_in, h->n, MPI_DOUBLE, right, 0, NULL, &hr));
     if (left != MPI_PROC_NULL)
-        OK(ovl_delta_send_begin(h->lo_out, h->n, MPI_DOUBLE, left, 0, &q[k++]));
+        OK(ovl_delta_send_begin(h->lo_out, h->n, MPI_DOUBLE, left, 0, NULL, &q[k++]));
     if (right != MPI_PROC_NULL)
-        OK(ovl_delta_send_begin(h->hi_out, h->n, MPI_DOUBLE, right, 1, &q[k++]));
+        OK(ovl_delta_send_begin(h->hi_out, h->n, MPI_DOUBLE, right, 1, NULL, &q[k++]));
     ha_pack(h);
     for (int i = 0; i < k; i++)
-        OK(ovl_delta_send_end(q[i]));
+        OK(ovl_delta_send_end(q[i], NULL));
     ha_unpack(h); /* reads the halos as they arrive */
     if (lr != OVL_REQUEST_NULL)
         q[k++] = lr;
@@ -368,7 +369,7 @@ static struct run run_one(int kernel, enum var v, struct tr *t, struct ha *h, co
 {
     struct run r;
     ovl_stats_t a, b;
-    OK(ovl_stats_get(&a));
+    OK(ovl_stats_get(&a, sizeof a));
     if (kernel == 0)
         tr_reset(t);
     else
@@ -382,7 +383,7 @@ static struct run run_one(int kernel, enum var v, struct tr *t, struct ha *h, co
             ha_iter(h, v, L->comm);
     }
     r.t = timed_max((bench_now() - t0) / L->iters);
-    OK(ovl_stats_get(&b));
+    OK(ovl_stats_get(&b, sizeof b));
     double loc[2] = { (double)(b.faults - a.faults), (double)(b.edge_steps - a.edge_steps) },
            sum[2];
     MPI_Allreduce(loc, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);

@@ -318,11 +318,11 @@ int bench_overview(int argc, char **argv)
                    bench_size, hosts, hosts == 1 ? "" : "s", bench_daxpy_ns_clean);
         else
             printf("ovl-bench overview: %d ranks on %d host%s%s; ovl progress thread "
-                   "(poll_max_us %u, spin_us %u), fragment %zu B\n\n",
+                   "(lateness_us %u), fragment %zu B\n\n",
                    bench_size, hosts, hosts == 1 ? "" : "s",
                    hosts == 1 ? " (shared memory: copies use the computing CPUs, little to hide)"
                               : "",
-                   eff.poll_max_us, eff.spin_us, eff.fragment_size);
+                   eff.progress.lateness_us, eff.stream.fragment_size);
         if (c.csv)
             fprintf(c.csv, "bench,sub,variant,payload_bytes,transfer_ms,compute_ms,time_ms,"
                            "speedup,util_send,util_recv\n");

@@ -38,7 +38,7 @@ static void usage(FILE *f)
     for (int i = 0; i < NCMDS; i++)
         fprintf(f, "  %-18s %s\n", cmds[i].name, cmds[i].summary);
     fprintf(f, "\n'ovl-bench COMMAND --help' describes each. On the emulated cluster:\n"
-               "  tools/ovl-cluster run --np 2 -- ovl-bench COMMAND ...\n");
+               "  testbed/ovl-cluster run --np 2 -- ovl-bench COMMAND ...\n");
 }
 
 int main(int argc, char **argv)

@@ -18,7 +18,7 @@
 #   -r, --rounds R     rounds (default 3)
 #   -o, --out DIR      where the CSVs and tables go (default results/peers-COMMAND)
 #   -b, --build DIR    build directory holding bench/ovl-bench (default build)
-#   -l, --launch CMD   how to start 2 ranks (default "tools/ovl-cluster run --np 2
+#   -l, --launch CMD   how to start 2 ranks (default "testbed/ovl-cluster run --np 2
 #                      --pin --"; e.g. "mpiexec -n 2" on one node)
 #   --variants LIST    latency-hiding: the variants of the normal runs (default the
 #                      command's default); mpi-async is always the other run
@@ -32,7 +32,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=3
 OUT=
 BUILD=$ROOT/build
-LAUNCH="$ROOT/tools/ovl-cluster run --np 2 --pin --"
+LAUNCH="$ROOT/testbed/ovl-cluster run --np 2 --pin --"
 VARIANTS=
 WAIT_IDLE=0
 MERGE_ONLY=0

@@ -148,11 +148,11 @@ def plot_latency_hiding(rows, out, title):
 
 def plot_callback_latency(rows, out, title):
     ovl = sorted((r for r in rows if r["mode"] == "ovl-thread"),
-                 key=lambda r: fnum(r["poll_max_us"]))
+                 key=lambda r: fnum(r["lateness_us"]))
     if not ovl:
         sys.exit("plot.py: no ovl-thread rows in the CSV")
     fig, ax = plt.subplots(figsize=(8, 5))
-    x = [fnum(r["poll_max_us"]) for r in ovl]
+    x = [fnum(r["lateness_us"]) for r in ovl]
     for q, m in (("p50", "o"), ("p90", "s"), ("p99", "^")):
         ax.plot(x, [fnum(r[f"added_{q}_us"]) for r in ovl], marker=m, label=f"added delay {q}")
     ax.axhline(CALLBACK_TARGET_US, color="r", ls="-.", lw=0.8, label="target 50 us")
@@ -160,7 +160,7 @@ def plot_callback_latency(rows, out, title):
     ax.set_xticks(x)
     ax.set_xticklabels([f"{int(v)}" for v in x])
     ax.set_yscale("symlog", linthresh=100)
-    ax.set_xlabel("progress thread poll_max_us (OVL_POLL_MAX_US)")
+    ax.set_xlabel("lateness budget of a continuation, lateness_us (OVL_LATENESS_US)")
     ax.set_ylabel("callback delay after completion [us]")
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()

@@ -6,10 +6,10 @@
 #   bench/reproduce.sh [--build DIR] [--out DIR] [--img DIR] [--quick] [--only WHAT]
 #
 # WHAT: cluster | shm | knobs | delta | rma | all (default all). The cluster part needs an
-# emulated cluster (tools/ovl-cluster up --hosts 2 --rate 1gbit) and root;
+# emulated cluster (testbed/ovl-cluster up --hosts 2 --rate 1gbit) and root;
 # it leaves the cluster as it found it. The delta part (issue 3: delta
 # send/receive kernels and the delta-size sweep) needs 4 hosts
-# (tools/ovl-cluster up --hosts 4 --rate 1gbit) and runs each command
+# (testbed/ovl-cluster up --hosts 4 --rate 1gbit) and runs each command
 # DELTA_RUNS times (default 5) into numbered CSVs. Before each run it waits until the
 # machine is idle (other processes would steal the two cores the benchmark
 # measures). CSVs go to --out (default results/perf), PNGs to --img
@@ -40,7 +40,7 @@ done
 
 IMG=${IMG:-$OUT}
 BENCH=$BUILD/bench/ovl-bench
-CLUSTER=$ROOT/tools/ovl-cluster
+CLUSTER=$ROOT/testbed/ovl-cluster
 [ -x "$BENCH" ] || { echo "reproduce.sh: build first: cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && cmake --build $BUILD --target ovl-bench" >&2; exit 2; }
 mkdir -p "$OUT" "$IMG"
 
@@ -69,7 +69,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = cluster ]; then
     run cluster callback-latency callback-latency --reps "$CLREPS"
     # the progress thread under SCHED_FIFO (docs/PERFORMANCE.md, "A real-time progress thread")
     OVL_PROGRESS_PRIORITY=1 run cluster callback-priority callback-latency --reps "$CLREPS" \
-        --poll 10,25,50 --no-spin-thread
+        --lateness 10,25,50 --no-spin-thread
     run cluster overview overview
     run cluster wakeup-cost wakeup-cost
 fi
@@ -82,11 +82,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = knobs ]; then
     # one knob at a time, the others at their defaults; ovl variants only; CSV only
     export NOPLOT=1
     K="latency-hiding --variants ovl,ovl-marshal --sizes 64k,256k,1m --reps $REPS"
-    for v in 10 25 50 100 200; do
-        OVL_POLL_MAX_US=$v run cluster "knob-poll$v" $K
-    done
-    for v in 0 20 100; do
-        OVL_SPIN_US=$v run cluster "knob-spin$v" $K
+    for v in 10 30 100; do
+        OVL_LATENESS_US=$v run cluster "knob-lateness$v" $K
     done
     for v in 16k 64k 256k; do
         OVL_FRAGMENT_SIZE=$v run cluster "knob-frag$v" $K

@@ -21,7 +21,7 @@
  *                  the two ("independent overlap": ovl must match the
  *                  hand-written non-blocking version). Variants blocking,
  *                  nb, ovl (the model decides the strips), ovl-nosplit
- *                  (ovl_hint_decomp(0)) and ovl-split4 (four strips whatever
+ *                  (decomp hint 0) and ovl-split4 (four strips whatever
  *                  the model says: four unsplit gets issued together); the
  *                  split threshold the model predicts and the one measured
  *                  are printed, measured two ways: the smallest size from
@@ -118,7 +118,7 @@ static double dds_once(struct rma_env *e, int v, int k, uint64_t *dst)
             BENCH_MPI(MPI_Wait(&r[i], MPI_STATUS_IGNORE));
     } else {
         for (int i = 0; i < k; i++)
-            BENCH_OVL(ovl_get(&dst[i * 512], 1, 8 * (size_t)i, 8, e->seg));
+            BENCH_OVL(ovl_get(&dst[i * 512], 1, 8 * (size_t)i, 8, e->seg, NULL, NULL));
     }
     uint64_t s = 0;
     for (int i = 0; i < k; i++)
@@ -172,8 +172,8 @@ int bench_dds(int argc, char **argv)
         fprintf(f, "bench,transfers,variant,median_us,min_us,p90_us\n");
     if (bench_rank == 0) {
         printf("dds: %d reps, monitor %s, progress %s (medians, us)\n", reps,
-               ovl_monitor_name(eff.monitor),
-               eff.progress == OVL_PROGRESS_THREAD ? "thread" : "inline");
+               ovl_monitor_name(eff.access.monitor),
+               eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline");
         printf("%-10s %10s %10s %10s %12s %12s\n", "transfers", "blocking", "nb", "ovl",
                "ovl/blocking", "ovl/nb");
         for (int k = 0; k < 2; k++) {
@@ -247,12 +247,12 @@ static double deco_once(struct rma_env *e, int v, size_t n, char *dst, char *out
          * boundaries, each an unsplit guarded get, issued together */
         size_t k = n / 4096 < 4 ? (n / 4096 ? n / 4096 : 1) : 4;
         size_t piece = (n / k + 4095) / 4096 * 4096;
-        BENCH_OVL(ovl_hint_decomp(0));
+        BENCH_OVL(ovl_segment_hint(e->seg, BENCH_DECOMP(0)));
         for (size_t o = 0; o < n; o += piece)
-            BENCH_OVL(ovl_get(dst + o, 1, o, n - o < piece ? n - o : piece, e->seg));
+            BENCH_OVL(ovl_get(dst + o, 1, o, n - o < piece ? n - o : piece, e->seg, NULL, NULL));
     } else {
-        BENCH_OVL(ovl_hint_decomp(v == V_NOSPLIT ? 0 : 1));
-        BENCH_OVL(ovl_get(dst, 1, 0, n, e->seg));
+        BENCH_OVL(ovl_segment_hint(e->seg, BENCH_DECOMP(v == V_NOSPLIT ? 0 : 1)));
+        BENCH_OVL(ovl_get(dst, 1, 0, n, e->seg, NULL, NULL));
     }
     for (long i = 0; i < work; i++)
         bench_daxpy();
@@ -350,13 +350,13 @@ int bench_decomposition(int argc, char **argv)
     if (f)
         fprintf(f, "bench,overlap,bytes,variant,median_us,min_us,p90_us,work_us\n");
     size_t predicted = 0;
-    BENCH_OVL(ovl_get_split_threshold(&predicted));
+    BENCH_OVL(ovl_model_split_threshold(&predicted));
     double *t = calloc((size_t)reps * NV, sizeof(double));
     double(*med)[2][NV] = calloc((size_t)nsizes, sizeof *med);
     int *loses = calloc((size_t)nsizes, sizeof *loses); /* split4 slower, paired (self) */
     if (bench_rank == 0) {
         printf("decomposition: %d reps, gap %ld us, monitor %s (medians, us)\n", reps, gap_us,
-               ovl_monitor_name(eff.monitor));
+               ovl_monitor_name(eff.access.monitor));
         printf("%-8s %-11s %10s %10s %10s %11s %10s %9s %9s %9s\n", "size", "overlap", "blocking",
                "nb", "ovl", "ovl-nosplit", "ovl-split4", "blk/ovl", "ovl/nb", "work_us");
     }

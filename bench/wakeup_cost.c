@@ -14,12 +14,13 @@
  *                  delivery, no second thread;
  *   ovl-thread     ovl's own progress thread while one receive is in flight
  *                  (posted to the rank itself, completed at the end): its
- *                  timed sleeps and polls at the configured pace
- *                  (OVL_POLL_MAX_US; the interval column shows it);
+ *                  timed sleeps and polls at its usual pace (the 50 us
+ *                  budget of an op that may complete at any moment,
+ *                  src/sched.c; the interval column shows it);
  *   ovl-segment    ovl's progress thread while a segment (ovl_segment_create,
  *                  collective) is live and nothing is in flight: it keeps
  *                  polling MPI so that other ranks' gets and puts on this
- *                  rank's memory progress (OVL_POLL_MAX_US).
+ *                  rank's memory progress (OVL_SERVE_US).
  *
  * The cost per wake-up is the computation's lost time divided by the number
  * of wake-ups. Any mechanism that progresses MPI without calls in the
@@ -44,6 +45,8 @@
 #include <unistd.h>
 
 enum { W_THREAD, W_SIGNAL, W_OVL, W_SERVE, NW };
+/* the progress thread's usual pace (src/sched.c, OVL__SCHED_POLL_US) */
+#define BENCH_USUAL_PACE_US 50L
 static const char *wname[NW] = { "thread-sleep", "timer-signal", "ovl-thread", "ovl-segment" };
 
 static atomic_int stop_waker;
@@ -137,9 +140,9 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
         ovl_segment_t seg;
         ovl_stats_t a, b;
         BENCH_OVL(ovl_segment_create(4096, &base, &seg));
-        BENCH_OVL(ovl_stats_get(&a));
+        BENCH_OVL(ovl_stats_get(&a, sizeof a));
         n = bench_daxpy_for(seconds);
-        BENCH_OVL(ovl_stats_get(&b));
+        BENCH_OVL(ovl_stats_get(&b, sizeof b));
         BENCH_OVL(ovl_segment_free(&seg));
         *nwakes = (long)(b.thread_wakeups - a.thread_wakeups);
     } else {
@@ -148,9 +151,9 @@ static long loaded(int v, long interval_us, double seconds, int cpu, long *nwake
         ovl_request_t r;
         ovl_stats_t a, b;
         BENCH_OVL(ovl_irecv(rbuf, sizeof rbuf, MPI_BYTE, bench_rank, 4242, &r));
-        BENCH_OVL(ovl_stats_get(&a));
+        BENCH_OVL(ovl_stats_get(&a, sizeof a));
         n = bench_daxpy_for(seconds);
-        BENCH_OVL(ovl_stats_get(&b));
+        BENCH_OVL(ovl_stats_get(&b, sizeof b));
         ovl_request_t sr;
         BENCH_OVL(ovl_isend(sbuf, sizeof sbuf, MPI_BYTE, bench_rank, 4242, &sr));
         BENCH_OVL(ovl_wait(&sr, NULL));
@@ -187,13 +190,14 @@ int bench_wakeup_cost(int argc, char **argv)
                 "  thread-sleep  a thread on the same CPU wakes from nanosleep and sleeps again\n"
                 "  timer-signal  a POSIX timer signals the computing thread (empty handler)\n"
                 "and ovl-thread: ovl's progress thread with one receive in flight, at its\n"
-                "configured pace (OVL_POLL_MAX_US); ovl-segment: the same thread while a\n"
+                "usual pace (50 us); ovl-segment: the same thread while a\n"
                 "segment is live and nothing is in flight (it serves other ranks' gets and\n"
                 "puts). Prints, per rank, the wake-ups' real\n"
                 "spacing, the share of the computation lost and the us lost per wake-up\n"
                 "(medians of --reps samples of --time-ms each, default 5 x 200 ms,\n"
                 "alternated with samples of the loop alone). Run it where the benchmarks\n"
-                "run, e.g. tools/ovl-cluster run --np 2 --ppn 1 --pin -- ovl-bench wakeup-cost\n");
+                "run, e.g. testbed/ovl-cluster run --np 2 --ppn 1 --pin -- ovl-bench "
+                "wakeup-cost\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }
@@ -225,8 +229,8 @@ int bench_wakeup_cost(int argc, char **argv)
     bench_daxpy_for(0.05); /* warm up */
     for (int row = 0; row < rows; row++) {
         int v = row_variant(row, niv);
-        long us = v == W_OVL     ? (long)eff.poll_max_us
-                  : v == W_SERVE ? (long)eff.poll_serve_us
+        long us = v == W_OVL     ? BENCH_USUAL_PACE_US
+                  : v == W_SERVE ? (long)eff.progress.serve_us
                                  : iv[row % niv];
         for (int k = 0; k < reps; k++) {
             long base = bench_daxpy_for(seconds);

@@ -5,7 +5,7 @@
  * ranks waiting in MPI_Test with --poll-us sleeps, so that they use almost
  * no CPU themselves. Rank 0 reads the machine-wide CPU time from /proc/stat
  * around each rep: on a real cluster's NICs that time is small; on the
- * emulated cluster (tools/ovl-cluster, one kernel for every "host") it is the
+ * emulated cluster (testbed/ovl-cluster, one kernel for every "host") it is the
  * kernel's TCP, veth, bridge and shaper work, which runs on the same cores as
  * the program and so takes CPU from any computation overlapped with the
  * transfer. The ranks' own CPU time (getrusage, which includes the system

@@ -49,8 +49,8 @@ int main(int argc, char **argv)
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                         .progress = provided == MPI_THREAD_MULTIPLE ? OVL_PROGRESS_THREAD
-                                                                     : OVL_PROGRESS_INLINE };
+                         .progress.mode = provided == MPI_THREAD_MULTIPLE ? OVL_PROGRESS_THREAD
+                                                                          : OVL_PROGRESS_INLINE };
     if (ovl_init(MPI_COMM_WORLD, &cfg) != OVL_SUCCESS)
         MPI_Abort(MPI_COMM_WORLD, 1);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -12,7 +12,9 @@
  *            ovl_wait(&req, NULL);            // releases the request
  *
  * By default page faults tell ovl how far the writer has got and which page
- * the reader needs (OVL_MONITOR=auto). Run: mpiexec -n 2 ./example_delta_pipeline
+ * the reader needs (OVL_MONITOR=auto). The NULL before &req is the call's
+ * optional parameters (ovl_param_t): NULL takes the defaults. Run:
+ * mpiexec -n 2 ./example_delta_pipeline
  */
 #include <ovl.h>
 
@@ -36,13 +38,13 @@ int main(int argc, char **argv)
     int rc = OVL_SUCCESS, wrong = 0;
 
     if (size >= 2 && rank == 0) {
-        rc = ovl_delta_send_begin(a, N, MPI_DOUBLE, 1, 0, &req);
+        rc = ovl_delta_send_begin(a, N, MPI_DOUBLE, 1, 0, NULL, &req);
         for (int i = 0; rc == OVL_SUCCESS && i < N; i++)
             a[i] = sin(i * 1e-3) * cos(i * 2e-3);
         if (rc == OVL_SUCCESS)
             rc = ovl_wait(&req, OVL_STATUS_IGNORE);
     } else if (size >= 2 && rank == 1) {
-        rc = ovl_delta_recv(a, N, MPI_DOUBLE, 0, 0, &req);
+        rc = ovl_delta_recv(a, N, MPI_DOUBLE, 0, 0, NULL, &req);
         double sum = 0;
         for (int i = 0; rc == OVL_SUCCESS && i < N; i++)
             sum += a[i] * a[i];

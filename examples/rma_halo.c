@@ -7,9 +7,11 @@
  * strips), and the first access to a row that is not there yet waits for
  * exactly that strip. No wait call before using the data:
  *
- *   ovl_get(halo, left, offset_of_last_row, ROW, seg);   // returns at once
+ *   ovl_get(halo, left, last_row, ROW, seg, NULL, NULL); // returns at once
  *   for (...) use(halo[...]);                            // waits per strip
  *   ovl_barrier();                                       // step done everywhere
+ *
+ * (The two NULLs: no optional parameters, no request.)
  *
  * A neighbour on the same node is read by a plain copy inside ovl_get
  * (OVL_RMA_LOCAL=direct, the default: nothing to overlap there); the
@@ -47,17 +49,19 @@ int main(int argc, char **argv)
         u[i] = rank;
     /* halos on the heap: fault monitors cannot guard stack pages */
     double *lo = malloc(row), *hi = malloc(row);
-    int rc = ovl_hint_order(OVL_ORDER_UP); /* the loops below read upwards */
+    /* the loops below read upwards: a hint for the gets on this segment */
+    const ovl_param_t up = { .field_mask = OVL_PARAM_FIELD_ORDER, .order = OVL_ORDER_UP };
+    int rc = ovl_segment_hint(seg, &up);
     rc = rc ? rc : ovl_barrier();
     ovl_config_t cfg;
     rc = rc ? rc : ovl_config_get(&cfg);
-    int annotate = rc == OVL_SUCCESS && cfg.monitor == OVL_MONITOR_EXPLICIT;
+    int annotate = rc == OVL_SUCCESS && cfg.access.monitor == OVL_MONITOR_EXPLICIT;
 
     double sum = 0;
     for (int s = 0; rc == OVL_SUCCESS && s < STEPS; s++) {
         /* the left neighbour's last row and the right one's first */
-        rc = ovl_get(lo, left, (ROWS - 1) * row, row, seg);
-        rc = rc ? rc : ovl_get(hi, right, 0, row, seg);
+        rc = ovl_get(lo, left, (ROWS - 1) * row, row, seg, NULL, NULL);
+        rc = rc ? rc : ovl_get(hi, right, 0, row, seg, NULL, NULL);
         /* interior work needs no halo: it overlaps the transfers */
         for (size_t i = 0; i < (size_t)ROWS * COLS; i++)
             sum += 1e-9 * u[i];

@@ -14,6 +14,8 @@
  *    (or, under OVL_ERRORS=fatal, aborts with a message instead);
  *  - output arguments come last and are written only on success;
  *  - handles are opaque; OVL_REQUEST_NULL is the null request, as in MPI;
+ *  - a call's options are one `const ovl_param_t *param` (NULL: the
+ *    defaults), never a variant of the call;
  *  - a call that fails never runs the callback it was given.
  */
 #ifndef OVL_H
@@ -123,8 +125,7 @@ typedef enum {
 /** Bits of ovl_config_t::field_mask: which fields the caller set. */
 enum {
     OVL_CONFIG_FIELD_PROGRESS = 1u << 0,
-    OVL_CONFIG_FIELD_POLL_MAX_US = 1u << 1,
-    OVL_CONFIG_FIELD_SPIN_US = 1u << 2,
+    /* 1u << 1, 1u << 2: removed fields (CHANGELOG.md), refused */
     OVL_CONFIG_FIELD_FRAGMENT_SIZE = 1u << 3,
     OVL_CONFIG_FIELD_STREAM_WINDOW = 1u << 4,
     OVL_CONFIG_FIELD_STACK_SIZE = 1u << 5,
@@ -132,15 +133,14 @@ enum {
     OVL_CONFIG_FIELD_MONITOR = 1u << 7,
     OVL_CONFIG_FIELD_DELTA_SIZE = 1u << 8,
     OVL_CONFIG_FIELD_EAGER_LIMIT = 1u << 9,
-    OVL_CONFIG_FIELD_PROGRESS_SLICE_US = 1u << 10,
-    OVL_CONFIG_FIELD_POLL_QUIET_US = 1u << 11,
+    /* 1u << 10, 1u << 11: removed fields, refused */
     OVL_CONFIG_FIELD_PROGRESS_PRIORITY = 1u << 12,
     OVL_CONFIG_FIELD_RMA_LOCAL = 1u << 13,
-    OVL_CONFIG_FIELD_POLL_MIN_US = 1u << 14,
-    OVL_CONFIG_FIELD_POLL_CALLBACK_US = 1u << 15,
-    OVL_CONFIG_FIELD_POLL_RMA_US = 1u << 16,
-    OVL_CONFIG_FIELD_POLL_SERVE_US = 1u << 17,
-    OVL_CONFIG_FIELD_POLL_QUIET_SHARE = 1u << 18,
+    /* 1u << 14: removed, refused */
+    OVL_CONFIG_FIELD_LATENESS_US = 1u << 15,
+    /* 1u << 16: removed, refused */
+    OVL_CONFIG_FIELD_SERVE_US = 1u << 17,
+    /* 1u << 18: removed, refused */
     OVL_CONFIG_FIELD_STREAM_WHOLE = 1u << 19,
     OVL_CONFIG_FIELD_ERRORS = 1u << 20
 };
@@ -202,44 +202,46 @@ typedef enum {
  */
 typedef struct {
     uint64_t field_mask;
-    ovl_progress_mode_t progress; /**< OVL_PROGRESS: inline|thread (default inline) */
-    unsigned
-        poll_max_us; /**< OVL_POLL_MAX_US: longest sleep of the progress thread between polls while work is pending (default 50) */
-    unsigned
-        spin_us; /**< OVL_SPIN_US: progress thread keeps polling this long after a completion before it backs off (default 0) */
-    size_t
-        fragment_size; /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header, 64 B - 64 MiB, same on every rank; 0 = chosen at ovl_init from the performance model: the smallest power of two from 4 KiB to 64 KiB (within the eager switch) whose per-message overhead is at most 5 % of its wire time, which ovl_config_get() then reports (default 0) */
-    unsigned
-        stream_window; /**< OVL_STREAM_WINDOW: fragments in flight per stream, same on every rank (default 8) */
-    size_t stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
-    int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info; more = 2; negative: OVL_ERR_CONFIG */
-    ovl_monitor_t
-        monitor; /**< OVL_MONITOR: auto|uffd|mprotect (default auto); explicit here only */
-    size_t
-        delta_size; /**< OVL_DELTA_SIZE: bytes per delta; 0 = chosen at run time by the model (default 0) */
-    size_t
-        eager_limit; /**< OVL_EAGER_LIMIT: the MPI library's eager/rendezvous switch in bytes; 0 = detect (default 0) */
-    unsigned
-        progress_slice_us; /**< OVL_PROGRESS_SLICE_US: scheduler time slice asked for the progress thread (Linux >= 6.12), so its wake-ups preempt a computing thread; 0 = the kernel's default (default 100) */
-    unsigned
-        poll_quiet_us; /**< OVL_POLL_QUIET_US: longest sleep of the progress thread while every transfer in flight is predicted (bytes / model bandwidth) to need longer; 0 = never sleep past poll_max_us (default 1000) */
-    int progress_priority; /**< OVL_PROGRESS_PRIORITY: 1-99 gives the progress thread SCHED_FIFO at this priority while it sleeps on its poll timer and polls, where the process may (CAP_SYS_NICE or RLIMIT_RTPRIO), so every poll wake-up preempts the computation; ovl_config_get() reports 0 when it was refused; 0 = normal scheduling (default 0) */
-    ovl_rma_local_t
-        rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put and delta sends treat a peer on this rank's node (default direct) */
-    unsigned
-        poll_min_us; /**< OVL_POLL_MIN_US: first sleep of the progress thread after activity (a completion, a new operation), doubling up to poll_max_us; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 0: every sleep is poll_max_us) */
-    unsigned
-        poll_callback_us; /**< OVL_POLL_CALLBACK_US: the progress thread's longest sleep while a continuation (ovl_continue on an operation not yet complete, or ovl_continue_mpi) waits, so that callbacks run soon after completion; 0 or more than poll_max_us = poll_max_us, which ovl_config_get() then reports (default 30) */
-    unsigned
-        poll_rma_us; /**< OVL_POLL_RMA_US: the progress thread's sleep between polls while the only operations in flight are strips of ovl_get/ovl_put (the program's access, ovl_get_need or a fence drives a strip when it needs it); may exceed poll_max_us; 0 = poll_max_us, which ovl_config_get() then reports (default 100) */
-    unsigned
-        poll_serve_us; /**< OVL_POLL_SERVE_US: the progress thread's longest sleep between polls while this rank has a live segment (ovl_segment_create), where other ranks' gets and puts on its memory progress only when MPI is polled here; may exceed poll_max_us; each wake-up costs a computation on this core (about 25 us on the Xeon test VM, docs/PERFORMANCE.md); 0 = poll_max_us, and only where the first ovl_segment_create measures that one-sided operations need the target's MPI calls (no serving polls on RDMA networks or shared-memory windows), which ovl_config_get() reports as poll_max_us (default 0) */
-    unsigned
-        poll_quiet_share; /**< OVL_POLL_QUIET_SHARE: percent (1-100) of the time left before a predicted completion, less one poll interval, that the progress thread sleeps in one go while only sized transfers are in flight (capped by poll_quiet_us); larger: fewer wake-ups taken from the computation, but a completion that comes earlier than predicted is seen later (default 75) */
-    ovl_stream_whole_t
-        stream_whole; /**< OVL_STREAM_WHOLE: auto|on|off, whether a send stream whose marshal function ends within its first window (window x fragment payload, plus 16 bytes per fragment: 128 KiB with 8 fragments of 16 KiB) goes as one message instead of one per fragment; auto: when the function fills it quickly (default auto) */
-    ovl_errors_t
-        errors; /**< OVL_ERRORS: return|fatal, whether a failing call returns its code or prints it and calls MPI_Abort (OVL_ERROR_MAP); resolved first, so ovl_init's own configuration errors abort under fatal too; set it on every rank (default return) */
+    /** The progress engine. */
+    struct {
+        ovl_progress_mode_t mode; /**< OVL_PROGRESS: inline|thread (default inline) */
+        unsigned
+            lateness_us; /**< OVL_LATENESS_US: how late the progress thread may notice the completion of an operation a continuation waits for (ovl_continue on an operation in flight, ovl_continue_mpi): it polls at least this often while one waits; smaller: callbacks run sooner, at the cost of more wake-ups taken from the computation on the thread's core; 1-1000000 (default 30) */
+        unsigned
+            serve_us; /**< OVL_SERVE_US: while this rank has a live segment (ovl_segment_create) and other ranks' gets and puts on its memory progress only when MPI is polled here, the progress thread polls at least this often, also with nothing of its own in flight; larger: fewer wake-ups taken from the computation, slower remote gets and puts; 0 = 50, and only where the first ovl_segment_create measures that one-sided operations need the target's MPI calls (none on RDMA networks or shared-memory windows), which ovl_config_get() reports as 50 (default 0) */
+        int priority; /**< OVL_PROGRESS_PRIORITY: 1-99 gives the progress thread SCHED_FIFO at this priority while it sleeps on its poll timer and polls, where the process may (CAP_SYS_NICE or RLIMIT_RTPRIO), so every poll wake-up preempts the computation; ovl_config_get() reports 0 when it was refused; 0 = normal scheduling (default 0) */
+    } progress;
+    /** Marshal streams. */
+    struct {
+        size_t
+            fragment_size; /**< OVL_FRAGMENT_SIZE: stream fragment bytes incl. 16-byte header, 64 B - 64 MiB, same on every rank; 0 = chosen at ovl_init from the performance model: the smallest power of two from 4 KiB to 64 KiB (within the eager switch) whose per-message overhead is at most 5 % of its wire time, which ovl_config_get() then reports (default 0) */
+        unsigned
+            window; /**< OVL_STREAM_WINDOW: fragments in flight per stream, same on every rank (default 8) */
+        size_t
+            stack_size; /**< OVL_STACK_SIZE: stack bytes of a marshal coroutine (default 262144) */
+        ovl_stream_whole_t
+            whole; /**< OVL_STREAM_WHOLE: auto|on|off, whether a send stream whose marshal function ends within its first window (window x fragment payload, plus 16 bytes per fragment: 128 KiB with 8 fragments of 16 KiB) goes as one message instead of one per fragment; auto: when the function fills it quickly (default auto) */
+    } stream;
+    /** Access monitoring (delta send/receive, get/put). */
+    struct {
+        ovl_monitor_t
+            monitor; /**< OVL_MONITOR: auto|uffd|mprotect (default auto); explicit here only */
+        size_t
+            delta_size; /**< OVL_DELTA_SIZE: bytes per delta; 0 = chosen at run time by the model (default 0) */
+    } access;
+    /** What ovl assumes of the MPI library and the node. */
+    struct {
+        size_t
+            eager_limit; /**< OVL_EAGER_LIMIT: the MPI library's eager/rendezvous switch in bytes; 0 = detect (default 0) */
+        ovl_rma_local_t
+            rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put and delta sends treat a peer on this rank's node (default direct) */
+    } mpi;
+    /** Errors and messages. */
+    struct {
+        int verbose; /**< OVL_VERBOSE: 0 silent, 1 print errors to stderr (default), 2 also info; more = 2; negative: OVL_ERR_CONFIG */
+        ovl_errors_t
+            errors; /**< OVL_ERRORS: return|fatal, whether a failing call returns its code or prints it and calls MPI_Abort (OVL_ERROR_MAP); resolved first, so ovl_init's own configuration errors abort under fatal too; set it on every rank (default return) */
+    } report;
 } ovl_config_t;
 
 /**
@@ -366,6 +368,65 @@ OVL_NODISCARD int ovl_request_free(ovl_request_t *req);
  * Useful in compute loops when the progress thread is off.
  */
 OVL_NODISCARD int ovl_progress(void);
+
+/* ------------------------------------------------------------------------ */
+/* Optional parameters of a call                                             */
+/* ------------------------------------------------------------------------ */
+
+/** Access order of get destinations (OVL_PARAM_FIELD_ORDER, ovl_segment_hint()). */
+typedef enum {
+    OVL_ORDER_UP = 0,    /**< from the first byte to the last */
+    OVL_ORDER_DOWN = 1,  /**< from the last byte to the first */
+    OVL_ORDER_RANDOM = 2 /**< any order (default) */
+} ovl_order_t;
+
+/** Bits of ovl_param_t::field_mask: which fields the caller set. */
+enum {
+    OVL_PARAM_FIELD_MONITOR = 1u << 0,  /**< ovl_param_t::monitor */
+    OVL_PARAM_FIELD_COUNT = 1u << 1,    /**< ovl_param_t::count */
+    OVL_PARAM_FIELD_DECOMP = 1u << 2,   /**< ovl_param_t::decomp */
+    OVL_PARAM_FIELD_ORDER = 1u << 3,    /**< ovl_param_t::order */
+    OVL_PARAM_FIELD_PIGGYBACK = 1u << 4 /**< ovl_param_t::piggyback */
+};
+
+/**
+ * Optional parameters of a call, as UCX's ucp_request_param_t: one struct
+ * for every call that takes options, instead of a variant of the call per
+ * option. Set field_mask to the OVL_PARAM_FIELD_* bits of the fields you
+ * fill in; the others are not read. Each call that takes a
+ * `const ovl_param_t *param` says which fields it takes; a NULL param is the
+ * same as field_mask 0 (every option at its default). A bit that no
+ * OVL_PARAM_FIELD_* names, or one the call does not take, fails the call
+ * with OVL_ERR_ARG before it does anything, its detail naming the bit.
+ * Fields are only ever appended, and ovl reads only those whose bit is set,
+ * so a program built against an older ovl.h keeps working.
+ * With a compound literal an option fits in the call:
+ *
+ *     ovl_delta_recv(buf, n, MPI_DOUBLE, src, tag,
+ *                    &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_MONITOR,
+ *                                    .monitor = OVL_MONITOR_EXPLICIT },
+ *                    &req);
+ */
+typedef struct {
+    uint64_t field_mask;
+    /** ovl_delta_send_begin(), ovl_delta_recv(): the monitor of this
+     *  request (OVL_MONITOR_AUTO: the process's, ovl_config_t::monitor);
+     *  OVL_MONITOR_EXPLICIT is chosen here or in ovl_config_t only */
+    ovl_monitor_t monitor;
+    /** ovl_delta_send_end(): only the first @c count elements were
+     *  produced, the message is that long (at least what has already been
+     *  sent, at most the count the send began with) */
+    int count;
+    /** ovl_segment_hint(): decomposition of later transfers, 0-64 (1) */
+    unsigned decomp;
+    /** ovl_segment_hint(): how the program reads later gets' destinations
+     *  (OVL_ORDER_RANDOM) */
+    ovl_order_t order;
+    /** ovl_segment_hint(): a get started while at least this many others
+     *  are outstanding joins a train; 0 turns trains off (the runtime
+     *  decides until it is set) */
+    unsigned piggyback;
+} ovl_param_t;
 
 /* ------------------------------------------------------------------------ */
 /* Point-to-point messages                                                   */
@@ -583,7 +644,8 @@ const char *ovl_monitor_name(ovl_monitor_t monitor);
  * no fault monitor works: auto then gives explicit (ovl_init warns), and a
  * delta receive or ovl_get whose monitor the code did not choose completes
  * inside the call, so nothing is read before it arrives. The explicit
- * monitor is chosen in code (ovl_config_t.monitor, a request's _with);
+ * monitor is chosen in code (ovl_config_t.monitor, or a request's
+ * ovl_param_t::monitor);
  * OVL_MONITOR=explicit in the environment makes ovl_init fail
  * (OVL_ERR_CONFIG).
  * @return OVL_SUCCESS; OVL_ERR_ARG (chosen NULL, unknown monitor);
@@ -644,6 +706,9 @@ OVL_NODISCARD int ovl_free(void *base);
  * (OVL_ERR_ARG). With OVL_MONITOR_EXPLICIT the program instead calls
  * ovl_delta_produced() for each range it has finished, in any order.
  *
+ * @p param (NULL: defaults) takes OVL_PARAM_FIELD_MONITOR: a monitor for
+ * this request only (OVL_MONITOR_AUTO: the process's OVL_MONITOR).
+ *
  * The datatype must be contiguous (MPI_DOUBLE, MPI_BYTE, a contiguous
  * type, ...). The message can be received with ovl_delta_recv() or
  * ovl_irecv(). A buffer that is itself still arriving through
@@ -655,19 +720,15 @@ OVL_NODISCARD int ovl_free(void *base);
  * (OVL_ERR_PENDING) until that has completed.
  *
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer,
- *         negative count, non-contiguous datatype), OVL_ERR_RANK (also
+ *         negative count, non-contiguous datatype, a field_mask bit
+ *         other than OVL_PARAM_FIELD_MONITOR, unknown monitor), OVL_ERR_RANK (also
  *         MPI_PROC_NULL, which delta transfers do not take, unlike
  *         ovl_isend/ovl_irecv), OVL_ERR_TAG, OVL_ERR_NOMEM, OVL_ERR_MONITOR (also: a fault
  *         monitor asked for by name that cannot work here), OVL_ERR_PENDING,
  *         OVL_ERR_MPI
  */
 OVL_NODISCARD int ovl_delta_send_begin(void *buf, int count, MPI_Datatype datatype, int dest,
-                                       int tag, ovl_request_t *req);
-
-/** ovl_delta_send_begin() with a monitor for this request only
- *  (OVL_MONITOR_AUTO: the process's OVL_MONITOR). */
-OVL_NODISCARD int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype datatype, int dest,
-                                            int tag, ovl_monitor_t monitor, ovl_request_t *req);
+                                       int tag, const ovl_param_t *param, ovl_request_t *req);
 
 /**
  * The buffer is fully written: send what has not been sent. The request
@@ -683,18 +744,16 @@ OVL_NODISCARD int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype d
  * on the request and its wait return that error, and the receiver's
  * request (and that of a send forwarding it) completes with
  * OVL_ERR_CANCELLED and 0 bytes, its buffer's contents undefined.
+ *
+ * @p param (NULL: defaults) takes OVL_PARAM_FIELD_COUNT: only the first
+ * ovl_param_t::count elements were produced, and the message is that long
+ * (the receiver sees the real size in its status); it may not be below
+ * what has already been sent.
  * @return OVL_SUCCESS, OVL_ERR_REQUEST (not a delta send, or already
- *         ended), OVL_ERR_NOMEM, OVL_ERR_MPI
+ *         ended), OVL_ERR_ARG (a bad count, a field_mask bit other than
+ *         OVL_PARAM_FIELD_COUNT), OVL_ERR_NOMEM, OVL_ERR_MPI
  */
-OVL_NODISCARD int ovl_delta_send_end(ovl_request_t req);
-
-/**
- * As ovl_delta_send_end(), but only the first @p count elements were
- * produced: the message is that long (the receiver sees the real size in
- * its status). @p count may not be below what has already been sent.
- * @return as ovl_delta_send_end(), OVL_ERR_ARG for a bad count
- */
-OVL_NODISCARD int ovl_delta_send_end_count(ovl_request_t req, int count);
+OVL_NODISCARD int ovl_delta_send_end(ovl_request_t req, const ovl_param_t *param);
 
 /**
  * Explicit mode, sender: bytes [@p offset, @p offset + @p bytes) of the
@@ -753,14 +812,12 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * shares pages with data written meanwhile, receive it with ovl_irecv()
  * or the explicit monitor (docs/PORTING.md).
  *
+ * @p param (NULL: defaults) takes OVL_PARAM_FIELD_MONITOR: a monitor for
+ * this request only (OVL_MONITOR_AUTO: the process's OVL_MONITOR).
  * @return as ovl_delta_send_begin() (but not OVL_ERR_PENDING)
  */
 OVL_NODISCARD int ovl_delta_recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
-                                 ovl_request_t *req);
-
-/** ovl_delta_recv() with a monitor for this request only. */
-OVL_NODISCARD int ovl_delta_recv_with(void *buf, int count, MPI_Datatype datatype, int source,
-                                      int tag, ovl_monitor_t monitor, ovl_request_t *req);
+                                 const ovl_param_t *param, ovl_request_t *req);
 
 /**
  * Explicit mode, receiver: wait until bytes [@p offset, @p offset + @p bytes)
@@ -822,7 +879,7 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * a fault monitor (uffd, mprotect) an access to a part that has not
  * arrived waits for the strip that holds it, and computation proceeds on
  * each strip as soon as it lands. Large transfers are split into strips by
- * the performance model (ovl_hint_decomp()). Bytes of @p dst's first and
+ * the performance model (ovl_segment_hint()). Bytes of @p dst's first and
  * last pages that are not part of it are never modified (an access to them
  * may wait too). With the explicit monitor (ovl_config_t.monitor) call ovl_get_need() before using
  * a range. As with delta receives, @p dst must not be given to a system
@@ -837,35 +894,36 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * this rank's CPU, so there is nothing to overlap, and the get completes
  * inside the call, unsplit and unguarded; @p dst is ready on return.
  * As in MPI, @p rank may be MPI_PROC_NULL: nothing moves, @p dst is left
- * as it is (ovl_put() and ovl_get_nb() too; the latter's request completes
- * at once).
+ * as it is (ovl_put() too; a request completes at once).
  *
  * Consistency: the data is that of the target at some time between the
  * call and the arrival; order against remote writes with ovl_fence(),
  * ovl_barrier() or ovl_lock().
  *
+ * @p param (NULL: defaults) takes no field yet: its field_mask must be 0.
+ *
+ * @p req may be NULL, the usual form above: no request, the program's
+ * accesses are the synchronisation. Given a @p req, *req receives a request
+ * that completes when the FIRST strip is in place (HUNT's explicitly
+ * non-blocking form, as MPI_Rget is to MPI_Get: the program overlaps
+ * already, so a split get's first strip is large, about half, and later
+ * strips are still demand-driven). The first strip is the one read first:
+ * it starts at @p dst, or, on a segment hinted OVL_ORDER_DOWN
+ * (ovl_segment_hint()), ends at @p dst + @p bytes; the status's bytes is
+ * its length, and those bytes may be used without a wait (even under the
+ * explicit monitor). Complete it with ovl_wait()/ovl_test()/
+ * ovl_request_free(). A target on this node (OVL_RMA_LOCAL=direct), or
+ * MPI_PROC_NULL: the request is already complete. Such a get never joins
+ * a train.
+ *
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL pointer, freed
  *         segment, range beyond the target's segment size, @p dst
  *         overlapping an outstanding ovl_get or ovl_put buffer, stack
- *         buffer), OVL_ERR_RANK, OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI
+ *         buffer, a field_mask bit set), OVL_ERR_RANK, OVL_ERR_NOMEM,
+ *         OVL_ERR_MONITOR, OVL_ERR_MPI
  */
-OVL_NODISCARD int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg);
-
-/**
- * ovl_get() that also returns a request completing when the FIRST strip is
- * in place (HUNT's explicitly non-blocking form: the program already
- * overlaps, so a split get's first strip is large, about half, and later
- * strips are still demand-driven). The first strip is the one read first:
- * it starts at @p dst, or, after ovl_hint_order(OVL_ORDER_DOWN), ends at
- * @p dst + @p bytes; the status's bytes is its length, and those bytes may
- * be used without a wait (even under the explicit monitor).
- * Complete it with ovl_wait()/ovl_test()/ovl_request_free().
- * A target on this node (OVL_RMA_LOCAL=direct): the request is already
- * complete.
- * @return as ovl_get()
- */
-OVL_NODISCARD int ovl_get_nb(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-                             ovl_request_t *req);
+OVL_NODISCARD int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+                          const ovl_param_t *param, ovl_request_t *req);
 
 /**
  * Wait until bytes [@p dst, @p dst + @p bytes) of outstanding gets have
@@ -889,13 +947,14 @@ OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
  * (OVL_ERR_PENDING, nothing sent: wait for them with ovl_delta_need).
  * A target on this rank's node (OVL_RMA_LOCAL=direct, the default): the
  * bytes have left @p src when the call returns, nothing is held.
+ * @p param (NULL: defaults) takes no field yet: its field_mask must be 0.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
  *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI, OVL_ERR_PENDING,
  *         OVL_ERR_IN_CALLBACK (inside a callback, @p src an outstanding
  *         get's destination that would have to be waited for)
  */
-OVL_NODISCARD int ovl_put(const void *src, int rank, size_t offset, size_t bytes,
-                          ovl_segment_t seg);
+OVL_NODISCARD int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+                          const ovl_param_t *param);
 
 /**
  * Retire every transfer this rank started on @p seg: gets are in place,
@@ -937,65 +996,62 @@ OVL_NODISCARD int ovl_unlock(ovl_segment_t seg, int rank);
  * OVL_RMA_LOCAL=direct).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL)
  */
-OVL_NODISCARD int ovl_get_split_threshold(size_t *bytes);
+OVL_NODISCARD int ovl_model_split_threshold(size_t *bytes);
 
 /**
- * Decomposition of later transfers: 0 never splits; 1 (default) lets the
- * model choose (HUNT 5.1: geometrically growing strips above its threshold);
- * @p factor > 1 splits above the same threshold into @p factor times as
- * many equal strips (more aggressive), at most 64.
- * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (factor > 64)
- */
-OVL_NODISCARD int ovl_hint_decomp(unsigned factor);
-
-/** Access order of get destinations (ovl_hint_order()). */
-typedef enum {
-    OVL_ORDER_UP = 0,    /**< from the first byte to the last */
-    OVL_ORDER_DOWN = 1,  /**< from the last byte to the first */
-    OVL_ORDER_RANDOM = 2 /**< any order (default) */
-} ovl_order_t;
-
-/**
- * How the program will read the destinations of later gets. UP and DOWN
- * issue the strips in that order (the part read first leaves first) and,
- * with the mprotect monitor, turn on lazy protection (HUNT 5.2): only the
- * first page of the next outstanding strip is guarded, and when a strip
- * arrives every strip already there is skipped, so a sequential scan costs
- * one protection change and at most one fault per strip. A program that
- * then reads out of order may see bytes that have not arrived: give UP or
- * DOWN only for sequential scans. RANDOM (default) guards every page.
- * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown order)
- */
-OVL_NODISCARD int ovl_hint_order(ovl_order_t order);
-
-/**
- * Trains (HUNT 5.3): a get that joins a train is neither split nor guarded
- * (it lands straight in its destination), and its synchronisation is
- * piggybacked on the last watched get before it: that get's last strip is
- * only made visible once the train has arrived.
+ * Hints for the transfers this rank starts later on @p seg (local, not
+ * collective; each segment starts with the defaults). @p param takes:
  *
- * Default (until the first call, again after ovl_init): the runtime
- * decides from the performance model. A get smaller than the model's
- * piggyback threshold (below it, guarding costs more than the transfer's
- * wire time could hide), started while a watched get is outstanding,
- * joins, under the explicit monitor, where ovl_get_need() waits for it as
- * for any get. Under a fault monitor no get joins by default: an unguarded
- * destination read before the train has arrived would show old bytes.
+ * - OVL_PARAM_FIELD_DECOMP, decomposition: 0 never splits; 1 (default)
+ *   lets the model choose (HUNT 5.1: geometrically growing strips above
+ *   its threshold); @c decomp > 1 splits above the same threshold into
+ *   @c decomp times as many equal strips (more aggressive), at most 64.
  *
- * This call overrides the default: from now on a get started while at
- * least @p threshold others are outstanding joins, with any monitor; the
- * program promises to read destinations in the order the gets were
- * started (touching the get before a train retires it), or to call
- * ovl_get_need() first. 0 turns trains off.
- * @return OVL_SUCCESS, OVL_ERR_NOT_INIT
+ * - OVL_PARAM_FIELD_ORDER, how the program will read the destinations of
+ *   gets. UP and DOWN issue the strips in that order (the part read first
+ *   leaves first) and, with the mprotect monitor, turn on lazy protection
+ *   (HUNT 5.2): only the first page of the next outstanding strip is
+ *   guarded, and when a strip arrives every strip already there is
+ *   skipped, so a sequential scan costs one protection change and at most
+ *   one fault per strip. A program that then reads out of order may see
+ *   bytes that have not arrived: give UP or DOWN only for sequential
+ *   scans. RANDOM (default) guards every page.
+ *
+ * - OVL_PARAM_FIELD_PIGGYBACK, trains (HUNT 5.3): a get that joins a train
+ *   is neither split nor guarded (it lands straight in its destination),
+ *   and its synchronisation is piggybacked on the last watched get before
+ *   it: that get's last strip is only made visible once the train has
+ *   arrived. Until this field is set the runtime decides from the
+ *   performance model: a get smaller than the model's piggyback threshold
+ *   (below it, guarding costs more than the transfer's wire time could
+ *   hide), started while a watched get is outstanding, joins, under the
+ *   explicit monitor, where ovl_get_need() waits for it as for any get;
+ *   under a fault monitor no get joins by default, as an unguarded
+ *   destination read before the train has arrived would show old bytes.
+ *   Set, a get on @p seg started while at least @c piggyback others are
+ *   outstanding joins, with any monitor; the program promises to read
+ *   destinations in the order the gets were started (touching the get
+ *   before a train retires it), or to call ovl_get_need() first. 0 turns
+ *   trains off.
+ *
+ * Fields not set keep their value; NULL changes nothing. Nothing changes
+ * when the call fails.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL, freed or
+ *         unknown segment, decomp above 64, unknown order, another
+ *         field_mask bit)
  */
-OVL_NODISCARD int ovl_hint_piggyback(unsigned threshold);
+OVL_NODISCARD int ovl_segment_hint(ovl_segment_t seg, const ovl_param_t *param);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
-/** Counters of the calling process since ovl_init. */
+/**
+ * Counters of the calling process since ovl_init. New counters are only
+ * ever appended, so a program built against an older ovl.h keeps working
+ * with a newer library and the other way round: ovl_stats_get() takes the
+ * size of the caller's struct.
+ */
 typedef struct {
     uint64_t polls;              /**< progress polls (MPI_Testsome calls) */
     uint64_t thread_wakeups;     /**< times the progress thread woke up */
@@ -1023,8 +1079,18 @@ typedef struct {
                                 they never fault */
 } ovl_stats_t;
 
-/** Copy the counters. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */
-OVL_NODISCARD int ovl_stats_get(ovl_stats_t *stats);
+/**
+ * Copy the counters into @p stats, a struct of @p size bytes: pass
+ * sizeof(ovl_stats_t) as the program's ovl.h declares it,
+ *
+ *     ovl_stats_t st;
+ *     ovl_stats_get(&st, sizeof st);
+ *
+ * ovl fills the counters that fit in @p size bytes; those the library
+ * does not know (a program built against a newer ovl.h) are set to 0.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL, @p size 0)
+ */
+OVL_NODISCARD int ovl_stats_get(ovl_stats_t *stats, size_t size);
 
 #ifdef __cplusplus
 }

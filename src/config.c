@@ -14,16 +14,33 @@
 #include <strings.h>
 
 /* Every OVL_CONFIG_FIELD_* bit (ovl.h); a new field adds its bit here. */
-#define KNOWN_FIELDS                                                                       \
-    (OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US | OVL_CONFIG_FIELD_SPIN_US | \
-     OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_STREAM_WINDOW |                     \
-     OVL_CONFIG_FIELD_STACK_SIZE | OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_MONITOR |   \
-     OVL_CONFIG_FIELD_DELTA_SIZE | OVL_CONFIG_FIELD_EAGER_LIMIT |                          \
-     OVL_CONFIG_FIELD_PROGRESS_SLICE_US | OVL_CONFIG_FIELD_POLL_QUIET_US |                 \
-     OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_RMA_LOCAL |                     \
-     OVL_CONFIG_FIELD_POLL_MIN_US | OVL_CONFIG_FIELD_POLL_CALLBACK_US |                    \
-     OVL_CONFIG_FIELD_POLL_RMA_US | OVL_CONFIG_FIELD_POLL_SERVE_US |                       \
-     OVL_CONFIG_FIELD_POLL_QUIET_SHARE | OVL_CONFIG_FIELD_STREAM_WHOLE | OVL_CONFIG_FIELD_ERRORS)
+#define KNOWN_FIELDS                                                                               \
+    (OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_STREAM_WINDOW | \
+     OVL_CONFIG_FIELD_STACK_SIZE | OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_MONITOR |           \
+     OVL_CONFIG_FIELD_DELTA_SIZE | OVL_CONFIG_FIELD_EAGER_LIMIT |                                  \
+     OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_RMA_LOCAL |                             \
+     OVL_CONFIG_FIELD_LATENESS_US | OVL_CONFIG_FIELD_SERVE_US | OVL_CONFIG_FIELD_STREAM_WHOLE |    \
+     OVL_CONFIG_FIELD_ERRORS)
+
+/* Variables of earlier versions that no longer exist, each with what
+ * replaces it: set, they fail ovl_init (a setting silently ignored would
+ * leave a user tuning nothing). CHANGELOG.md lists them. */
+static const struct {
+    const char *name, *instead;
+} removed_vars[] = {
+    { "OVL_POLL_MAX_US", "the progress thread's pace follows the operations in flight "
+                         "(docs/ENV.md, \"How the progress thread paces itself\"); "
+                         "OVL_LATENESS_US sets it while a continuation waits" },
+    { "OVL_POLL_MIN_US", "the progress thread's pace follows the operations in flight; "
+                         "OVL_LATENESS_US sets it while a continuation waits" },
+    { "OVL_POLL_CALLBACK_US", "OVL_LATENESS_US (the same meaning, no longer capped at 50 us)" },
+    { "OVL_POLL_SERVE_US", "OVL_SERVE_US (the same meaning)" },
+    { "OVL_POLL_RMA_US", "nothing: get/put strips have a fixed 100 us budget" },
+    { "OVL_POLL_QUIET_US", "nothing: patient work has a fixed 1 ms budget" },
+    { "OVL_POLL_QUIET_SHARE", "nothing: the rule trusts a fixed 75 % of a predicted completion" },
+    { "OVL_SPIN_US", "nothing: a thread waiting in ovl_wait drives progress itself" },
+    { "OVL_PROGRESS_SLICE_US", "nothing: the progress thread asks for a 100 us time slice" },
+};
 
 #define OVL_MIN_FRAGMENT 64u
 #define OVL_MAX_FRAGMENT (64u << 20)
@@ -123,26 +140,20 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
 {
     ovl_config_t c = {
         .field_mask = 0,
-        .progress = OVL_PROGRESS_INLINE,
-        .poll_max_us = 50,
-        .spin_us = 0,
-        .fragment_size = 0, /* from the model at ovl_init */
-        .stream_window = 8,
-        .stack_size = 256u << 10,
-        .verbose = 1,
-        .monitor = OVL_MONITOR_AUTO,
-        .delta_size = 0,
-        .eager_limit = 0,
-        .progress_slice_us = 100,
-        .poll_quiet_us = 1000,
-        .progress_priority = 0,
-        .rma_local = OVL_RMA_LOCAL_DIRECT,
-        .poll_min_us = 0,
-        .poll_callback_us = 30,
-        .poll_rma_us = 100,
-        .poll_quiet_share = 75,
-        .stream_whole = OVL_STREAM_WHOLE_AUTO,
-        .errors = OVL_ERRORS_RETURN,
+        .progress.mode = OVL_PROGRESS_INLINE,
+        .stream.fragment_size = 0, /* from the model at ovl_init */
+        .stream.window = 8,
+        .stream.stack_size = 256u << 10,
+        .report.verbose = 1,
+        .access.monitor = OVL_MONITOR_AUTO,
+        .access.delta_size = 0,
+        .mpi.eager_limit = 0,
+        .progress.priority = 0,
+        .mpi.rma_local = OVL_RMA_LOCAL_DIRECT,
+        .progress.lateness_us = 30,
+        .progress.serve_us = 0,
+        .stream.whole = OVL_STREAM_WHOLE_AUTO,
+        .report.errors = OVL_ERRORS_RETURN,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
@@ -154,12 +165,19 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
      * below abort (a bad value here is returned, the mode unknown). */
     static const char *const errors_names[] = { "return", "fatal" };
     static const int errors_values[] = { OVL_ERRORS_RETURN, OVL_ERRORS_FATAL };
-    e = (int)c.errors;
-    if ((rc = choice_field((m & OVL_CONFIG_FIELD_ERRORS) != 0, (int)u->errors, "OVL_ERRORS",
+    e = (int)c.report.errors;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_ERRORS) != 0, (int)u->report.errors, "OVL_ERRORS",
                            "errors", errors_names, errors_values, 2, &e)))
         return rc;
-    c.errors = (ovl_errors_t)e;
-    ovl__errors_set(c.errors);
+    c.report.errors = (ovl_errors_t)e;
+    ovl__errors_set(c.report.errors);
+
+    for (size_t i = 0; i < sizeof removed_vars / sizeof removed_vars[0]; i++) {
+        const char *set = getenv(removed_vars[i].name);
+        if (set && *set)
+            return ovl__error(OVL_ERR_CONFIG, "ovl_init", "%s=\"%s\": removed in ovl 0.1.0; use %s",
+                              removed_vars[i].name, set, removed_vars[i].instead);
+    }
 
     if (m & ~(uint64_t)KNOWN_FIELDS)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init",
@@ -170,31 +188,33 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
     /* 0 silent, 1 errors, 2 info; more is as much as 2 (the same for the
      * field and the variable, which cannot be negative) */
     if (m & OVL_CONFIG_FIELD_VERBOSE) {
-        if (user->verbose < 0)
-            return ovl__error(OVL_ERR_CONFIG, "ovl_init", "verbose=%d is negative", user->verbose);
-        c.verbose = user->verbose > 2 ? 2 : user->verbose;
+        if (user->report.verbose < 0)
+            return ovl__error(OVL_ERR_CONFIG, "ovl_init", "verbose=%d is negative",
+                              user->report.verbose);
+        c.report.verbose = user->report.verbose > 2 ? 2 : user->report.verbose;
     } else if ((rc = env_size("OVL_VERBOSE", &v)) <= 0) {
         if (rc < 0)
             return rc;
-        c.verbose = (int)(v > 2 ? 2 : v);
+        c.report.verbose = (int)(v > 2 ? 2 : v);
     }
 
     /* "none" (no progress thread) is another name for inline (docs/ENV.md) */
     static const char *const progress_names[] = { "inline", "thread", "none" };
     static const int progress_values[] = { OVL_PROGRESS_INLINE, OVL_PROGRESS_THREAD,
                                            OVL_PROGRESS_INLINE };
-    e = (int)c.progress;
-    if ((rc = choice_field((m & OVL_CONFIG_FIELD_PROGRESS) != 0, (int)u->progress, "OVL_PROGRESS",
-                           "progress mode", progress_names, progress_values, 3, &e)))
+    e = (int)c.progress.mode;
+    if ((rc =
+             choice_field((m & OVL_CONFIG_FIELD_PROGRESS) != 0, (int)u->progress.mode,
+                          "OVL_PROGRESS", "progress mode", progress_names, progress_values, 3, &e)))
         return rc;
-    c.progress = (ovl_progress_mode_t)e;
+    c.progress.mode = (ovl_progress_mode_t)e;
 
     static const char *const monitor_names[] = { "auto", "uffd", "mprotect", "explicit" };
     static const int monitor_values[] = { OVL_MONITOR_AUTO, OVL_MONITOR_UFFD, OVL_MONITOR_MPROTECT,
                                           OVL_MONITOR_EXPLICIT };
-    e = (int)c.monitor;
-    if ((rc = choice_field((m & OVL_CONFIG_FIELD_MONITOR) != 0, (int)u->monitor, "OVL_MONITOR",
-                           "monitor", monitor_names, monitor_values, 4, &e)))
+    e = (int)c.access.monitor;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_MONITOR) != 0, (int)u->access.monitor,
+                           "OVL_MONITOR", "monitor", monitor_names, monitor_values, 4, &e)))
         return rc;
     /* The explicit monitor changes what a correct program must do (annotate
      * every range before using it), so it is chosen in code, never by the
@@ -203,27 +223,27 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
     if (!(m & OVL_CONFIG_FIELD_MONITOR) && e == OVL_MONITOR_EXPLICIT)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init",
                           "OVL_MONITOR=explicit: choose the explicit monitor in code "
-                          "(ovl_config_t.monitor or a request's _with): unannotated reads "
+                          "(ovl_config_t.monitor or a request's ovl_param_t): unannotated reads "
                           "would see data before it arrives; OVL_MONITOR takes auto, uffd, "
                           "mprotect");
-    c.monitor = (ovl_monitor_t)e;
+    c.access.monitor = (ovl_monitor_t)e;
 
     static const char *const rma_local_names[] = { "direct", "overlap" };
     static const int rma_local_values[] = { OVL_RMA_LOCAL_DIRECT, OVL_RMA_LOCAL_OVERLAP };
-    e = (int)c.rma_local;
-    if ((rc = choice_field((m & OVL_CONFIG_FIELD_RMA_LOCAL) != 0, (int)u->rma_local,
+    e = (int)c.mpi.rma_local;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_RMA_LOCAL) != 0, (int)u->mpi.rma_local,
                            "OVL_RMA_LOCAL", "rma_local", rma_local_names, rma_local_values, 2, &e)))
         return rc;
-    c.rma_local = (ovl_rma_local_t)e;
+    c.mpi.rma_local = (ovl_rma_local_t)e;
 
     static const char *const whole_names[] = { "auto", "on", "off" };
     static const int whole_values[] = { OVL_STREAM_WHOLE_AUTO, OVL_STREAM_WHOLE_ON,
                                         OVL_STREAM_WHOLE_OFF };
-    e = (int)c.stream_whole;
-    if ((rc = choice_field((m & OVL_CONFIG_FIELD_STREAM_WHOLE) != 0, (int)u->stream_whole,
+    e = (int)c.stream.whole;
+    if ((rc = choice_field((m & OVL_CONFIG_FIELD_STREAM_WHOLE) != 0, (int)u->stream.whole,
                            "OVL_STREAM_WHOLE", "stream_whole", whole_names, whole_values, 3, &e)))
         return rc;
-    c.stream_whole = (ovl_stream_whole_t)e;
+    c.stream.whole = (ovl_stream_whole_t)e;
 
 #define OVL_NUM_FIELD(bit, field, env, lo, hi)                                                 \
     do {                                                                                       \
@@ -240,42 +260,28 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         c.field = (__typeof__(c.field))v;                                                      \
     } while (0)
 
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_MAX_US, poll_max_us, "OVL_POLL_MAX_US", 1, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_SPIN_US, spin_us, "OVL_SPIN_US", 0, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_FRAGMENT_SIZE, fragment_size, "OVL_FRAGMENT_SIZE", 0,
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_FRAGMENT_SIZE, stream.fragment_size, "OVL_FRAGMENT_SIZE", 0,
                   OVL_MAX_FRAGMENT);
-    if (c.fragment_size != 0 && c.fragment_size < OVL_MIN_FRAGMENT)
+    if (c.stream.fragment_size != 0 && c.stream.fragment_size < OVL_MIN_FRAGMENT)
         return ovl__error(OVL_ERR_CONFIG, "ovl_init",
                           "OVL_FRAGMENT_SIZE=%zu out of range: 0 (chosen from the model) or "
                           "%u to %u",
-                          c.fragment_size, OVL_MIN_FRAGMENT, OVL_MAX_FRAGMENT);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_STREAM_WINDOW, stream_window, "OVL_STREAM_WINDOW", 1, 1024);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stack_size, "OVL_STACK_SIZE", 16384, 1ull << 30);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_DELTA_SIZE, delta_size, "OVL_DELTA_SIZE", 0, 1ull << 30);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_EAGER_LIMIT, eager_limit, "OVL_EAGER_LIMIT", 0, 1ull << 30);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_SLICE_US, progress_slice_us, "OVL_PROGRESS_SLICE_US", 0,
-                  100000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_QUIET_US, poll_quiet_us, "OVL_POLL_QUIET_US", 0, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_PRIORITY, progress_priority, "OVL_PROGRESS_PRIORITY", 0,
+                          c.stream.fragment_size, OVL_MIN_FRAGMENT, OVL_MAX_FRAGMENT);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_STREAM_WINDOW, stream.window, "OVL_STREAM_WINDOW", 1, 1024);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_STACK_SIZE, stream.stack_size, "OVL_STACK_SIZE", 16384,
+                  1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_DELTA_SIZE, access.delta_size, "OVL_DELTA_SIZE", 0, 1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_EAGER_LIMIT, mpi.eager_limit, "OVL_EAGER_LIMIT", 0, 1ull << 30);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_PROGRESS_PRIORITY, progress.priority, "OVL_PROGRESS_PRIORITY", 0,
                   99);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_MIN_US, poll_min_us, "OVL_POLL_MIN_US", 0, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_CALLBACK_US, poll_callback_us, "OVL_POLL_CALLBACK_US", 0,
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_LATENESS_US, progress.lateness_us, "OVL_LATENESS_US", 1,
                   1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_RMA_US, poll_rma_us, "OVL_POLL_RMA_US", 0, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_SERVE_US, poll_serve_us, "OVL_POLL_SERVE_US", 0, 1000000);
-    OVL_NUM_FIELD(OVL_CONFIG_FIELD_POLL_QUIET_SHARE, poll_quiet_share, "OVL_POLL_QUIET_SHARE", 1,
-                  100);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_SERVE_US, progress.serve_us, "OVL_SERVE_US", 0, 1000000);
 #undef OVL_NUM_FIELD
-    if (c.poll_min_us == 0 || c.poll_min_us > c.poll_max_us)
-        c.poll_min_us = c.poll_max_us;
-    if (c.poll_callback_us == 0 || c.poll_callback_us > c.poll_max_us)
-        c.poll_callback_us = c.poll_max_us;
-    if (c.poll_rma_us == 0)
-        c.poll_rma_us = c.poll_max_us;
     if (serve_auto)
-        *serve_auto = c.poll_serve_us == 0;
-    if (c.poll_serve_us == 0)
-        c.poll_serve_us = c.poll_max_us;
+        *serve_auto = c.progress.serve_us == 0;
+    if (c.progress.serve_us == 0)
+        c.progress.serve_us = ovl__sched_poll_us();
     *out = c;
     return OVL_SUCCESS;
 }

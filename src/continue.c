@@ -109,7 +109,7 @@ int ovl_continue_mpi(MPI_Request *mpireq, ovl_mpi_continue_fn fn, void *arg)
     u->op.kind = OVL__OP_USER;
     u->fn = fn;
     u->arg = arg;
-    if ((rc = ovl__engine_add(&u->op)) != OVL_SUCCESS) {
+    if ((rc = ovl__engine_post(&u->op, NULL)) != OVL_SUCCESS) {
         free(u);
         return ovl__error(rc, fname, "no memory to track the request");
     }

@@ -447,7 +447,7 @@ static void send_abort(struct ovl__delta *d)
     if (MPI_Test(&d->end_op.mreq, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
         return;
     d->inflight++;
-    if (ovl__engine_add(&d->end_op) != OVL_SUCCESS) {
+    if (ovl__engine_post(&d->end_op, NULL) != OVL_SUCCESS) {
         MPI_Wait(&d->end_op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
     }
@@ -541,7 +541,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
             return OVL_SUCCESS;
         }
     }
-    if (ovl__engine_add_patient(&p->op, piece_patient) != OVL_SUCCESS) {
+    if (ovl__engine_post(&p->op, &(struct ovl__post){ .patient = piece_patient }) != OVL_SUCCESS) {
         MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
         copy ? ovl__page_free(p) : free(p);
@@ -805,7 +805,7 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     ovl__engine_drive();
     if (!fin) {
         ovl__engine_hurry(); /* its pieces are no longer patient */
-        if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD && !d->forwarding)
+        if (ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD && !d->forwarding)
             push_out(d);
     }
     return rc;
@@ -938,13 +938,23 @@ void ovl__delta_return_sid(unsigned sid)
         atomic_compare_exchange_strong(&D.next_sid, &cur, cur - 1u);
 }
 
-int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, int tag,
-                              ovl_monitor_t monitor, ovl_request_t *req)
+/* The monitor a request asked for in its param (AUTO: the process's). */
+static ovl_monitor_t param_monitor(const ovl_param_t *param)
+{
+    return param && (param->field_mask & OVL_PARAM_FIELD_MONITOR) ? param->monitor
+                                                                  : OVL_MONITOR_AUTO;
+}
+
+int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int tag,
+                         const ovl_param_t *param, ovl_request_t *req)
 {
     static const char *fn = "ovl_delta_send_begin";
     size_t cap = 0;
-    int rc = check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap);
+    int rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR);
     if (rc)
+        return rc;
+    const ovl_monitor_t monitor = param_monitor(param);
+    if ((rc = check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap)))
         return rc;
     const ovl_monitor_t mon = ovl__watch_resolve(monitor);
     if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
@@ -1056,7 +1066,9 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     } else if (!d->fwd_src) {
         ovl__delta_return_sid(d->sid); /* (a forwarding may have sent pieces with it) */
     }
-    if (rc != MPI_SUCCESS || ovl__engine_add_gentle(&d->hdr_op) != OVL_SUCCESS) {
+    if (rc != MPI_SUCCESS ||
+        ovl__engine_post(&d->hdr_op, &(struct ovl__post){ .wake = OVL__WAKE_GENTLE }) !=
+            OVL_SUCCESS) {
         if (rc == MPI_SUCCESS)
             MPI_Wait(&d->hdr_op.mreq, MPI_STATUS_IGNORE);
         active_remove(d);
@@ -1089,33 +1101,21 @@ int ovl_delta_send_begin_with(void *buf, int count, MPI_Datatype dt, int dest, i
     return OVL_SUCCESS;
 }
 
-int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int tag,
-                         ovl_request_t *req)
-{
-    return ovl_delta_send_begin_with(buf, count, dt, dest, tag, OVL_MONITOR_AUTO, req);
-}
-
-int ovl_delta_send_end(ovl_request_t req)
+int ovl_delta_send_end(ovl_request_t req, const ovl_param_t *param)
 {
     static const char *fn = "ovl_delta_send_end";
     int rc;
     struct ovl__req *r = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
-        return rc;
-    return end_send(r->delta, r->delta->cap, 1, fn);
-}
-
-int ovl_delta_send_end_count(ovl_request_t req, int count)
-{
-    static const char *fn = "ovl_delta_send_end_count";
-    int rc;
-    struct ovl__req *r = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_COUNT)) ||
+        (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
         return rc;
     struct ovl__delta *d = r->delta;
+    if (!param || !(param->field_mask & OVL_PARAM_FIELD_COUNT))
+        return end_send(d, d->cap, 1, fn);
+    int count = param->count;
     size_t esize = r->count > 0 ? d->cap / (size_t)r->count : 1;
     if (count < 0 || (size_t)count * esize > d->cap)
-        return ovl__error(OVL_ERR_ARG, fn, "count %d outside [0, %d]", count, r->count);
+        return ovl__error(OVL_ERR_ARG, fn, "param->count %d outside [0, %d]", count, r->count);
     return end_send(d, (size_t)count * esize, 1, fn);
 }
 
@@ -1350,7 +1350,7 @@ static int post_slot(struct ovl__delta *d, struct slot *s)
         return ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of a piece");
     s->posted = 1;
     d->posted++;
-    if (ovl__engine_add_patient(&s->op, slot_patient) != OVL_SUCCESS) {
+    if (ovl__engine_post(&s->op, &(struct ovl__post){ .patient = slot_patient }) != OVL_SUCCESS) {
         MPI_Cancel(&s->op.mreq);
         MPI_Wait(&s->op.mreq, MPI_STATUS_IGNORE);
         s->posted = 0;
@@ -1472,7 +1472,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
         finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Imrecv"));
         return;
     }
-    if (ovl__engine_add(&d->plain_op) != OVL_SUCCESS) {
+    if (ovl__engine_post(&d->plain_op, NULL) != OVL_SUCCESS) {
         MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
         finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
     }
@@ -1534,13 +1534,16 @@ static int need_served(const void *p)
     return atomic_load(&a->d->done) || ovl__watch_recv_ready(a->d->w, a->offset, a->bytes);
 }
 
-int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int tag,
-                        ovl_monitor_t monitor, ovl_request_t *req)
+int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag,
+                   const ovl_param_t *param, ovl_request_t *req)
 {
     static const char *fn = "ovl_delta_recv";
     size_t cap = 0;
-    int rc = check_args(fn, buf, count, dt, source, tag, 1, monitor, req, &cap);
+    int rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR);
     if (rc)
+        return rc;
+    const ovl_monitor_t monitor = param_monitor(param);
+    if ((rc = check_args(fn, buf, count, dt, source, tag, 1, monitor, req, &cap)))
         return rc;
     const ovl_monitor_t mon = ovl__watch_resolve(monitor);
     if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
@@ -1575,11 +1578,6 @@ int ovl_delta_recv_with(void *buf, int count, MPI_Datatype dt, int source, int t
     if (degraded)
         ovl__engine_spin(need_served, &(struct need_arg){ d, 0, cap });
     return OVL_SUCCESS;
-}
-
-int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag, ovl_request_t *req)
-{
-    return ovl_delta_recv_with(buf, count, dt, source, tag, OVL_MONITOR_AUTO, req);
 }
 
 int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)

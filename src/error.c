@@ -60,7 +60,7 @@ static int verbosity(void)
 {
     /* Before init (or after finalize) errors are still worth printing. */
     if (atomic_load(&ovl__g.initialized))
-        return ovl__g.cfg.verbose;
+        return ovl__g.cfg.report.verbose;
     return 1;
 }
 
@@ -183,7 +183,7 @@ void ovl__info(const char *fmt, ...)
 {
     /* ovl_init sets the configuration before it calibrates, so its own
      * progress reports follow OVL_VERBOSE too. */
-    if (ovl__g.cfg.verbose < 2)
+    if (ovl__g.cfg.report.verbose < 2)
         return;
     va_list ap;
     va_start(ap, fmt);

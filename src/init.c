@@ -121,7 +121,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     int serve_auto = 0;
     int local = ovl__config_resolve(cfg, &c, &serve_auto);
     MPI_Query_thread(&ovl__g.thread_level);
-    if (local == OVL_SUCCESS && c.progress == OVL_PROGRESS_THREAD &&
+    if (local == OVL_SUCCESS && c.progress.mode == OVL_PROGRESS_THREAD &&
         ovl__g.thread_level < MPI_THREAD_MULTIPLE)
         local = ovl__error(OVL_ERR_THREAD, fn,
                            "OVL_PROGRESS=thread needs MPI_THREAD_MULTIPLE, but MPI provides "
@@ -158,7 +158,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
      * fragment-sized buffers, and a stream's first receive spans its ring
      * (stream.c). */
     static const char *const agree[2] = { "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW" };
-    const unsigned long long here[2] = { c.fragment_size, c.stream_window };
+    const unsigned long long here[2] = { c.stream.fragment_size, c.stream.window };
     unsigned long long failed = 0;
     if (local != OVL_SUCCESS)
         failed = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
@@ -227,7 +227,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         goto fail_counts;
     if ((rc = ovl__model_calibrate()) != OVL_SUCCESS)
         goto fail_watch;
-    if (ovl__g.cfg.fragment_size == 0) {
+    if (ovl__g.cfg.stream.fragment_size == 0) {
         /* From the model; every rank must use the same (receivers post
          * fragment-sized buffers) and a perfdb is read per node. */
         unsigned long long mine = ovl__model_fragment_size(), all = mine;
@@ -236,7 +236,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
             rc = ovl__mpi_error(rc, fn, "MPI_Allreduce");
             goto fail_watch;
         }
-        ovl__g.cfg.fragment_size = (size_t)all;
+        ovl__g.cfg.stream.fragment_size = (size_t)all;
     }
     if ((rc = ovl__req_table_init()) != OVL_SUCCESS)
         goto fail_watch;
@@ -254,8 +254,8 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         goto fail_table;
     }
     ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u", ovl__g.size,
-              c.progress == OVL_PROGRESS_THREAD ? "thread" : "inline", ovl__g.cfg.fragment_size,
-              c.stream_window);
+              c.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
+              ovl__g.cfg.stream.fragment_size, c.stream.window);
     return OVL_SUCCESS;
 
 fail_table:
@@ -458,13 +458,21 @@ int ovl_config_get(ovl_config_t *cfg)
     return OVL_SUCCESS;
 }
 
-int ovl_stats_get(ovl_stats_t *s)
+/* The caller's struct may be older (smaller) or newer (larger) than this
+ * library's: counters are only ever appended, so the common prefix is the
+ * same fields. */
+int ovl_stats_get(ovl_stats_t *stats, size_t size)
 {
+    static const char *fn = "ovl_stats_get";
     int rc;
-    if ((rc = ovl__check_init("ovl_stats_get")))
+    if ((rc = ovl__check_init(fn)))
         return rc;
-    if (!s)
-        return ovl__error(OVL_ERR_ARG, "ovl_stats_get", "stats is NULL");
+    if (!stats)
+        return ovl__error(OVL_ERR_ARG, fn, "stats is NULL");
+    if (size == 0)
+        return ovl__error(OVL_ERR_ARG, fn, "size is 0 (pass sizeof(ovl_stats_t))");
+    ovl_stats_t all, *s = &all;
+    memset(&all, 0, sizeof all);
     s->polls = atomic_load(&ovl__g.st_polls);
     s->thread_wakeups = atomic_load(&ovl__g.st_wakeups);
     s->completions = atomic_load(&ovl__g.st_completions);
@@ -480,5 +488,9 @@ int ovl_stats_get(ovl_stats_t *s)
     s->deltas_sent = atomic_load(&ovl__g.st_deltas_sent);
     s->deltas_received = atomic_load(&ovl__g.st_deltas_recv);
     ovl__rma_stats(s);
+    size_t n = size < sizeof all ? size : sizeof all;
+    memcpy(stats, &all, n);
+    if (size > n)
+        memset((char *)stats + n, 0, size - n);
     return OVL_SUCCESS;
 }

@@ -111,7 +111,8 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
     int rc = MPI_Imrecv(r->buf, r->count, r->dt, &msg, &r->op.mreq);
     ovl__dt_release(r); /* MPI keeps what it needs of the type */
     if (rc == MPI_SUCCESS &&
-        (rc = ovl__engine_add_sized(&r->op, bytes > 0 ? (size_t)bytes : 0)) == OVL_SUCCESS)
+        (rc = ovl__engine_post(
+             &r->op, &(struct ovl__post){ .bytes = bytes > 0 ? (size_t)bytes : 0 })) == OVL_SUCCESS)
         return;
     if (r->op.mreq != MPI_REQUEST_NULL)
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
@@ -150,7 +151,8 @@ static int prepost_recv(struct ovl__match *m)
     /* sized as if the message were on its way: right for an exchange; a
      * receive posted long before its send polls at the usual pace once
      * that predicted time has passed */
-    if (ovl__engine_add_receive(&r->op, (size_t)r->count * (size_t)tsize) != OVL_SUCCESS) {
+    if (ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = (size_t)r->count * (size_t)tsize,
+                                                      .wake = OVL__WAKE_GRACE }) != OVL_SUCCESS) {
         MPI_Cancel(&r->op.mreq);
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
         return -1;
@@ -214,7 +216,7 @@ static int send_header_body(const char *fn, struct ovl__req *r, const void *buf,
         free(b);
         return ovl__mpi_error(rc, fn, "MPI_Isend of a message header");
     }
-    if (ovl__engine_add(&b->op) != OVL_SUCCESS) {
+    if (ovl__engine_post(&b->op, NULL) != OVL_SUCCESS) {
         MPI_Wait(&b->op.mreq, MPI_STATUS_IGNORE);
         free(b);
     }
@@ -272,11 +274,11 @@ static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int tsize
         return 0;
     size_t bytes = (size_t)count * (size_t)tsize;
     if (tlb == 0 && span == bytes && ovl__delta_arriving(buf, bytes)) {
-        *rc = ovl_delta_send_begin((void *)(uintptr_t)buf, count, dt, dest, tag, req);
+        *rc = ovl_delta_send_begin((void *)(uintptr_t)buf, count, dt, dest, tag, NULL, req);
         if (*rc == OVL_SUCCESS) {
             /* The send has begun: an error of its transfer from here on is
              * the request's, in its status (ovl_wait), as for any send. */
-            int erc = ovl_delta_send_end(*req);
+            int erc = ovl_delta_send_end(*req, NULL);
             (void)erc;
         }
         return 1;
@@ -372,11 +374,8 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     }
     if (kind == OVL__REQ_SEND)
         atomic_fetch_add(&ovl__g.sent_to[peer], 1);
-    /* a send needs no poll at once: an eager one has left (or the kernel
-     * writes it out), one above the eager limit waits for the receiver */
-    if ((rc = kind == OVL__REQ_SEND
-                  ? ovl__engine_add_remote(&r->op, r->status.bytes)
-                  : ovl__engine_add_sized(&r->op, r->status.bytes)) != OVL_SUCCESS) {
+    if ((rc = ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = r->status.bytes })) !=
+        OVL_SUCCESS) {
         /* The MPI request exists: finish it here rather than leak it. */
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
         unbounce(r, 0);

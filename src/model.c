@@ -129,8 +129,8 @@ static size_t cvar_size(const char *name)
 
 size_t ovl__model_detect_eager(void)
 {
-    if (ovl__g.cfg.eager_limit)
-        return ovl__g.cfg.eager_limit;
+    if (ovl__g.cfg.mpi.eager_limit)
+        return ovl__g.cfg.mpi.eager_limit;
     static const char *cvars[] = { "MPIR_CVAR_CH4_OFI_EAGER_MAX_MSG_SIZE",
                                    "MPIR_CVAR_CH3_EAGER_MAX_MSG_SIZE" };
     char ver[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -285,7 +285,7 @@ static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double la
     for (int i = 0; i < n; i++)
         oneway[i] = t[i];
     size_t sw = ovl__model_find_switch(sz, t, n, lat);
-    if (ovl__g.rank == 0 && ovl__g.cfg.verbose >= 2) {
+    if (ovl__g.rank == 0 && ovl__g.cfg.report.verbose >= 2) {
         char line[512] = "";
         int len = 0;
         for (int i = 0; i < n && len < (int)sizeof line - 32; i++)
@@ -391,7 +391,7 @@ int ovl__model_link_peer(void)
 
 int ovl__model_direct(int peer)
 {
-    return ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer);
+    return ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer);
 }
 
 /* Wait for @req sleeping between tests: a rank that is not measuring must
@@ -551,7 +551,7 @@ int ovl__model_calibrate(void)
     if (MPI_Allreduce(&loaded, &all, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
     if (all) {
-        size_t eager = ovl__g.cfg.eager_limit;
+        size_t eager = ovl__g.cfg.mpi.eager_limit;
         ovl__m = db;
         if (eager)
             ovl__m.eager = eager; /* OVL_EAGER_LIMIT wins */
@@ -584,11 +584,11 @@ int ovl__model_calibrate(void)
         snprintf(ovl__m.source_detail, sizeof ovl__m.source_detail, "%s (%.290s)", fallback, why);
         /* Say so only if the user asked for a database: a missing default
          * database is the normal case before ovl-calibrate ran. */
-        if ((explicit_db || said) && !off && ovl__g.rank == 0 && ovl__g.cfg.verbose >= 1)
+        if ((explicit_db || said) && !off && ovl__g.rank == 0 && ovl__g.cfg.report.verbose >= 1)
             fprintf(stderr, "ovl: performance database ignored: %s; using the %s\n", why, fallback);
     }
-    ovl__m.poll_sleep_us = ovl__g.cfg.progress == OVL_PROGRESS_THREAD
-                               ? measure_poll_sleep_us(ovl__g.cfg.poll_max_us)
+    ovl__m.poll_sleep_us = ovl__g.cfg.progress.mode == OVL_PROGRESS_THREAD
+                               ? measure_poll_sleep_us(ovl__sched_poll_us())
                                : 0;
     ovl__m.fault_us = ovl__m.fault_mprotect_us;
     if (ovl__watch_resolve(OVL_MONITOR_AUTO) == OVL_MONITOR_UFFD && ovl__m.fault_uffd_us > 0)
@@ -907,6 +907,18 @@ size_t ovl__model_split_threshold(int peer)
     return b * ps;
 }
 
+int ovl_model_split_threshold(size_t *bytes)
+{
+    static const char *fn = "ovl_model_split_threshold";
+    int rc;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!bytes)
+        return ovl__error(OVL_ERR_ARG, fn, "bytes is NULL");
+    *bytes = ovl__model_split_threshold(ovl__model_link_peer());
+    return OVL_SUCCESS;
+}
+
 size_t ovl__model_piggyback_threshold(void)
 {
     /* Guarding a transfer costs M(pages) + I; it can hide at most its own
@@ -1056,8 +1068,8 @@ static double pipe_us(size_t m, size_t d, size_t bk, int one, const struct dterm
 size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
 {
     size_t ps = ovl__watch_page();
-    if (ovl__g.cfg.delta_size)
-        return ovl__g.cfg.delta_size > MAX_DELTA ? MAX_DELTA : ovl__g.cfg.delta_size;
+    if (ovl__g.cfg.access.delta_size)
+        return ovl__g.cfg.access.delta_size > MAX_DELTA ? MAX_DELTA : ovl__g.cfg.access.delta_size;
     if (bytes <= ps)
         return ps;
     struct dterms c;

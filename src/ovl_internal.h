@@ -55,9 +55,16 @@ void ovl__errors_set(ovl_errors_t mode);
 int ovl__errors_fatal(void);
 void ovl__info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- param.c: optional parameters (ovl_param_t) ----------------------- */
+
+/* OVL_SUCCESS when @p (NULL allowed) sets no field_mask bit outside
+ * @takes (OVL_PARAM_FIELD_* bits), else OVL_ERR_ARG for @fn naming the
+ * bit. */
+int ovl__param_check(const char *fn, const ovl_param_t *p, uint64_t takes);
+
 /* ---- config.c --------------------------------------------------------- */
 
-/* @serve_auto (may be NULL): set to 1 if OVL_POLL_SERVE_US was left
+/* @serve_auto (may be NULL): set to 1 if OVL_SERVE_US was left
  * automatic (0), which segment.c's probe then decides. */
 int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_auto);
 
@@ -83,7 +90,7 @@ enum ovl__req_kind {
     OVL__REQ_SRECV,
     OVL__REQ_DSEND,
     OVL__REQ_DRECV,
-    OVL__REQ_RMA /* ovl_get_nb: completes when the first strip is in place */
+    OVL__REQ_RMA /* ovl_get with a request: completes when the first strip is in place */
 };
 
 struct ovl__op;
@@ -99,22 +106,22 @@ struct ovl__op {
     int peer;      /* for receives: the source asked for */
     double due_us; /* set by the engine: predicted completion (ovl__now_us
                     * clock), 0 = unknown, so poll at the usual pace */
-    /* set by the engine (ovl__engine_add_stream, else 0): the op sets no
+    /* set by the engine (ovl__post.follows): the op sets no
      * pace of its own (a stream fragment between two checkpoints: a later
      * fragment of its stream asks for the poll that settles it too) */
     int quiet;
-    /* set by the engine (ovl__engine_add_stream, else 0): non-zero marks a
+    /* set by the engine (ovl__post.slack_us): non-zero marks a
      * stream's checkpoint, whose window has room for a late poll: the
      * thread sleeps until due_us, not halfway there, and once due_us has
      * passed without completion (its sender is behind), until this much
      * later instead of at the usual pace */
     double slack_us;
-    /* set by the engine (ovl__engine_add_patient, else NULL): non-zero from
+    /* set by the engine (ovl__post.patient): non-zero from
      * it means that nothing but the op's own consumer waits for it now, and
      * that consumer drives progress itself when it needs the data, so the
      * progress thread may poll it at a slower pace. Engine lock held. */
     int (*patient)(const struct ovl__op *op);
-    /* set by the engine (ovl__engine_add_handshake, else 0): until the
+    /* set by the engine (ovl__post.handshake): until the
      * engine's poll count reaches this, the op keeps the usual pace
      * instead of sleeping towards due_us */
     unsigned long hs_until;
@@ -122,7 +129,7 @@ struct ovl__op {
 /* OVL__OP_FRAG: a receive for a later fragment of a stream that has begun
  * arriving; finalize must let it complete rather than cancel it.
  * OVL__OP_USER: an MPI request of the program's (ovl_continue_mpi), whose
- * continuation waits: the progress thread polls at OVL_POLL_CALLBACK_US.
+ * continuation waits: the progress thread polls within OVL_LATENESS_US.
  * OVL__OP_RMA: a strip of ovl_get/ovl_put; nobody waits on a callback, so
  * the usual pace (polling it at the callback pace cost a computation that
  * runs while a get arrives 5-10 % on the Xeon, docs/PERFORMANCE.md). */
@@ -219,40 +226,52 @@ int ovl__imrecv_bytes(void *buf, size_t n, MPI_Message *msg, MPI_Request *rq);
 
 /* ---- progress.c -------------------------------------------------------- */
 
-/* Add an MPI request to the engine; wakes the progress thread. */
-int ovl__engine_add(struct ovl__op *op);
-/* The same for a transfer of @bytes to or from op->peer (op->kind SEND or
- * RECV, posted when its data starts to move): the model predicts when it
- * can complete, and the progress thread polls less often until then. */
-int ovl__engine_add_sized(struct ovl__op *op, size_t bytes);
-/* The same for an op that may be polled slowly while @patient(op) says so
- * (see struct ovl__op): the progress thread then backs off, doubling its
- * sleep up to OVL_POLL_QUIET_US while polls find nothing. */
-int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op));
-/* The same for an op that needs no poll at once (a send: an eager one has
- * left, one above the eager limit waits for the receiver; an RMA get or
- * put): the progress thread is not woken if it polls within one interval
- * anyway (progress.c, wake_for_remote_locked), since a poll now would find
- * nothing. */
-int ovl__engine_add_remote(struct ovl__op *op, size_t bytes);
-/* A send that nothing else in flight will poll for: as
- * ovl__engine_add_remote, and if it goes by rendezvous (@bytes at or above
- * the protocol switch) the thread keeps the usual pace for two polls (the
- * peer's request to send, then its answer to ours) before it sleeps
- * towards the predicted completion. */
-int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes);
-/* The same for a stream fragment of @bytes (op->kind SEND, or FRAG for a
- * receive): sized as ovl__engine_add_sized; @quiet and @slack_us as in
- * struct ovl__op; not woken if the thread polls before the fragment is due
- * anyway (as ovl__engine_add_remote). */
-int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us);
-/* The same for an op whose completion nobody waits for soon (a delta
- * message's header: its wait drives it): the progress thread is woken only
- * if it waits for work, and gently (progress.c, start_polls_locked). */
-int ovl__engine_add_gentle(struct ovl__op *op);
-/* The same for a receive posted before its message (match.c pre-posting):
- * the progress thread lets one poll interval pass first. */
-int ovl__engine_add_receive(struct ovl__op *op, size_t bytes);
+/* How an op is posted to the engine (ovl__engine_post). All zero: an op
+ * that may complete at any moment, the thread woken unless it polls within
+ * its budget anyway. */
+enum {
+    OVL__WAKE_RULE = 0, /* by the rule (ovl__engine_post) */
+    /* nobody waits for it soon (a delta message's header: its wait drives
+     * it): an idle thread is woken gently, a sleeping one left asleep */
+    OVL__WAKE_GENTLE,
+    /* a receive handed to MPI before its message (match.c pre-posting):
+     * the thread is woken but lets one budget pass before it polls, unless
+     * work is posted meanwhile; polling at once, MPI could answer the
+     * peer's rendezvous request before this rank's own send, posted right
+     * after the receive in an exchange, has gone out, and the peer's data
+     * would then queue behind this rank's */
+    OVL__WAKE_GRACE,
+};
+struct ovl__post {
+    /* the transfer's bytes (op->kind SEND, RECV or FRAG, posted when its
+     * data starts to move): the model predicts when it completes */
+    size_t bytes;
+    /* while it returns non-zero (engine lock held), nothing but the op's
+     * own consumer waits for it, and that consumer drives progress itself
+     * when it needs the data: the patient pace */
+    int (*patient)(const struct ovl__op *op);
+    /* a send that nothing else in flight will poll for: if it goes by
+     * rendezvous (bytes at or above the protocol switch) the thread keeps
+     * the usual pace for two polls (the peer's request to send, then its
+     * answer to ours) before it sleeps towards the predicted completion */
+    int handshake;
+    /* a stream fragment between two checkpoints: follows its stream's
+     * next checkpoint (OVL__PACE_FOLLOWS) */
+    int follows;
+    /* > 0: a stream checkpoint; once overdue, the thread may poll this
+     * much later (its window's room) */
+    double slack_us;
+    int wake; /* OVL__WAKE_* */
+};
+/* Add @op (its MPI request started) to the engine as @how (NULL: all
+ * zero) says. OVL_ERR_NOMEM when the tables cannot grow. */
+int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how);
+/* The progress engine: the ops in flight, the drive lock, deferred
+ * continuations, ready coroutines, the progress sources and the progress
+ * thread (progress.c). Engine 0 is the process's, started by ovl_init; the
+ * ovl__engine_* entry points act on it. */
+struct ovl__engine;
+struct ovl__engine *ovl__engine0(void);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);
@@ -294,7 +313,7 @@ void ovl__engine_start_polls(void);
 void ovl__engine_wake_locked(void);
 /* ovl_continue registered a continuation on @r (engine lock held): while
  * @r's operation is not complete, the progress thread polls at most every
- * poll_callback_us; wakes the thread. */
+ * OVL_LATENESS_US; wakes the thread. */
 void ovl__engine_continuation_locked(struct ovl__req *r);
 /* How many continuations wait for their operation (tests). */
 int ovl__engine_continuations(void);
@@ -316,13 +335,20 @@ struct ovl__source {
 };
 /* ---- sched.c: the progress thread's sleep, a pure function ----------- */
 
-/* One op in flight as the sleep rule sees it. */
+/* How an op in flight sets the thread's pace (its lateness budget; the
+ * table is at the top of sched.c). */
+enum {
+    OVL__PACE_SOON,       /* may complete at any moment, or when predicted */
+    OVL__PACE_PATIENT,    /* the program drives it when it needs it */
+    OVL__PACE_STRIP,      /* a get/put strip */
+    OVL__PACE_CHECKPOINT, /* a stream checkpoint: due_us is its deadline */
+    OVL__PACE_FOLLOWS     /* a stream fragment paced by its checkpoint */
+};
+/* One op in flight as the rule sees it. */
 struct ovl__sched_op {
-    int patient;     /* its completion is driven by the program (ovl__op.patient) */
-    int quiet;       /* a stream fragment between checkpoints: sets no pace */
-    int handshake;   /* a rendezvous still in its handshake (ovl__op.hs_until) */
-    double due_us;   /* predicted completion (0: unknown) */
-    double slack_us; /* a stream checkpoint's room for a late poll (0: none) */
+    int pace;        /* OVL__PACE_* */
+    double due_us;   /* predicted completion (0: at any moment) */
+    double slack_us; /* a checkpoint's budget: its window's room for a late poll */
 };
 /* The engine's state: counts, and the ops in flight. */
 struct ovl__sched_in {
@@ -331,17 +357,20 @@ struct ovl__sched_in {
     int ready;                       /* coroutines ready to run */
     int posted, urgent, serving;     /* the progress sources (struct ovl__source) */
     int n;                           /* ops in flight */
-    int nrma;                        /* of which get/put strips */
     const struct ovl__sched_op *ops; /* n of them */
 };
+/* The two knobs the rule reads (OVL_LATENESS_US, OVL_SERVE_US). */
 struct ovl__sched_cfg {
-    unsigned max_us, quiet_us, callback_us, rma_us, serve_us, quiet_share;
+    unsigned lateness_us, serve_us;
 };
-/* The longest the progress thread may sleep at @now (ovl__now_us clock);
- * *@predicted: the cap comes from predicted completions (taken at once,
+/* How long the progress thread may sleep at @now (ovl__now_us clock);
+ * *@predicted: the time comes from a predicted completion (taken at once,
  * not ramped up to). */
 unsigned ovl__sched_cap(const struct ovl__sched_in *in, const struct ovl__sched_cfg *c, double now,
                         int *predicted);
+/* The rule's fixed budgets: the usual pace, and the longest sleep. */
+unsigned ovl__sched_poll_us(void);
+unsigned ovl__sched_longest_us(void);
 
 /* OVL_ERR_NOMEM past OVL__MAX_SOURCES. */
 #define OVL__MAX_SOURCES 8
@@ -706,6 +735,10 @@ struct ovl__seg {
     size_t lock_at; /* offset of the hidden lock word (ovl_lock) */
     uint32_t slot, gen;
     int live;
+    /* ovl_segment_hint (rma.c, under its lock); segment.c sets the defaults */
+    unsigned decomp, piggyback;
+    int piggy_hint; /* piggyback was set: its count decides trains */
+    ovl_order_t order;
 };
 /* A valid segment for a handle, or an error recorded for @fn. */
 int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out);
@@ -720,7 +753,7 @@ int ovl__rma_poll(void);
 extern const struct ovl__source ovl__rma_source;
 int ovl__rma_wants_progress(void);
 /* Whether this rank serves others' one-sided operations while a segment
- * lives (segment.c's probe, or OVL_POLL_SERVE_US set); 0 before the first
+ * lives (segment.c's probe, or OVL_SERVE_US set); 0 before the first
  * segment. */
 int ovl__rma_serving(void);
 /* That decision in words for OVL_STATS; forget clears it, and the
@@ -784,7 +817,7 @@ struct ovl__global {
     int tag_ub;
     int thread_level;
     ovl_config_t cfg;
-    int serve_auto; /* OVL_POLL_SERVE_US left 0: serve only where the probe says so */
+    int serve_auto; /* OVL_SERVE_US left 0: serve only where the probe says so */
     /* finalize's drain: messages sent to / received from each peer */
     atomic_ullong *sent_to;
     atomic_ullong *recvd_from;

@@ -12,29 +12,19 @@
  * thread whose policy is made for machines where the application computes on
  * every core:
  *   - no work in flight: sleep on a condition variable (no CPU at all);
- *   - work in flight: poll; after a poll that completed something keep
- *     polling for OVL_SPIN_US, then sleep between polls, first for
- *     OVL_POLL_MIN_US, doubling up to OVL_POLL_MAX_US (by default both are
- *     the same: a steady interval; timer slack set to 1 us so the kernel
- *     honours short sleeps). A ramp from 1 us made about eight wake-ups in
- *     the first quarter millisecond after every message, each preempting the
- *     computation, and the thread that had just used so much CPU then waited
- *     milliseconds for its next turn (docs/PERFORMANCE.md, "Steady polling");
- *     when all that is in flight is sized
- *     transfers predicted to take longer, or patient ops (delta receive
- *     pieces, whose consumer drives progress itself when it needs them;
- *     sleep_cap_locked), the interval may grow up to OVL_POLL_QUIET_US;
- *     while a continuation waits for its operation (E.conts), the usual
- *     interval is OVL_POLL_CALLBACK_US instead of OVL_POLL_MAX_US: the
- *     interval is what a callback's delay is made of (p90 about 0.9 of it),
- *     and work without a callback keeps the cheaper pace;
- *   - an ovl call that posts work wakes the thread at once, except an
- *     operation that needs a round trip (RMA strips, sends above the eager
- *     limit) while the thread stands down for a spinning waiter or is in a
- *     timed sleep ending within the interval the operation asks for
- *     (wake_for_remote_locked): a poll then finds nothing, and the wake-up
- *     took the poster's CPU (an ovl_get call took 23-26 instead of 11-14
- *     us on a pinned host; docs/PERFORMANCE.md, "Posting without a
+ *   - work in flight: poll, then sleep until the time sched.c's rule
+ *     gives: the earliest max(predicted completion, now + lateness budget)
+ *     over what is in flight (the budgets are listed there). A sleep that does
+ *     not come from a predicted completion starts at the usual pace and
+ *     doubles while polls find nothing, up to what the rule allows; timer
+ *     slack is set to 1 us so the kernel honours short sleeps. A ramp from
+ *     1 us made about eight wake-ups in the first quarter millisecond after
+ *     every message, each preempting the computation;
+ *   - work is posted in one way, ovl__engine_post, which wakes the thread
+ *     by the same rule: unless it polls before the work's budget runs out
+ *     anyway (or stands down for a spinning waiter); a wake-up that finds
+ *     nothing took the poster's CPU (an ovl_get call took 23-26 instead of
+ *     11-14 us on a pinned host; docs/PERFORMANCE.md, "Posting without a
  *     wake-up");
  *   - while an application thread waits in ovl__engine_spin (ovl_wait, a
  *     fault on data not yet there, finalize...), that thread drives, and the
@@ -43,8 +33,10 @@
  *     waiter and the kernel's network work run on.
  * MPI libraries do not offer a blocking wait that releases the CPU, so this
  * bounded sleep is the compromise: the cost is about one wake-up per
- * OVL_POLL_MAX_US while messages are in flight, the added latency at most
- * that interval (docs/PERFORMANCE.md measures both).
+ * budget while messages are in flight, the added latency at most that
+ * budget (docs/PERFORMANCE.md measures both). Every wake-up of the thread
+ * goes through one place: a flag set under the engine lock (e->sig), and
+ * the condition variable signalled when the lock is released (unlock_engine).
  */
 #include "ovl_internal.h"
 
@@ -59,7 +51,10 @@
 #include <unistd.h>
 #include <time.h>
 
-static struct {
+/* The time slice the progress thread asks for (ask_short_slice). */
+#define OVL__SLICE_US 100u
+
+struct ovl__engine {
     pthread_mutex_t lock;  /* op arrays, deferred list, ready queue, continuations */
     pthread_mutex_t drive; /* held by the thread driving progress */
     MPI_Request *mreqs;
@@ -76,10 +71,8 @@ static struct {
     struct ovl__coro *ready_head, *ready_tail;
     /* continuations waiting for their operation: ovl_continue on a request
      * not yet complete (ovl__req.cont_pending) and ovl_continue_mpi ops in
-     * ops[]. While any waits, the thread sleeps at most poll_callback_us. */
+     * ops[]. While any waits, the thread sleeps at most OVL_LATENESS_US. */
     int conts;
-    /* get/put strips in ops[] (OVL__OP_RMA) */
-    int nrma;
     /* the progress thread */
     pthread_t thread;
     int thread_on;
@@ -110,42 +103,57 @@ static struct {
     double out_free_us, in_free_us;
     /* MPI polls of the engine's requests so far (hs_until) */
     unsigned long polls;
-} E = { .lock = PTHREAD_MUTEX_INITIALIZER, .drive = PTHREAD_MUTEX_INITIALIZER };
+    /* the progress sources registered with it (ovl__engine_add_source):
+     * registered before the engine starts, read without a lock from then
+     * on */
+    const struct ovl__source *sources[OVL__MAX_SOURCES];
+    int nsources;
+    /* the sleep rule's op summaries, grown with the ops in flight */
+    struct ovl__sched_op *sched_ops;
+    int sched_cap_n;
+};
+
+/* Engine 0: the process's, created by ovl_init (ovl__engine_start). Every
+ * function below acts on the engine it is given; the entry points other
+ * files call act on engine 0 (ovl__engine0). */
+static struct ovl__engine engine0 = { .lock = PTHREAD_MUTEX_INITIALIZER,
+                                      .drive = PTHREAD_MUTEX_INITIALIZER };
+
+struct ovl__engine *ovl__engine0(void)
+{
+    return &engine0;
+}
 
 /* ---- progress sources ----------------------------------------------------- */
 
-/* Registered once, before the engine starts (init.c); read without a lock
- * from then on. */
-static const struct ovl__source *sources[OVL__MAX_SOURCES];
-static int nsources;
-
 int ovl__engine_add_source(const struct ovl__source *src)
 {
-    for (int i = 0; i < nsources; i++)
-        if (sources[i] == src)
+    struct ovl__engine *e = &engine0;
+    for (int i = 0; i < e->nsources; i++)
+        if (e->sources[i] == src)
             return OVL_SUCCESS; /* a second ovl_init */
-    if (nsources == OVL__MAX_SOURCES)
+    if (e->nsources == OVL__MAX_SOURCES)
         return OVL_ERR_NOMEM;
-    sources[nsources++] = src;
+    e->sources[e->nsources++] = src;
     return OVL_SUCCESS;
 }
 
-static int sources_poll(void)
+static int sources_poll(struct ovl__engine *e)
 {
     int n = 0;
-    for (int i = 0; i < nsources; i++)
-        n += sources[i]->poll();
+    for (int i = 0; i < e->nsources; i++)
+        n += e->sources[i]->poll();
     return n;
 }
 
 /* sources_posted() etc.: whether any source's hook of that name says yes. */
-#define SOURCES_ANY(hook)                               \
-    static int sources_##hook(void)                     \
-    {                                                   \
-        for (int i = 0; i < nsources; i++)              \
-            if (sources[i]->hook && sources[i]->hook()) \
-                return 1;                               \
-        return 0;                                       \
+#define SOURCES_ANY(hook)                                     \
+    static int sources_##hook(struct ovl__engine *e)          \
+    {                                                         \
+        for (int i = 0; i < e->nsources; i++)                 \
+            if (e->sources[i]->hook && e->sources[i]->hook()) \
+                return 1;                                     \
+        return 0;                                             \
     }
 SOURCES_ANY(posted)
 SOURCES_ANY(urgent)
@@ -153,118 +161,117 @@ SOURCES_ANY(serving)
 
 void ovl__engine_lock(void)
 {
-    pthread_mutex_lock(&E.lock);
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
 }
 
-static void unlock_E(void)
+static void unlock_engine(struct ovl__engine *e)
 {
-    int sig = E.sig;
-    E.sig = 0;
+    int sig = e->sig;
+    e->sig = 0;
     if (sig)
-        E.awake = 1; /* about to run: no second wake-up needed */
-    pthread_mutex_unlock(&E.lock);
+        e->awake = 1; /* about to run: no second wake-up needed */
+    pthread_mutex_unlock(&e->lock);
     if (sig)
-        pthread_cond_signal(&E.cond);
+        pthread_cond_signal(&e->cond);
 }
 
 void ovl__engine_unlock(void)
 {
-    unlock_E();
+    struct ovl__engine *e = &engine0;
+    unlock_engine(e);
 }
 
 /* engine lock held */
 void ovl__engine_wake_locked(void)
 {
-    E.posted = 1;
-    if (E.thread_on)
-        E.sig = 1;
+    struct ovl__engine *e = &engine0;
+    e->posted = 1;
+    if (e->thread_on)
+        e->sig = 1;
 }
 
-static void wake_for_remote_locked(void);
+static void wake_for_remote_locked(struct ovl__engine *e);
 static int ask_short_slice(unsigned us);
 
 void ovl__engine_continuation_locked(struct ovl__req *r)
 {
+    struct ovl__engine *e = &engine0;
     if (!r->completed && !r->cont_pending) {
         r->cont_pending = 1;
-        E.conts++;
+        e->conts++;
     }
     /* the thread may be in a longer sleep than the next interval */
-    wake_for_remote_locked();
+    wake_for_remote_locked(e);
 }
 
 int ovl__engine_continuations(void)
 {
-    pthread_mutex_lock(&E.lock);
-    int n = E.conts;
-    unlock_E();
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
+    int n = e->conts;
+    unlock_engine(e);
     return n;
 }
 
 void ovl__engine_wake(void)
 {
-    pthread_mutex_lock(&E.lock);
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
     ovl__engine_wake_locked();
-    unlock_E();
+    unlock_engine(e);
 }
 
 /* Predicted completion of a sized transfer posted now: the link in its
  * direction carries the transfers before it first, at the model's bandwidth.
  * 0 (unknown) for the rank itself, whose copies the model does not cover. */
-static double due_locked(const struct ovl__op *op, size_t bytes)
+static double due_locked(struct ovl__engine *e, const struct ovl__op *op, size_t bytes)
 {
     if (!bytes || ovl__m.bw_Bpus <= 0 || op->peer == ovl__g.rank || op->peer < 0 ||
         (op->kind != OVL__OP_SEND && op->kind != OVL__OP_RECV && op->kind != OVL__OP_FRAG))
         return 0;
     double now = ovl__now_us();
-    double *link = op->kind == OVL__OP_SEND ? &E.out_free_us : &E.in_free_us;
-    if (E.n == 0 || *link < now)
+    double *link = op->kind == OVL__OP_SEND ? &e->out_free_us : &e->in_free_us;
+    if (e->n == 0 || *link < now)
         *link = now;
     *link += (double)bytes / ovl__m.bw_Bpus;
     return *link;
 }
 
-int ovl__engine_add(struct ovl__op *op)
-{
-    return ovl__engine_add_sized(op, 0);
-}
-
-/* The kinds whose ops in flight set the progress thread's pace: ovl_continue_mpi
- * requests (E.conts) and get/put strips (E.nrma). @d: +1 added, -1 done.
- * Engine lock held. */
-static void count_kind_locked(const struct ovl__op *op, int d)
+/* ovl_continue_mpi requests are continuations waiting (e->conts). @d: +1
+ * added, -1 done. Engine lock held. */
+static void count_kind_locked(struct ovl__engine *e, const struct ovl__op *op, int d)
 {
     if (op->kind == OVL__OP_USER)
-        E.conts += d;
-    else if (op->kind == OVL__OP_RMA)
-        E.nrma += d;
+        e->conts += d;
 }
 
 /* engine lock held */
-static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op))
+static int add_locked(struct ovl__engine *e, struct ovl__op *op, const struct ovl__post *how)
 {
-    if (E.n == E.cap) {
+    if (e->n == e->cap) {
         /* the engine's tables grow with the work in flight, past glibc's
          * mmap threshold: mapped, never malloc'd (ovl__page_realloc) */
-        int ncap = E.cap ? 2 * E.cap : 64;
-        MPI_Request *m = ovl__page_realloc(E.mreqs, (size_t)ncap * sizeof *m);
+        int ncap = e->cap ? 2 * e->cap : 64;
+        MPI_Request *m = ovl__page_realloc(e->mreqs, (size_t)ncap * sizeof *m);
         if (m)
-            E.mreqs = m;
-        struct ovl__op **o = m ? ovl__page_realloc(E.ops, (size_t)ncap * sizeof *o) : NULL;
+            e->mreqs = m;
+        struct ovl__op **o = m ? ovl__page_realloc(e->ops, (size_t)ncap * sizeof *o) : NULL;
         if (!o)
             return OVL_ERR_NOMEM;
-        E.ops = o;
-        E.cap = ncap;
+        e->ops = o;
+        e->cap = ncap;
     }
-    op->due_us = due_locked(op, bytes);
-    op->hs_until = 0;
-    op->slack_us = 0;
-    op->quiet = 0;
-    op->patient = patient;
-    count_kind_locked(op, 1);
-    E.mreqs[E.n] = op->mreq;
-    E.ops[E.n] = op;
-    E.n++;
+    op->due_us = due_locked(e, op, how->bytes);
+    /* below the rendezvous switch a message leaves eagerly: no handshake */
+    op->hs_until = how->handshake && how->bytes >= ovl__model_rendezvous_bytes() ? e->polls + 2 : 0;
+    op->slack_us = how->slack_us > 0 ? how->slack_us : 0;
+    op->quiet = how->follows;
+    op->patient = how->patient;
+    count_kind_locked(e, op, 1);
+    e->mreqs[e->n] = op->mreq;
+    e->ops[e->n] = op;
+    e->n++;
     return OVL_SUCCESS;
 }
 
@@ -273,24 +280,24 @@ static int add_locked(struct ovl__op *op, size_t bytes, int (*patient)(const str
  * after what it does now, so it sees the new work), it has been signalled
  * and not yet run, it is in a timed sleep ending within @iv, or it stands
  * down for a spinning waiter, who drives every op. */
-static int polls_soon_locked(double iv)
+static int polls_soon_locked(struct ovl__engine *e, double iv)
 {
-    if (!E.thread_on)
+    if (!e->thread_on)
         return 1; /* progress is the caller's own */
-    if (atomic_load(&E.parked))
-        return atomic_load(&E.spinners) > 0; /* a parked thread without one is woken */
-    if (E.awake)
+    if (atomic_load(&e->parked))
+        return atomic_load(&e->spinners) > 0; /* a parked thread without one is woken */
+    if (e->awake)
         return 1;
-    return E.sleep_until_us > 0 && E.sleep_until_us <= ovl__now_us() + iv;
+    return e->sleep_until_us > 0 && e->sleep_until_us <= ovl__now_us() + iv;
 }
 
 /* Wake the thread unless it polls within one interval, or before @due_us
  * (ovl__now_us clock; 0: none) if that is later (engine lock held). */
-static void wake_unless_polled_by_locked(double due_us)
+static void wake_unless_polled_by_locked(struct ovl__engine *e, double due_us)
 {
-    double iv = E.conts > 0 ? ovl__g.cfg.poll_callback_us : ovl__g.cfg.poll_max_us;
+    double iv = e->conts > 0 ? ovl__g.cfg.progress.lateness_us : ovl__sched_poll_us();
     double until = due_us - ovl__now_us();
-    if (!polls_soon_locked(until > iv ? until : iv))
+    if (!polls_soon_locked(e, until > iv ? until : iv))
         ovl__engine_wake_locked();
 }
 
@@ -304,16 +311,17 @@ static void wake_unless_polled_by_locked(double due_us)
  * on a pinned host, and an exchange's four posting calls took 77 us instead
  * of 19; docs/PERFORMANCE.md, "Posting without a wake-up" and "Cheaper
  * posting"). */
-static void wake_for_remote_locked(void)
+static void wake_for_remote_locked(struct ovl__engine *e)
 {
-    wake_unless_polled_by_locked(0);
+    wake_unless_polled_by_locked(e, 0);
 }
 
 void ovl__engine_hurry(void)
 {
-    pthread_mutex_lock(&E.lock);
-    wake_for_remote_locked();
-    unlock_E();
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
+    wake_for_remote_locked(e);
+    unlock_engine(e);
 }
 
 /* Patient work was posted (engine lock held): it asks for no poll soon,
@@ -327,174 +335,121 @@ void ovl__engine_hurry(void)
  * (its header send, its patient receive) took about 1 ms in one call of
  * eight in the 4-rank stencil on 2 cores (docs/PERFORMANCE.md, "Gentle
  * wake-ups"). */
-static void start_polls_locked(void)
+static void start_polls_locked(struct ovl__engine *e)
 {
-    if (!E.thread_on || !E.idle || E.awake)
+    if (!e->thread_on || !e->idle || e->awake)
         return;
-    if (!E.gentle && E.tid > 0) {
+    if (!e->gentle && e->tid > 0) {
         struct sched_param sp = { .sched_priority = 0 };
-        if (sched_setscheduler(E.tid, SCHED_BATCH, &sp) == 0)
-            E.gentle = 1;
+        if (sched_setscheduler(e->tid, SCHED_BATCH, &sp) == 0)
+            e->gentle = 1;
     }
-    E.sig = 1;
+    e->sig = 1;
 }
 
 /* The thread, woken from its idle wait (engine lock held): back to normal
  * scheduling if a gentle wake-up made it SCHED_BATCH. */
-static void after_idle_locked(void)
+static void after_idle_locked(struct ovl__engine *e)
 {
-    if (!E.gentle)
+    if (!e->gentle)
         return;
-    E.gentle = 0;
+    e->gentle = 0;
     struct sched_param sp = { .sched_priority = 0 };
     if (sched_setscheduler(0, SCHED_OTHER, &sp) == 0)
-        ask_short_slice(ovl__g.cfg.progress_slice_us);
+        ask_short_slice(OVL__SLICE_US);
     else
-        E.tid = 0; /* no more gentle wake-ups */
-}
-
-int ovl__engine_add_gentle(struct ovl__op *op)
-{
-    pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, 0, NULL);
-    if (rc == OVL_SUCCESS)
-        start_polls_locked();
-    unlock_E();
-    return rc;
+        e->tid = 0; /* no more gentle wake-ups */
 }
 
 void ovl__engine_start_polls(void)
 {
-    pthread_mutex_lock(&E.lock);
-    start_polls_locked();
-    unlock_E();
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
+    start_polls_locked(e);
+    unlock_engine(e);
 }
 
-/* Add @op and wake the thread as its kind needs; @hs_polls: polls at the
- * usual pace before it may sleep towards the op's completion (hs_until). */
-static int add_and_wake(struct ovl__op *op, size_t bytes, int (*patient)(const struct ovl__op *op),
-                        int remote, unsigned hs_polls)
+/* Add @op as @how says, and wake the thread by the same rule as it
+ * sleeps: unless it polls before the op's budget runs out anyway (from its
+ * predicted completion, or from now). A wake-up it does not need takes the
+ * poster's CPU on a machine whose cores all compute (a context switch, a
+ * contended MPI lock, and a poll that finds nothing: about 10 us per post
+ * on a pinned host; docs/PERFORMANCE.md, "Posting without a wake-up"), and
+ * a stream posting its window woke it once a fragment ("Streams at the
+ * pace of their window"). Patient work, and work posted gently, wakes an
+ * idle thread only, gently (start_polls_locked). */
+int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
 {
-    pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, bytes, patient);
+    struct ovl__engine *e = &engine0;
+    static const struct ovl__post plain;
+    if (!how)
+        how = &plain;
+    pthread_mutex_lock(&e->lock);
+    int rc = add_locked(e, op, how);
     if (rc == OVL_SUCCESS) {
-        if (hs_polls)
-            op->hs_until = E.polls + hs_polls;
-        if (patient) {
-            start_polls_locked();
-        } else if (remote) {
-            wake_for_remote_locked();
+        if (how->patient || how->wake == OVL__WAKE_GENTLE) {
+            start_polls_locked(e);
+        } else if (how->wake == OVL__WAKE_GRACE) {
+            e->grace = 1;
+            if (e->thread_on)
+                e->sig = 1;
         } else {
-            ovl__engine_wake_locked();
+            wake_unless_polled_by_locked(e, op->hs_until ? 0 : op->due_us);
         }
     }
-    unlock_E();
-    return rc;
-}
-
-int ovl__engine_add_sized(struct ovl__op *op, size_t bytes)
-{
-    return add_and_wake(op, bytes, NULL, 0, 0);
-}
-
-int ovl__engine_add_remote(struct ovl__op *op, size_t bytes)
-{
-    return add_and_wake(op, bytes, NULL, 1, 0);
-}
-
-int ovl__engine_add_handshake(struct ovl__op *op, size_t bytes)
-{
-    /* below the rendezvous the message leaves eagerly: no handshake */
-    return add_and_wake(op, bytes, NULL, 1, bytes >= ovl__model_rendezvous_bytes() ? 2 : 0);
-}
-
-int ovl__engine_add_patient(struct ovl__op *op, int (*patient)(const struct ovl__op *op))
-{
-    return add_and_wake(op, 0, patient, 0, 0);
-}
-
-int ovl__engine_add_stream(struct ovl__op *op, size_t bytes, int quiet, double slack_us)
-{
-    pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, bytes, NULL);
-    if (rc == OVL_SUCCESS) {
-        op->quiet = quiet;
-        op->slack_us = slack_us > 0 ? slack_us : 0;
-        /* a thread whose sleep ends before the fragment is due is left
-         * asleep: a stream posting its window would otherwise wake it once
-         * a fragment (docs/PERFORMANCE.md, "Streams at the pace of their
-         * window") */
-        wake_unless_polled_by_locked(op->due_us);
-    }
-    unlock_E();
-    return rc;
-}
-
-/* A receive handed to MPI before its message is there (match.c). The
- * progress thread is woken, but waits up to one callback interval
- * (OVL_POLL_CALLBACK_US) before it polls, unless work that needs a poll at
- * once is posted first: if it polled at once, MPI
- * could answer the peer's rendezvous request before this rank's own send,
- * posted right after the receive in an exchange, has gone out, and the
- * peer's data would then queue behind this rank's (match.c). */
-int ovl__engine_add_receive(struct ovl__op *op, size_t bytes)
-{
-    pthread_mutex_lock(&E.lock);
-    int rc = add_locked(op, bytes, NULL);
-    if (rc == OVL_SUCCESS) {
-        E.grace = 1;
-        if (E.thread_on)
-            E.sig = 1;
-    }
-    unlock_E();
+    unlock_engine(e);
     return rc;
 }
 
 int ovl__engine_count(int kind)
 {
+    struct ovl__engine *e = &engine0;
     int c = 0;
-    pthread_mutex_lock(&E.lock);
-    for (int i = 0; i < E.n; i++)
-        if (kind < 0 || E.ops[i]->kind == kind)
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n; i++)
+        if (kind < 0 || e->ops[i]->kind == kind)
             c++;
     if (kind < 0) /* finalize must also run what is queued for the driver */
-        c += E.ndef + (E.ready_head != NULL);
-    unlock_E();
+        c += e->ndef + (e->ready_head != NULL);
+    unlock_engine(e);
     return c;
 }
 
 void ovl__engine_cancel_receives(void)
 {
-    pthread_mutex_lock(&E.lock);
-    for (int i = 0; i < E.n; i++)
-        if ((E.ops[i]->kind == OVL__OP_RECV || E.ops[i]->kind == OVL__OP_USER) &&
-            E.mreqs[i] != MPI_REQUEST_NULL)
-            MPI_Cancel(&E.mreqs[i]);
-    unlock_E();
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n; i++)
+        if ((e->ops[i]->kind == OVL__OP_RECV || e->ops[i]->kind == OVL__OP_USER) &&
+            e->mreqs[i] != MPI_REQUEST_NULL)
+            MPI_Cancel(&e->mreqs[i]);
+    unlock_engine(e);
 }
 
 void ovl__engine_defer_callback(struct ovl__req *r)
 {
-    if (E.ndef == E.capdef) {
-        int ncap = E.capdef ? 2 * E.capdef : 16;
-        struct ovl__req **d = ovl__page_realloc(E.deferred, (size_t)ncap * sizeof *d);
+    struct ovl__engine *e = &engine0;
+    if (e->ndef == e->capdef) {
+        int ncap = e->capdef ? 2 * e->capdef : 16;
+        struct ovl__req **d = ovl__page_realloc(e->deferred, (size_t)ncap * sizeof *d);
         if (!d)
             abort(); /* cannot lose a continuation; 16+ pointers */
-        E.deferred = d;
-        E.capdef = ncap;
+        e->deferred = d;
+        e->capdef = ncap;
     }
-    E.deferred[E.ndef++] = r;
+    e->deferred[e->ndef++] = r;
     ovl__engine_wake_locked();
 }
 
 void ovl__engine_schedule_coro(struct ovl__coro *c)
 {
+    struct ovl__engine *e = &engine0;
     *ovl__coro_next(c) = NULL;
-    if (E.ready_tail)
-        *ovl__coro_next(E.ready_tail) = c;
+    if (e->ready_tail)
+        *ovl__coro_next(e->ready_tail) = c;
     else
-        E.ready_head = c;
-    E.ready_tail = c;
+        e->ready_head = c;
+    e->ready_tail = c;
     ovl__engine_wake_locked();
 }
 
@@ -512,69 +467,70 @@ static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
 }
 
 /* Publish completion of r: waiters may return, detached requests go. */
-static void publish(struct ovl__req *r)
+static void publish(struct ovl__engine *e, struct ovl__req *r)
 {
-    pthread_mutex_lock(&E.lock);
+    pthread_mutex_lock(&e->lock);
     if (r->cont) {
         /* ovl_continue came in after the completion took the (then empty)
          * continuation: it is deferred now, and its run publishes. Setting
          * `done` here would let ovl_wait return, and release the request,
          * before the callback has run. */
-        unlock_E();
+        unlock_engine(e);
         return;
     }
     int detached = r->detached;
     atomic_store_explicit(&r->done, 1, memory_order_release);
-    unlock_E();
+    unlock_engine(e);
     if (detached)
         ovl__req_release(r);
 }
 
 /* Entered with the engine lock held; releases it. Takes the continuation
  * under the lock, so it runs exactly once, then publishes completion. */
-static void run_continuation_and_publish(struct ovl__req *r)
+static void run_continuation_and_publish(struct ovl__engine *e, struct ovl__req *r)
 {
     ovl_continue_fn fn = r->cont;
     void *arg = r->cont_arg;
     r->cont = NULL;
     if (r->cont_pending) {
         r->cont_pending = 0;
-        E.conts--;
+        e->conts--;
     }
-    unlock_E();
+    unlock_engine(e);
     if (fn)
         run_callback(r, fn, arg);
-    publish(r);
+    publish(e, r);
 }
 
 void ovl__req_complete(struct ovl__req *r)
 {
-    pthread_mutex_lock(&E.lock);
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->lock);
     r->completed = 1;
-    run_continuation_and_publish(r);
+    run_continuation_and_publish(e, r);
 }
 
-static int grow_batch(int need)
+static int grow_batch(struct ovl__engine *e, int need)
 {
-    if (need <= E.bcap)
+    if (need <= e->bcap)
         return 0;
-    int ncap = E.bcap ? E.bcap : 64;
+    int ncap = e->bcap ? e->bcap : 64;
     while (ncap < need)
         ncap *= 2;
-    int *idx = ovl__page_realloc(E.idx, (size_t)ncap * sizeof *idx);
+    int *idx = ovl__page_realloc(e->idx, (size_t)ncap * sizeof *idx);
     if (idx)
-        E.idx = idx;
-    MPI_Status *sts = idx ? ovl__page_realloc(E.sts, (size_t)ncap * sizeof *sts) : NULL;
+        e->idx = idx;
+    MPI_Status *sts = idx ? ovl__page_realloc(e->sts, (size_t)ncap * sizeof *sts) : NULL;
     if (sts)
-        E.sts = sts;
-    struct ovl__op **b = sts ? ovl__page_realloc(E.batch, (size_t)ncap * sizeof *b) : NULL;
+        e->sts = sts;
+    struct ovl__op **b = sts ? ovl__page_realloc(e->batch, (size_t)ncap * sizeof *b) : NULL;
     if (b)
-        E.batch = b;
-    MPI_Status *bs = b ? ovl__page_realloc(E.batch_sts, (size_t)ncap * sizeof *bs) : NULL;
+        e->batch = b;
+    MPI_Status *bs = b ? ovl__page_realloc(e->batch_sts, (size_t)ncap * sizeof *bs) : NULL;
     if (!bs)
         return -1;
-    E.batch_sts = bs;
-    E.bcap = ncap;
+    e->batch_sts = bs;
+    e->bcap = ncap;
     return 0;
 }
 
@@ -583,14 +539,14 @@ static int grow_batch(int need)
  * says MPI_COMM_SELF) whatever the request's communicator, so with the
  * default handler a truncated receive would abort the program instead of
  * completing with OVL_ERR_TRUNCATE. Engine lock held. */
-static int testsome_errors_return(int *outcount)
+static int testsome_errors_return(struct ovl__engine *e, int *outcount)
 {
     MPI_Errhandler world = MPI_ERRHANDLER_NULL, self = MPI_ERRHANDLER_NULL;
     MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
     MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-    int rc = MPI_Testsome(E.n, E.mreqs, outcount, E.idx, E.sts);
+    int rc = MPI_Testsome(e->n, e->mreqs, outcount, e->idx, e->sts);
     MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
     MPI_Errhandler *h[] = { &world, &self };
@@ -615,65 +571,69 @@ int ovl__engine_driving(void)
  * through ovl, until ovl__engine_release (segment.c's serving probe). */
 void ovl__engine_hold(void)
 {
-    pthread_mutex_lock(&E.drive);
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_lock(&e->drive);
 }
 
 void ovl__engine_release(void)
 {
-    pthread_mutex_unlock(&E.drive);
+    struct ovl__engine *e = &engine0;
+    pthread_mutex_unlock(&e->drive);
 }
 
 int ovl__engine_thread_on(void)
 {
-    return E.thread_on;
+    struct ovl__engine *e = &engine0;
+    return e->thread_on;
 }
 
 int ovl__engine_drive(void)
 {
-    if (pthread_mutex_trylock(&E.drive) != 0)
+    struct ovl__engine *e = &engine0;
+    if (pthread_mutex_trylock(&e->drive) != 0)
         return -1;
     driving = 1;
     /* The sources first (matching messages, serving other ranks' RMA), so
      * that the receives they start are tested in the same pass. */
-    int matched = sources_poll();
+    int matched = sources_poll(e);
     int nb = 0, npat = 0;
 
-    pthread_mutex_lock(&E.lock);
-    if (E.n > 0 && grow_batch(E.n) == 0) {
+    pthread_mutex_lock(&e->lock);
+    if (e->n > 0 && grow_batch(e, e->n) == 0) {
         int outcount = 0;
-        int rc = testsome_errors_return(&outcount);
-        E.polls++;
+        int rc = testsome_errors_return(e, &outcount);
+        e->polls++;
         atomic_fetch_add_explicit(&ovl__g.st_polls, 1, memory_order_relaxed);
         if (outcount != MPI_UNDEFINED && outcount > 0) {
             for (int k = 0; k < outcount; k++) {
-                int i = E.idx[k];
-                E.batch[nb] = E.ops[i];
-                E.batch_sts[nb] = E.sts[k];
+                int i = e->idx[k];
+                e->batch[nb] = e->ops[i];
+                e->batch_sts[nb] = e->sts[k];
                 if (rc != MPI_ERR_IN_STATUS)
-                    E.batch_sts[nb].MPI_ERROR = MPI_SUCCESS;
-                E.ops[i]->mreq = MPI_REQUEST_NULL;
-                if (E.ops[i]->patient && E.ops[i]->patient(E.ops[i]))
+                    e->batch_sts[nb].MPI_ERROR = MPI_SUCCESS;
+                e->ops[i]->mreq = MPI_REQUEST_NULL;
+                if (e->ops[i]->patient && e->ops[i]->patient(e->ops[i]))
                     npat++;
-                count_kind_locked(E.ops[i], -1);
-                E.ops[i] = NULL;
+                count_kind_locked(e, e->ops[i], -1);
+                e->ops[i] = NULL;
                 nb++;
             }
             /* compact: keep the order of the survivors */
             int w = 0;
-            for (int i = 0; i < E.n; i++) {
-                if (E.ops[i]) {
-                    E.ops[w] = E.ops[i];
-                    E.mreqs[w] = E.mreqs[i];
+            for (int i = 0; i < e->n; i++) {
+                if (e->ops[i]) {
+                    e->ops[w] = e->ops[i];
+                    e->mreqs[w] = e->mreqs[i];
                     w++;
                 }
             }
-            E.n = w;
+            e->n = w;
         }
     }
-    unlock_E();
+    unlock_engine(e);
 
     for (int k = 0; k < nb; k++)
-        E.batch[k]->done(E.batch[k], &E.batch_sts[k]);
+        e->batch[k]->done(e->batch[k], &e->batch_sts[k]);
     if (nb)
         atomic_fetch_add_explicit(&ovl__g.st_completions, (unsigned long long)nb,
                                   memory_order_relaxed);
@@ -681,25 +641,25 @@ int ovl__engine_drive(void)
     nb += matched;
     /* Deferred continuations (registered after their operation completed). */
     for (;;) {
-        pthread_mutex_lock(&E.lock);
-        if (E.ndef == 0) {
-            unlock_E();
+        pthread_mutex_lock(&e->lock);
+        if (e->ndef == 0) {
+            unlock_engine(e);
             break;
         }
-        run_continuation_and_publish(E.deferred[--E.ndef]);
+        run_continuation_and_publish(e, e->deferred[--e->ndef]);
         nb++;
     }
 
     /* Marshal coroutines whose fragment arrived or whose buffer came free. */
     for (;;) {
-        pthread_mutex_lock(&E.lock);
-        struct ovl__coro *c = E.ready_head;
+        pthread_mutex_lock(&e->lock);
+        struct ovl__coro *c = e->ready_head;
         if (c) {
-            E.ready_head = *ovl__coro_next(c);
-            if (!E.ready_head)
-                E.ready_tail = NULL;
+            e->ready_head = *ovl__coro_next(c);
+            if (!e->ready_head)
+                e->ready_tail = NULL;
         }
-        unlock_E();
+        unlock_engine(e);
         if (!c)
             break;
         ovl__rt_leave(); /* marshalling outranks no computation */
@@ -709,27 +669,29 @@ int ovl__engine_drive(void)
 
     patient_got = npat;
     driving = 0;
-    pthread_mutex_unlock(&E.drive);
+    pthread_mutex_unlock(&e->drive);
     return nb;
 }
 
 /* Work that must be polled at the usual pace (engine lock held): anything
  * but patient ops. */
-static int urgent_work_locked(void)
+static int urgent_work_locked(struct ovl__engine *e)
 {
-    if (E.ndef > 0 || E.ready_head != NULL || E.conts > 0 || sources_urgent() || sources_serving())
+    if (e->ndef > 0 || e->ready_head != NULL || e->conts > 0 || sources_urgent(e) ||
+        sources_serving(e))
         return 1;
-    for (int i = 0; i < E.n; i++)
-        if (!E.ops[i]->patient || !E.ops[i]->patient(E.ops[i]))
+    for (int i = 0; i < e->n; i++)
+        if (!e->ops[i]->patient || !e->ops[i]->patient(e->ops[i]))
             return 1;
     return 0;
 }
 
 void ovl__engine_spin(int (*done)(const void *), const void *arg)
 {
+    struct ovl__engine *e = &engine0;
     if (done(arg))
         return;
-    atomic_fetch_add(&E.spinners, 1);
+    atomic_fetch_add(&e->spinners, 1);
     while (!done(arg))
         if (ovl__engine_drive() < 0)
             ovl__relax(); /* another thread is driving */
@@ -738,11 +700,11 @@ void ovl__engine_spin(int (*done)(const void *), const void *arg)
      * program's next access drives): the parked thread then comes back by
      * itself at the patient pace, and a wake-up after every wait would take
      * the CPU of the computation that follows it. */
-    if (atomic_fetch_sub(&E.spinners, 1) == 1 && atomic_load(&E.parked)) {
-        pthread_mutex_lock(&E.lock);
-        if (urgent_work_locked())
+    if (atomic_fetch_sub(&e->spinners, 1) == 1 && atomic_load(&e->parked)) {
+        pthread_mutex_lock(&e->lock);
+        if (urgent_work_locked(e))
             ovl__engine_wake_locked();
-        unlock_E();
+        unlock_engine(e);
     }
 }
 
@@ -784,50 +746,54 @@ void ovl__engine_wait_flag(atomic_int *flag)
                             NULL, 0);
 }
 
-static int has_work_locked(void)
+static int has_work_locked(struct ovl__engine *e)
 {
-    return E.n > 0 || E.ndef > 0 || E.ready_head != NULL || sources_posted() || sources_serving();
+    return e->n > 0 || e->ndef > 0 || e->ready_head != NULL || sources_posted(e) ||
+           sources_serving(e);
 }
 
 /* The engine's state as the sleep rule sees it (engine lock held); the
  * rule itself is sched.c's, a pure function. Op summaries go to a scratch
  * array that grows with the ops in flight. */
-static struct ovl__sched_op *sched_ops;
-static int sched_cap_n;
 
-static unsigned sleep_cap_locked(const struct ovl__sched_cfg *cfg, int *predicted)
+static unsigned sleep_cap_locked(struct ovl__engine *e, const struct ovl__sched_cfg *cfg,
+                                 int *predicted)
 {
     struct ovl__sched_in in = {
-        .conts = E.conts,
-        .deferred = E.ndef,
-        .ready = E.ready_head != NULL,
-        .posted = sources_posted(),
-        .urgent = sources_urgent(),
-        .serving = sources_serving(),
-        .n = E.n,
-        .nrma = E.nrma,
+        .conts = e->conts,
+        .deferred = e->ndef,
+        .ready = e->ready_head != NULL,
+        .posted = sources_posted(e),
+        .urgent = sources_urgent(e),
+        .serving = sources_serving(e),
+        .n = e->n,
     };
-    if (E.n > sched_cap_n) {
-        int ncap = E.n > 2 * sched_cap_n ? E.n : 2 * sched_cap_n;
-        struct ovl__sched_op *o = ovl__page_realloc(sched_ops, (size_t)ncap * sizeof *o);
+    if (e->n > e->sched_cap_n) {
+        int ncap = e->n > 2 * e->sched_cap_n ? e->n : 2 * e->sched_cap_n;
+        struct ovl__sched_op *o = ovl__page_realloc(e->sched_ops, (size_t)ncap * sizeof *o);
         if (!o) { /* no summary: the usual pace */
             *predicted = 0;
-            return cfg->max_us;
+            return ovl__sched_poll_us();
         }
-        sched_ops = o;
-        sched_cap_n = ncap;
+        e->sched_ops = o;
+        e->sched_cap_n = ncap;
     }
-    for (int i = 0; i < E.n; i++) {
-        const struct ovl__op *op = E.ops[i];
-        sched_ops[i] = (struct ovl__sched_op){
-            .patient = op->patient && op->patient(op),
-            .quiet = op->quiet,
-            .handshake = op->hs_until > E.polls,
-            .due_us = op->due_us,
-            .slack_us = op->slack_us,
-        };
+    for (int i = 0; i < e->n; i++) {
+        const struct ovl__op *op = e->ops[i];
+        struct ovl__sched_op *so = &e->sched_ops[i];
+        *so = (struct ovl__sched_op){ .pace = OVL__PACE_SOON, .due_us = op->due_us };
+        if (op->patient && op->patient(op))
+            so->pace = OVL__PACE_PATIENT, so->due_us = 0;
+        else if (op->hs_until > e->polls) /* a rendezvous in its handshake */
+            so->due_us = 0;
+        else if (op->kind == OVL__OP_RMA)
+            so->pace = OVL__PACE_STRIP, so->due_us = 0;
+        else if (op->quiet)
+            so->pace = OVL__PACE_FOLLOWS, so->due_us = 0;
+        else if (op->slack_us > 0 && op->due_us > 0)
+            so->pace = OVL__PACE_CHECKPOINT, so->slack_us = op->slack_us;
     }
-    in.ops = sched_ops;
+    in.ops = e->sched_ops;
     return ovl__sched_cap(&in, cfg, ovl__now_us(), predicted);
 }
 
@@ -879,7 +845,7 @@ static void rt_enter(int *fifo)
 {
     if (!*fifo || rt_now)
         return;
-    struct sched_param sp = { .sched_priority = ovl__g.cfg.progress_priority };
+    struct sched_param sp = { .sched_priority = ovl__g.cfg.progress.priority };
     if (sched_setscheduler(0, SCHED_FIFO, &sp) == 0)
         rt_now = 1;
     else
@@ -890,7 +856,7 @@ static void rt_enter(int *fifo)
  * custom slices or none is asked for); returns ask_short_slice's result. */
 static int to_normal(void)
 {
-    int rc = ask_short_slice(ovl__g.cfg.progress_slice_us);
+    int rc = ask_short_slice(OVL__SLICE_US);
     if (rc != 0 && sched_getscheduler(0) == SCHED_FIFO) {
         struct sched_param sp = { .sched_priority = 0 };
         sched_setscheduler(0, SCHED_OTHER, &sp);
@@ -923,31 +889,25 @@ static void deadline_in(unsigned us, struct timespec *ts)
     }
 }
 
-static void *progress_thread(void *unused)
+static void *progress_thread(void *arg)
 {
-    OVL__UNUSED(unused);
+    struct ovl__engine *e = arg;
     /* Short sleeps must stay short: the default 50 us timer slack would add
      * up to 50 us to every poll interval. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     /* Under OVL_PROGRESS_PRIORITY the thread starts under SCHED_FIFO
      * (start_realtime), and leaves it until its first timed sleep. */
-    int fifo = ovl__g.cfg.progress_priority > 0;
-    if (to_normal() != 0 && ovl__g.cfg.progress_slice_us)
+    int fifo = ovl__g.cfg.progress.priority > 0;
+    if (to_normal() != 0)
         ovl__info("progress thread: no custom time slice (%s)", strerror(errno));
     ovl__trace_thread_name("ovl progress");
-    const unsigned max_us = ovl__g.cfg.poll_max_us, spin_us = ovl__g.cfg.spin_us;
-    const unsigned quiet_us = ovl__g.cfg.poll_quiet_us, min_us = ovl__g.cfg.poll_min_us;
-    const unsigned callback_us = ovl__g.cfg.poll_callback_us;
+    const unsigned poll_us = ovl__sched_poll_us(), longest_us = ovl__sched_longest_us();
+    const unsigned lateness_us = ovl__g.cfg.progress.lateness_us;
     const struct ovl__sched_cfg scfg = {
-        .max_us = max_us,
-        .quiet_us = quiet_us,
-        .callback_us = callback_us,
-        .rma_us = ovl__g.cfg.poll_rma_us,
-        .serve_us = ovl__g.cfg.poll_serve_us,
-        .quiet_share = ovl__g.cfg.poll_quiet_share,
+        .lateness_us = lateness_us,
+        .serve_us = ovl__g.cfg.progress.serve_us,
     };
     unsigned backoff = 0;
-    double last_activity = ovl__now_us();
 
     /* Gentle wake-ups (start_polls_locked) need the way back from
      * SCHED_BATCH; where the thread cannot take it, it is always woken
@@ -957,123 +917,116 @@ static void *progress_thread(void *unused)
                     sched_setscheduler(0, SCHED_OTHER, &sp0) == 0;
     if (can_batch)
         to_normal();
-    pthread_mutex_lock(&E.lock);
-    E.tid = can_batch ? (pid_t)syscall(SYS_gettid) : 0;
-    E.awake = 1;
-    while (!E.stop) {
-        if (E.grace) {
-            E.grace = 0;
+    pthread_mutex_lock(&e->lock);
+    e->tid = can_batch ? (pid_t)syscall(SYS_gettid) : 0;
+    e->awake = 1;
+    while (!e->stop) {
+        if (e->grace) {
+            e->grace = 0;
             /* the shorter pace: a continuation is usually registered on
              * the receive next, and need not wake the thread again
              * (wake_for_remote_locked) */
-            const unsigned grace_us = callback_us < max_us ? callback_us : max_us;
-            if (!E.posted && grace_us > 0) {
+            const unsigned grace_us = lateness_us < poll_us ? lateness_us : poll_us;
+            if (!e->posted && grace_us > 0) {
                 struct timespec ts;
                 deadline_in(grace_us, &ts);
-                E.sleep_until_us = ovl__now_us() + grace_us;
-                E.awake = 0;
-                while (!E.stop && !E.posted &&
-                       pthread_cond_timedwait(&E.cond, &E.lock, &ts) != ETIMEDOUT)
+                e->sleep_until_us = ovl__now_us() + grace_us;
+                e->awake = 0;
+                while (!e->stop && !e->posted &&
+                       pthread_cond_timedwait(&e->cond, &e->lock, &ts) != ETIMEDOUT)
                     ;
-                E.awake = 1;
-                E.sleep_until_us = 0;
+                e->awake = 1;
+                e->sleep_until_us = 0;
             }
         }
-        E.posted = 0;
-        unlock_E();
+        e->posted = 0;
+        unlock_engine(e);
         int got = ovl__engine_drive();
-        pthread_mutex_lock(&E.lock);
-        if (E.stop)
+        pthread_mutex_lock(&e->lock);
+        if (e->stop)
             break;
         /* Only patient ops completed: the program drives those when it
          * needs them, so the thread keeps slowing down (a reset here kept
          * it polling every interval while pieces arrived one per poll). */
-        if ((got > patient_got) || E.posted) {
-            last_activity = ovl__now_us();
+        if ((got > patient_got) || e->posted) {
             backoff = 0;
             continue;
         }
-        if (!has_work_locked()) {
+        if (!has_work_locked(e)) {
             backoff = 0;
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             ovl__rt_leave();
-            E.idle = 1;
-            E.awake = 0;
-            while (!E.stop && !E.posted && !has_work_locked())
-                pthread_cond_wait(&E.cond, &E.lock);
-            E.awake = 1;
-            E.idle = 0;
-            after_idle_locked();
+            e->idle = 1;
+            e->awake = 0;
+            while (!e->stop && !e->posted && !has_work_locked(e))
+                pthread_cond_wait(&e->cond, &e->lock);
+            e->awake = 1;
+            e->idle = 0;
+            after_idle_locked(e);
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "idle", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
                                     NULL, 0);
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
-            last_activity = ovl__now_us();
             continue;
         }
-        if (atomic_load(&E.spinners) > 0) {
+        if (atomic_load(&e->spinners) > 0) {
             /* An application thread spins in a wait and drives everything:
              * timed wake-ups would only take its CPU (and the kernel's, which
              * moves the data) to find the drive lock taken. */
-            atomic_store(&E.parked, 1);
+            atomic_store(&e->parked, 1);
             ovl__rt_leave();
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             /* Timed: the last spinner out does not wake it for patient
              * work alone (ovl__engine_spin). */
-            const unsigned park_us = quiet_us > max_us ? quiet_us : max_us;
+            const unsigned park_us = longest_us;
             for (;;) {
                 struct timespec ts;
                 deadline_in(park_us, &ts);
-                E.awake = 0;
-                int rc = pthread_cond_timedwait(&E.cond, &E.lock, &ts);
-                E.awake = 1;
-                if (E.stop || atomic_load(&E.spinners) == 0) {
-                    if (rc != ETIMEDOUT && !urgent_work_locked() && !E.stop)
+                e->awake = 0;
+                int rc = pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+                e->awake = 1;
+                if (e->stop || atomic_load(&e->spinners) == 0) {
+                    if (rc != ETIMEDOUT && !urgent_work_locked(e) && !e->stop)
                         continue; /* a wake-up for nothing urgent */
                     break;
                 }
             }
-            atomic_store(&E.parked, 0);
+            atomic_store(&e->parked, 0);
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "parked", t0, ovl__now_us() - t0, NULL, 0, NULL, 0,
                                     NULL, 0);
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
             backoff = 0;
-            last_activity = ovl__now_us();
             continue;
         }
-        if (ovl__now_us() - last_activity < spin_us)
-            continue;
         int predicted;
-        const unsigned cap = sleep_cap_locked(&scfg, &predicted);
-        /* min_us and callback_us <= max_us (config.c); the cap is below
-         * max_us only while a continuation waits, or while only strips are
-         * in flight and OVL_POLL_RMA_US is set below it. A cap from the
-         * predicted completions is taken at once: it already closes in on
-         * them, and a ramp from min_us after every poll that completed
-         * something (each poll of a stream settles fragments) kept a stream
-         * at two wake-ups per fragment (docs/PERFORMANCE.md, "Streams at
-         * the pace of their window"). */
-        backoff = predicted ? cap : backoff ? backoff * 2 : min_us;
+        const unsigned cap = sleep_cap_locked(e, &scfg, &predicted);
+        /* A time from a predicted completion is taken at once: the rule
+         * already closes in on it, and a ramp after every poll that
+         * completed something (each poll of a stream settles fragments)
+         * kept a stream at two wake-ups per fragment. Any other starts at
+         * the usual pace and doubles while polls find nothing, up to what
+         * the rule allows (patient work alone: up to the longest sleep). */
+        backoff = predicted ? cap : backoff ? backoff * 2 : poll_us;
         if (backoff > cap)
             backoff = cap;
         struct timespec ts;
         deadline_in(backoff, &ts);
-        if (!E.posted) {
+        if (!e->posted) {
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             rt_enter(&fifo);
-            E.sleep_until_us = ovl__now_us() + backoff;
-            E.awake = 0;
-            pthread_cond_timedwait(&E.cond, &E.lock, &ts);
-            E.awake = 1;
-            E.sleep_until_us = 0;
+            e->sleep_until_us = ovl__now_us() + backoff;
+            e->awake = 0;
+            pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+            e->awake = 1;
+            e->sleep_until_us = 0;
             if (ovl__trace_on)
                 ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
                                     backoff, NULL, 0, NULL, 0);
         }
         atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
     }
-    unlock_E();
+    unlock_engine(e);
     return NULL;
 }
 
@@ -1082,9 +1035,9 @@ static void *progress_thread(void *unused)
  * the thread then holds it only as rt_enter/ovl__rt_leave say. Returns 0
  * when started, -1 when not asked for or not allowed (the caller starts it
  * normally; the effective configuration then says 0). */
-static int start_realtime(void)
+static int start_realtime(struct ovl__engine *e)
 {
-    int prio = ovl__g.cfg.progress_priority;
+    int prio = ovl__g.cfg.progress.priority;
     if (prio <= 0)
         return -1;
     pthread_attr_t at;
@@ -1097,12 +1050,12 @@ static int start_realtime(void)
     if (!rc)
         rc = pthread_attr_setschedparam(&at, &sp);
     if (!rc)
-        rc = pthread_create(&E.thread, &at, progress_thread, NULL);
+        rc = pthread_create(&e->thread, &at, progress_thread, e);
     pthread_attr_destroy(&at);
     if (!rc)
         return 0;
-    ovl__g.cfg.progress_priority = 0;
-    if (ovl__g.cfg.verbose >= 2 || (ovl__g.cfg.verbose >= 1 && ovl__g.rank == 0))
+    ovl__g.cfg.progress.priority = 0;
+    if (ovl__g.cfg.report.verbose >= 2 || (ovl__g.cfg.report.verbose >= 1 && ovl__g.rank == 0))
         fprintf(stderr,
                 "ovl: OVL_PROGRESS_PRIORITY=%d: SCHED_FIFO refused (%s); the progress thread runs "
                 "under normal scheduling (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= %d)\n",
@@ -1112,31 +1065,31 @@ static int start_realtime(void)
 
 int ovl__engine_start(void)
 {
-    E.n = 0;
-    E.ndef = 0;
-    E.ready_head = E.ready_tail = NULL;
-    E.conts = 0;
-    E.nrma = 0;
-    E.stop = 0;
-    E.posted = 0;
-    E.grace = 0;
-    E.awake = 0;
-    E.tid = 0;
-    E.gentle = 0;
-    E.thread_on = 0;
-    if (ovl__g.cfg.progress != OVL_PROGRESS_THREAD)
+    struct ovl__engine *e = &engine0;
+    e->n = 0;
+    e->ndef = 0;
+    e->ready_head = e->ready_tail = NULL;
+    e->conts = 0;
+    e->stop = 0;
+    e->posted = 0;
+    e->grace = 0;
+    e->awake = 0;
+    e->tid = 0;
+    e->gentle = 0;
+    e->thread_on = 0;
+    if (ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD)
         return OVL_SUCCESS;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&E.cond, &ca);
+    int rc = pthread_cond_init(&e->cond, &ca);
     pthread_condattr_destroy(&ca);
     if (rc)
         return OVL_ERR_NOMEM;
-    E.thread_on = 1;
-    if (start_realtime() != 0 && pthread_create(&E.thread, NULL, progress_thread, NULL) != 0) {
-        E.thread_on = 0;
-        pthread_cond_destroy(&E.cond);
+    e->thread_on = 1;
+    if (start_realtime(e) != 0 && pthread_create(&e->thread, NULL, progress_thread, e) != 0) {
+        e->thread_on = 0;
+        pthread_cond_destroy(&e->cond);
         return OVL_ERR_NOMEM;
     }
     return OVL_SUCCESS;
@@ -1144,28 +1097,29 @@ int ovl__engine_start(void)
 
 void ovl__engine_stop(void)
 {
-    if (E.thread_on) {
-        pthread_mutex_lock(&E.lock);
-        E.stop = 1;
-        pthread_cond_signal(&E.cond);
-        pthread_mutex_unlock(&E.lock);
-        pthread_join(E.thread, NULL);
-        E.thread_on = 0;
-        pthread_cond_destroy(&E.cond);
+    struct ovl__engine *e = &engine0;
+    if (e->thread_on) {
+        pthread_mutex_lock(&e->lock);
+        e->stop = 1;
+        e->sig = 1;
+        unlock_engine(e);
+        pthread_join(e->thread, NULL);
+        e->thread_on = 0;
+        pthread_cond_destroy(&e->cond);
     }
-    ovl__page_free(E.mreqs);
-    ovl__page_free(E.ops);
-    ovl__page_free(E.idx);
-    ovl__page_free(E.sts);
-    ovl__page_free(E.batch);
-    ovl__page_free(E.batch_sts);
-    ovl__page_free(E.deferred);
-    E.mreqs = NULL;
-    E.ops = NULL;
-    E.idx = NULL;
-    E.sts = NULL;
-    E.batch = NULL;
-    E.batch_sts = NULL;
-    E.deferred = NULL;
-    E.n = E.cap = E.bcap = E.ndef = E.capdef = 0;
+    ovl__page_free(e->mreqs);
+    ovl__page_free(e->ops);
+    ovl__page_free(e->idx);
+    ovl__page_free(e->sts);
+    ovl__page_free(e->batch);
+    ovl__page_free(e->batch_sts);
+    ovl__page_free(e->deferred);
+    e->mreqs = NULL;
+    e->ops = NULL;
+    e->idx = NULL;
+    e->sts = NULL;
+    e->batch = NULL;
+    e->batch_sts = NULL;
+    e->deferred = NULL;
+    e->n = e->cap = e->bcap = e->ndef = e->capdef = 0;
 }

@@ -24,9 +24,10 @@
  * Trains (HUNT 5.3): a get that joins a train is neither split nor
  * guarded: it lands directly in the destination, and the last strip of the
  * watched get before it (its anchor) is held back until the train has
- * arrived, so touching that strip retires the train. Who joins: under
- * ovl_hint_piggyback(n), a get issued while n others are outstanding (the
- * program promises to use destinations in issue order); by default, a get
+ * arrived, so touching that strip retires the train. Who joins: on a
+ * segment with the piggyback hint n (ovl_segment_hint), a get issued while
+ * n others are outstanding (the program promises to use destinations in
+ * issue order); by default, a get
  * smaller than the model's piggyback threshold (its guard would cost more
  * than its wire time could hide), but only under the explicit monitor:
  * there ovl_get_need waits for a member, whereas under a fault monitor an
@@ -78,7 +79,7 @@ struct xfer {
     size_t staging_cap;       /* its size (stage_get/stage_put) */
     int nstrips, left, first; /* first: index of the strip issued first */
     struct strip *st;
-    struct ovl__req *req; /* ovl_get_nb */
+    struct ovl__req *req; /* ovl_get with a request */
     int err;
     int direct;          /* piggybacked get: MPI writes into dst, no guard */
     struct xfer *anchor; /* piggybacked: the get whose last strip waits for it */
@@ -96,62 +97,41 @@ static struct {
     struct xfer *head;
     int n;
     int err; /* first transfer error not yet reported by a retire */
-    /* hints */
-    unsigned decomp, piggyback;
-    int piggy_hint; /* ovl_hint_piggyback was called: its count decides trains */
-    ovl_order_t order;
     /* stats */
     atomic_ullong transfers, strips, split, bytes, waits, wait_ns;
-} X = { .lock = PTHREAD_MUTEX_INITIALIZER, .decomp = 1, .order = OVL_ORDER_RANDOM };
+} X = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---- hints ------------------------------------------------------------------ */
 
-int ovl_hint_decomp(unsigned factor)
+/* Kept in the segment (struct ovl__seg), read under X.lock when a transfer
+ * on it is planned. */
+int ovl_segment_hint(ovl_segment_t seg, const ovl_param_t *param)
 {
+    static const char *fn = "ovl_segment_hint";
     int rc;
-    if ((rc = ovl__check_init("ovl_hint_decomp")))
+    struct ovl__seg *s = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__seg_lookup(fn, seg, &s)) ||
+        (rc = ovl__param_check(fn, param,
+                               OVL_PARAM_FIELD_DECOMP | OVL_PARAM_FIELD_ORDER |
+                                   OVL_PARAM_FIELD_PIGGYBACK)))
         return rc;
-    if (factor > MAX_STRIPS)
-        return ovl__error(OVL_ERR_ARG, "ovl_hint_decomp", "factor %u above %d", factor, MAX_STRIPS);
+    if (!param)
+        return OVL_SUCCESS;
+    const uint64_t m = param->field_mask;
+    if ((m & OVL_PARAM_FIELD_DECOMP) && param->decomp > MAX_STRIPS)
+        return ovl__error(OVL_ERR_ARG, fn, "param->decomp %u above %d", param->decomp, MAX_STRIPS);
+    if ((m & OVL_PARAM_FIELD_ORDER) && (unsigned)param->order > OVL_ORDER_RANDOM)
+        return ovl__error(OVL_ERR_ARG, fn, "unknown param->order %d", (int)param->order);
     pthread_mutex_lock(&X.lock);
-    X.decomp = factor;
+    if (m & OVL_PARAM_FIELD_DECOMP)
+        s->decomp = param->decomp;
+    if (m & OVL_PARAM_FIELD_ORDER)
+        s->order = param->order;
+    if (m & OVL_PARAM_FIELD_PIGGYBACK) {
+        s->piggyback = param->piggyback;
+        s->piggy_hint = 1;
+    }
     pthread_mutex_unlock(&X.lock);
-    return OVL_SUCCESS;
-}
-
-int ovl_hint_order(ovl_order_t order)
-{
-    int rc;
-    if ((rc = ovl__check_init("ovl_hint_order")))
-        return rc;
-    if ((unsigned)order > OVL_ORDER_RANDOM)
-        return ovl__error(OVL_ERR_ARG, "ovl_hint_order", "unknown order %d", (int)order);
-    pthread_mutex_lock(&X.lock);
-    X.order = order;
-    pthread_mutex_unlock(&X.lock);
-    return OVL_SUCCESS;
-}
-
-int ovl_hint_piggyback(unsigned threshold)
-{
-    int rc;
-    if ((rc = ovl__check_init("ovl_hint_piggyback")))
-        return rc;
-    pthread_mutex_lock(&X.lock);
-    X.piggyback = threshold;
-    X.piggy_hint = 1;
-    pthread_mutex_unlock(&X.lock);
-    return OVL_SUCCESS;
-}
-
-int ovl_get_split_threshold(size_t *bytes)
-{
-    int rc;
-    if ((rc = ovl__check_init("ovl_get_split_threshold")))
-        return rc;
-    if (!bytes)
-        return ovl__error(OVL_ERR_ARG, "ovl_get_split_threshold", "bytes is NULL");
-    *bytes = ovl__model_split_threshold(ovl__model_link_peer());
     return OVL_SUCCESS;
 }
 
@@ -453,7 +433,7 @@ static void engine_add_all(struct xfer *x, int issued, int n)
 {
     for (int k = 0; k < issued; k++) {
         int i = x->down ? n - 1 - k : k;
-        if (ovl__engine_add_remote(&x->st[i].op, 0) != OVL_SUCCESS) {
+        if (ovl__engine_post(&x->st[i].op, NULL) != OVL_SUCCESS) {
             MPI_Status st;
             MPI_Wait(&x->st[i].op.mreq, &st);
             st.MPI_ERROR = MPI_SUCCESS;
@@ -541,7 +521,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
     if ((rc = check_common(fn, dst, rank, offset, bytes, seg, &s)))
         return rc;
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
-    /* ovl_get_nb is waited for by the program; a plain get nobody chose the
+    /* a get with a request is waited for by the program; a plain get nobody chose the
      * explicit monitor for, where no fault monitor works, completes here */
     const int degraded = !req && bytes > 0 && s && ovl__watch_degraded(fn, OVL_MONITOR_AUTO, mon);
     if (degraded && (rc = ovl__check_not_in_callback(fn)))
@@ -616,12 +596,12 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         ngets++;
         if ((uintptr_t)o->ubuf < phi && (uintptr_t)o->ubuf + o->bytes + ps > plo)
             page_shared = 1;
-        /* the list is newest first; an ovl_get_nb whose request is still
+        /* the list is newest first; a get with a request still
          * waiting for its only strip cannot hold that strip back */
         if (!anchor && !o->direct && o->w && !o->last_arrived && !(o->req && o->first == o->last))
             anchor = o;
     }
-    /* A train (HUNT 5.3): under ovl_hint_piggyback, by its count of
+    /* A train (HUNT 5.3): under the segment's piggyback hint, by its count of
      * outstanding gets, with any monitor (the program promised to use
      * destinations in issue order); by default, below the model's
      * piggyback threshold and only under the explicit monitor, where
@@ -629,10 +609,10 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
      * member read before its anchor would show bytes not yet there). */
     int piggy =
         anchor && !page_shared && !r &&
-        (X.piggy_hint ? X.piggyback > 0 && (unsigned)ngets >= X.piggyback
-                      : mon == OVL_MONITOR_EXPLICIT && bytes < ovl__model_piggyback_threshold());
+        (s->piggy_hint ? s->piggyback > 0 && (unsigned)ngets >= s->piggyback
+                       : mon == OVL_MONITOR_EXPLICIT && bytes < ovl__model_piggyback_threshold());
     int reason = OVL__SPLIT_TRAIN;
-    x->nstrips = piggy ? 1 : plan((uintptr_t)dst, bytes, rank, 1, X.decomp, X.order, sz, &reason);
+    x->nstrips = piggy ? 1 : plan((uintptr_t)dst, bytes, rank, 1, s->decomp, s->order, sz, &reason);
     if (piggy)
         sz[0] = bytes;
     if (r && x->nstrips > 1) {
@@ -644,15 +624,15 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
          * the strips' do, and the large strip fits MPI's int count. */
         size_t half = bytes / 2 < MAX_STRIP - ps ? bytes / 2 : MAX_STRIP - ps;
         uintptr_t a = (uintptr_t)dst;
-        uintptr_t cut = (a + (X.order == OVL_ORDER_DOWN ? bytes - half : half) + ps / 2) / ps * ps;
+        uintptr_t cut = (a + (s->order == OVL_ORDER_DOWN ? bytes - half : half) + ps / 2) / ps * ps;
         if (cut > a && cut < a + bytes) {
             size_t lo = (size_t)(cut - a), hi = bytes - lo, k;
             int ignored;
-            if (X.order == OVL_ORDER_DOWN) { /* [rest][large] */
-                k = (size_t)plan(a, lo, rank, 1, X.decomp, X.order, sz, &ignored);
+            if (s->order == OVL_ORDER_DOWN) { /* [rest][large] */
+                k = (size_t)plan(a, lo, rank, 1, s->decomp, s->order, sz, &ignored);
                 sz[k] = hi;
             } else { /* [large][rest] */
-                k = (size_t)plan(cut, hi, rank, 1, X.decomp, X.order, sz + 1, &ignored);
+                k = (size_t)plan(cut, hi, rank, 1, s->decomp, s->order, sz + 1, &ignored);
                 sz[0] = lo;
             }
             x->nstrips = (int)k + 1;
@@ -677,7 +657,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         x->direct = 1;
         x->anchor = anchor;
         anchor->nfollow++;
-    } else if ((rc = (x->lazy = mon == OVL_MONITOR_MPROTECT && X.order != OVL_ORDER_RANDOM)
+    } else if ((rc = (x->lazy = mon == OVL_MONITOR_MPROTECT && s->order != OVL_ORDER_RANDOM)
                          ? ovl__watch_recv_create_lazy(fn, dst, bytes, &x->w)
                          : ovl__watch_recv_create(fn, mon, dst, bytes, &x->w)) != OVL_SUCCESS) {
         pthread_mutex_unlock(&X.lock);
@@ -700,7 +680,7 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         }
     }
     x->left = x->nstrips;
-    x->down = X.order == OVL_ORDER_DOWN;
+    x->down = s->order == OVL_ORDER_DOWN;
     if (x->lazy)
         lazy_advance(x, 1); /* the first strip's first page */
     list_add_locked(x);
@@ -729,19 +709,11 @@ fail_req:
     return rc;
 }
 
-int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg)
+int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+            const ovl_param_t *param, ovl_request_t *req)
 {
-    return get_impl("ovl_get", dst, rank, offset, bytes, seg, NULL);
-}
-
-int ovl_get_nb(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-               ovl_request_t *req)
-{
-    if (!req) {
-        int rc = ovl__check_init("ovl_get_nb");
-        return rc ? rc : ovl__error(OVL_ERR_ARG, "ovl_get_nb", "request pointer is NULL");
-    }
-    return get_impl("ovl_get_nb", dst, rank, offset, bytes, seg, req);
+    int rc = ovl__param_check("ovl_get", param, 0);
+    return rc ? rc : get_impl("ovl_get", dst, rank, offset, bytes, seg, req);
 }
 
 struct pending_arg {
@@ -817,12 +789,14 @@ int ovl_get_need(const void *dst, size_t bytes)
     return wait_while(fn, range_pending, &a, "bytes", (long long)bytes);
 }
 
-int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg)
+int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+            const ovl_param_t *param)
 {
     static const char *fn = "ovl_put";
     int rc;
     struct ovl__seg *s = NULL;
-    if ((rc = check_common(fn, src, rank, offset, bytes, seg, &s)))
+    if ((rc = ovl__param_check(fn, param, 0)) ||
+        (rc = check_common(fn, src, rank, offset, bytes, seg, &s)))
         return rc;
     if (bytes == 0 || !s) {
         count(0, 0);
@@ -864,9 +838,9 @@ int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_
     int nm = 0;
     int reason;
     if (hold)
-        nm = plan(ia, mid, rank, 1, X.decomp, OVL_ORDER_UP, sz + (head ? 1 : 0), &reason);
+        nm = plan(ia, mid, rank, 1, s->decomp, OVL_ORDER_UP, sz + (head ? 1 : 0), &reason);
     else
-        nm = plan(a, bytes, rank, 1, X.decomp, OVL_ORDER_UP, sz, &reason);
+        nm = plan(a, bytes, rank, 1, s->decomp, OVL_ORDER_UP, sz, &reason);
     ovl__stats_split_reason(reason);
     int n = nm;
     if (hold) {
@@ -997,10 +971,6 @@ void ovl__rma_finalize(void)
     atomic_store(&X.waits, 0);
     atomic_store(&X.wait_ns, 0);
     pthread_mutex_lock(&X.lock);
-    X.decomp = 1;
-    X.piggyback = 0;
-    X.piggy_hint = 0;
-    X.order = OVL_ORDER_RANDOM;
     X.err = 0;
     pthread_mutex_unlock(&X.lock);
 }

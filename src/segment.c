@@ -13,7 +13,7 @@
  * target's progress (TCP, MPICH's shared memory); where the network or a
  * shared-memory window does it alone (RDMA, Open MPI on one node), polling
  * would only take wake-ups from the computation. The first segment's
- * creation measures which (probe_serving) unless OVL_POLL_SERVE_US is set.
+ * creation measures which (probe_serving) unless OVL_SERVE_US is set.
  *
  * Handles are (slot, generation) pairs like requests, so a freed segment
  * is reported as such instead of being dereferenced. Every rank's size is
@@ -213,7 +213,7 @@ static void probe_serving(struct ovl__seg *s)
     S.probed = 1;
     atomic_store(&S.serving, need || !ovl__g.serve_auto);
     snprintf(S.said, sizeof S.said, "%s (probe: MPI %s the target's calls, %.1f ms)",
-             !ovl__g.serve_auto ? "yes, OVL_POLL_SERVE_US is set"
+             !ovl__g.serve_auto ? "yes, OVL_SERVE_US is set"
              : need             ? "yes"
                                 : "no",
              need ? "needs" : "does without", (ovl__now_us() - t0) / 1e3);
@@ -333,6 +333,8 @@ int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
     s->bytes = bytes;
     s->sizes = sizes;
     s->lock_at = (bytes + 7) / 8 * 8;
+    s->decomp = 1; /* ovl_segment_hint's defaults (ovl.h) */
+    s->order = OVL_ORDER_RANDOM;
     void *b = NULL;
     /* whole cache lines: MPICH 4.0 (ch4, shared memory) misplaces remote
      * displacements when the ranks' sizes are not multiples of 16 */

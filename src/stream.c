@@ -377,14 +377,16 @@ unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, 
 static int frag_add(struct ovl__stream *s, struct frag *f, size_t bytes, int last)
 {
     if (s->is_send && f->nimg > 1)
-        return ovl__engine_add_handshake(&f->op, bytes);
+        return ovl__engine_post(&f->op, &(struct ovl__post){ .bytes = bytes, .handshake = 1 });
     double tau = ovl__m.bw_Bpus > 0 ? (double)bytes / ovl__m.bw_Bpus : 0;
     double age = s->t_first > 0 ? ovl__now_us() - s->t_first : 0;
     unsigned k = ovl__stream_stride(s->window, bytes, ovl__m.bw_Bpus, s->is_send, age);
     if (s->is_send && f->seq < s->window)
         k = 1; /* the first window, posted at once: MPI may need polls to push it out */
     int quiet = !last && k > 1 && (f->seq + 1) % k != 0;
-    return ovl__engine_add_stream(&f->op, bytes, quiet, (double)(k - 1) * tau);
+    return ovl__engine_post(
+        &f->op,
+        &(struct ovl__post){ .bytes = bytes, .follows = quiet, .slack_us = (double)(k - 1) * tau });
 }
 
 /* Post the @nimg fragments from slot f on (consecutive slots, all full but
@@ -447,7 +449,7 @@ static int lead_hold(struct ovl__stream *s)
 {
     if (!s->in_lead || s->held + 2 > s->window)
         return 0;
-    if (ovl__g.cfg.stream_whole == OVL_STREAM_WHOLE_ON)
+    if (ovl__g.cfg.stream.whole == OVL_STREAM_WHOLE_ON)
         return 1;
     double k = (double)(s->held + 1);
     double o = ovl__m.o_us < 1 ? 1 : ovl__m.o_us > 100 ? 100 : ovl__m.o_us;
@@ -667,8 +669,9 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     ovl__engine_unlock();
     size_t expect = seq == 0 ? lead_expected(s->peer, s->tag) : 0;
     if ((seq > 0  ? frag_add(s, f, (size_t)count, 0)
-         : expect ? ovl__engine_add_receive(&f->op, expect)
-                  : ovl__engine_add(&f->op)) != OVL_SUCCESS) {
+         : expect ? ovl__engine_post(
+                        &f->op, &(struct ovl__post){ .bytes = expect, .wake = OVL__WAKE_GRACE })
+                  : ovl__engine_post(&f->op, NULL)) != OVL_SUCCESS) {
         MPI_Cancel(&f->op.mreq);
         MPI_Wait(&f->op.mreq, MPI_STATUS_IGNORE);
         ovl__engine_lock();
@@ -910,8 +913,8 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     struct ovl__stream *s = calloc(1, sizeof *s);
     if (!s)
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a stream");
-    s->window = ovl__g.cfg.stream_window;
-    s->payload_max = ovl__g.cfg.fragment_size - OVL__HDR_BYTES;
+    s->window = ovl__g.cfg.stream.window;
+    s->payload_max = ovl__g.cfg.stream.fragment_size - OVL__HDR_BYTES;
     s->frags = calloc(s->window, sizeof *s->frags);
     s->block = ovl__page_alloc(block_bytes(s)); /* not malloc: see ovl__page_alloc */
     if (!s->frags || !s->block)
@@ -927,10 +930,10 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     s->fn = mf;
     s->arg = arg;
     s->cur = -1;
-    s->in_lead = is_send && ovl__g.cfg.stream_whole != OVL_STREAM_WHOLE_OFF;
+    s->in_lead = is_send && ovl__g.cfg.stream.whole != OVL_STREAM_WHOLE_OFF;
     wclose(s);
     rclose(s);
-    if (ovl__coro_create(ovl__g.cfg.stack_size, is_send ? send_body : recv_body, s, &s->co))
+    if (ovl__coro_create(ovl__g.cfg.stream.stack_size, is_send ? send_body : recv_body, s, &s->co))
         goto nomem;
     ovl__coro_set_owner(s->co, s, stream_step);
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Private to the access monitor (watch.c and its backends). A region is a
- * buffer [base, base + len) seen as pages P0 .. P0 + npages - 1. Its first
- * and last pages may be shared with other data ("edge" pages); the pages
- * wholly inside it are "interior", indices [ilo, ihi).
+ * Private to the access monitor (watch.c, watch_fault.c, watch_monitor.c
+ * and the backends). A region is a buffer [base, base + len) seen as pages
+ * P0 .. P0 + npages - 1. Its first and last pages may be shared with other
+ * data ("edge" pages); the pages wholly inside it are "interior", indices
+ * [ilo, ihi).
  *
  * Receive regions: every page holding a byte that has not arrived is
  * guarded. Interior pages are guarded by the backend; edge pages always by
@@ -15,6 +16,8 @@
 #define OVL_WATCH_INTERNAL_H
 
 #include "ovl_internal.h"
+
+#include <signal.h>
 
 struct ovl__watch {
     int is_send;
@@ -50,6 +53,55 @@ struct ovl__watch {
     _Atomic size_t stale; /* first offset written after being sent, or -1 */
 };
 
+#define OVL__WATCH_MAX_REGIONS 1024
+#define OVL__WATCH_MAX_EDGES   2048
+#define OVL__WATCH_RECENT      256
+
+/* The registry and what the fault handler shares with the rest (watch.c
+ * defines it). */
+struct ovl__watch_state {
+    pthread_mutex_t lock; /* registry, edges, zombies (never taken by the handler) */
+    struct ovl__watch *_Atomic regs[OVL__WATCH_MAX_REGIONS];
+    atomic_int nregs; /* registered regions (ovl__watch_idle) */
+    struct {
+        _Atomic uintptr_t page;
+        _Atomic int refs;
+        ovl__spin_t busy;            /* orders a release against a single-step re-guard */
+        _Atomic unsigned long steps; /* neighbour accesses let through while guarded */
+    } edges[OVL__WATCH_MAX_EDGES];
+    atomic_int said_steps; /* the many-steps advice is given once */
+    /* ranges of regions released lately: a fault racing with the release
+     * is retried once instead of being taken for a genuine one */
+    struct {
+        _Atomic uintptr_t lo, hi;
+        _Atomic unsigned long gen; /* which release this entry records */
+    } recent[OVL__WATCH_RECENT];
+    unsigned long recent_next;
+    struct ovl__watch *zombies;
+    struct ovl__watch **zombie_v;
+    size_t nzombies, capzombies;
+    atomic_int in_handler;
+    int installed;
+    struct sigaction old_segv, old_bus, old_trap;
+    int mem_fd; /* /proc/self/mem */
+    /* probe page for measuring the fault cost */
+    _Atomic uintptr_t probe;
+    int probe_uffd;
+    double fault_us[4];
+};
+extern struct ovl__watch_state ovl__watch_g;
+
+/* watch.c: a guarded edge page's slot in ovl__watch_g.edges, or -1; and
+ * whether @page is one. Safe in the fault handler. */
+int ovl__watch_edge_slot(uintptr_t page);
+int ovl__watch_edge_guarded(uintptr_t page);
+
+/* watch_fault.c: install the fault handler (ovl_init; OVL_SUCCESS or
+ * OVL_ERR_MONITOR), and put back the handlers it replaced (finalize; does
+ * nothing when not installed). */
+int ovl__watch_handler_install(void);
+void ovl__watch_handler_remove(void);
+
 int ovl__watch_mem_probe(uintptr_t addr);
 /* Protect [a, a+len) (PROT_NONE) and check that ovl can still write it at
  * @probe (ovl__watch_mem_probe); on failure the protection is undone. 0 or
@@ -82,6 +134,14 @@ extern const struct ovl__watch_backend ovl__watch_uffd;
 /* Regions in ovl_alloc memory, under either fault monitor: the view is
  * guarded with mprotect, bytes are written (or land) in the alias. */
 extern const struct ovl__watch_backend ovl__watch_alias;
+
+/* The backend that guards @w's pages. */
+static inline const struct ovl__watch_backend *ovl__watch_backend_of(const struct ovl__watch *w)
+{
+    if (w->alias)
+        return &ovl__watch_alias;
+    return w->mon == OVL_MONITOR_UFFD ? &ovl__watch_uffd : &ovl__watch_mprotect;
+}
 
 static inline char *ovl__watch_page_addr(const struct ovl__watch *w, size_t i)
 {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: BSD-3-Clause
-# ctest wrapper around tools/ovl-cluster for the `cluster` fixture:
+# ctest wrapper around testbed/ovl-cluster for the `cluster` fixture:
 #   cluster.sh up   TOOL STAMP [up options]    bring the emulated cluster up
 #   cluster.sh run  TOOL STAMP [run options]   run a program on it
 #   cluster.sh down TOOL STAMP                 take it down if `up` created it

@@ -155,12 +155,12 @@ static inline int dt_uffd_available(void)
     return rc == OVL_SUCCESS;
 }
 
-/* The monitor requests without _with use (the configuration in force). */
+/* The monitor of requests that name none (the configuration in force). */
 static inline ovl_monitor_t dt_monitor(void)
 {
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    return cfg.monitor;
+    return cfg.access.monitor;
 }
 
 /* MPI (MPI_THREAD_MULTIPLE), ovl (cfg may be NULL) and the watchdog. A
@@ -183,8 +183,9 @@ static inline void dt_init(int *argc, char ***argv, const char *name, const ovl_
         size_t dsz = 0;
         ovl_config_t c;
         CHECK_OK(ovl_config_get(&c));
-        dsz = c.delta_size;
-        printf("%s: monitor %s, OVL_DELTA_SIZE %zu\n", name, ovl_monitor_name(c.monitor), dsz);
+        dsz = c.access.delta_size;
+        printf("%s: monitor %s, OVL_DELTA_SIZE %zu\n", name, ovl_monitor_name(c.access.monitor),
+               dsz);
         fflush(stdout);
     }
     dt_watchdog_start();
@@ -424,7 +425,7 @@ static inline size_t dt_check_used(const unsigned char *buf, size_t bytes, uint6
 static inline ovl_stats_t dt_stats(void)
 {
     ovl_stats_t s;
-    CHECK_OK(ovl_stats_get(&s));
+    CHECK_OK(ovl_stats_get(&s, sizeof s));
     return s;
 }
 

@@ -227,7 +227,7 @@ const ovl_config_t *th_config(const ovl_config_t *cfg)
     CHECKF(which >= 0, "OVL_TEST_MONITOR=%s: expected auto, uffd, mprotect or explicit", m);
     merged = cfg ? *cfg : (ovl_config_t){ .field_mask = 0 };
     merged.field_mask |= OVL_CONFIG_FIELD_MONITOR;
-    merged.monitor = (ovl_monitor_t)which;
+    merged.access.monitor = (ovl_monitor_t)which;
     return &merged;
 }
 

@@ -84,6 +84,14 @@ const char *th_code_name(int code);
             th_fail_rc(__FILE__, __LINE__, #call, th_rc_, th_want_); \
     } while (0)
 
+/* An ovl_param_t with one option set, for a call's param argument. */
+#define TH_MONITOR(m) (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_MONITOR, .monitor = (m) })
+#define TH_COUNT(n)   (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_COUNT, .count = (n) })
+#define TH_DECOMP(n)  (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_DECOMP, .decomp = (n) })
+#define TH_ORDER(o)   (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_ORDER, .order = (o) })
+#define TH_PIGGYBACK(n) \
+    (&(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PIGGYBACK, .piggyback = (n) })
+
 /* An MPI call that must return MPI_SUCCESS. */
 #define CHECK_MPI(call)                                   \
     do {                                                  \

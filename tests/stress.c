@@ -15,13 +15,13 @@
  *    past the end (OVL_ERR_EOF);
  *  - delta sends whose buffer is written while it is sent (in order, with
  *    or without ovl_delta_produced; in shuffled strips under the explicit
- *    monitor; ended early with ovl_delta_send_end_count), received by
+ *    monitor; ended early with a count in ovl_delta_send_end's param), received by
  *    ovl_delta_recv (buffer read before completion: directly under a fault
  *    monitor, after ovl_delta_need under the explicit one) or ovl_irecv,
  *    some forwarded to a third rank while still arriving; per-request
- *    explicit monitors (_with) under a fault-monitored process;
+ *    explicit monitors (per request) under a fault-monitored process;
  *  - one-sided get/put on a segment, under fence (ovl_fence) and under
- *    ovl_lock/ovl_unlock, ovl_get_nb, order and decomposition hints, get
+ *    ovl_lock/ovl_unlock, ovl_get with a request, order and decomposition hints, get
  *    destinations read before completion, put sources rewritten at once.
  * A round may run part of its work on a second application thread.
  * Every byte received is checked against f(seed, round, op, offset)
@@ -144,12 +144,12 @@ enum {
     F_RCONT = 1u << 1,     /* continuation on the receive (verifies, may chain) */
     F_ADOPT = 1u << 2,     /* plain MPI requests given to ovl_continue_mpi */
     F_DRECV = 1u << 3,     /* delta received with ovl_delta_recv (else ovl_irecv) */
-    F_SEXPL = 1u << 4,     /* delta send with the explicit monitor (_with) */
-    F_REXPL = 1u << 5,     /* delta receive with the explicit monitor (_with) */
+    F_SEXPL = 1u << 4,     /* delta send with the explicit monitor (its param) */
+    F_REXPL = 1u << 5,     /* delta receive with the explicit monitor (its param) */
     F_SHUFFLE = 1u << 6,   /* explicit delta send produced in shuffled strips */
     F_PRODUCED = 1u << 7,  /* fault-monitored delta send annotated in order too */
     F_LOCKED = 1u << 8,    /* get/put under ovl_lock instead of the fence */
-    F_GETNB = 1u << 9,     /* ovl_get_nb */
+    F_GETNB = 1u << 9,     /* ovl_get with a request */
     F_EARLY = 1u << 10,    /* stream receiver returns before the end */
     F_FDRECV = 1u << 11,   /* forwarded delta received with ovl_delta_recv */
     F_DSENDFWD = 1u << 12, /* early forward with ovl_delta_send_begin, else ovl_isend */
@@ -163,7 +163,7 @@ typedef struct {
     int idx, kind, src, dst, fwd, tag, lane, parent, depth;
     unsigned flags;
     size_t size; /* bytes sent (delta: the count begun with) */
-    size_t real; /* delta: bytes produced and sent (send_end_count) */
+    size_t real; /* delta: bytes produced and sent (send_end with a count) */
     size_t cap;  /* receive buffer bytes */
     size_t esz;  /* delta element size: 1 (MPI_BYTE) or 8 (MPI_UINT64_T) */
     size_t roff; /* get/put: offset in the target's segment */
@@ -783,8 +783,9 @@ static void post_ovl(side_t *s)
         break;
     case K_DELTA * 8 + R_SEND:
         th_fill(b, s->cap, before_key(o), 0);
-        CHECK_OK(ovl_delta_send_begin_with(b, (int)(o->size / o->esz), dtype_of(o), s->peer, s->tag,
-                                           s->expl ? OVL_MONITOR_EXPLICIT : OVL_MONITOR_AUTO, q));
+        CHECK_OK(ovl_delta_send_begin(b, (int)(o->size / o->esz), dtype_of(o), s->peer, s->tag,
+                                      TH_MONITOR(s->expl ? OVL_MONITOR_EXPLICIT : OVL_MONITOR_AUTO),
+                                      q));
         break;
     case K_DELTA * 8 + R_RECV:
     case K_DELTA * 8 + R_FRECV: {
@@ -792,8 +793,9 @@ static void post_ovl(side_t *s)
         int count = (int)(s->cap / o->esz);
         unsigned f = s->role == R_RECV ? F_DRECV : F_FDRECV;
         if (o->flags & f)
-            CHECK_OK(ovl_delta_recv_with(b, count, dtype_of(o), s->peer, s->tag,
-                                         s->expl ? OVL_MONITOR_EXPLICIT : OVL_MONITOR_AUTO, q));
+            CHECK_OK(ovl_delta_recv(b, count, dtype_of(o), s->peer, s->tag,
+                                    TH_MONITOR(s->expl ? OVL_MONITOR_EXPLICIT : OVL_MONITOR_AUTO),
+                                    q));
         else
             CHECK_OK(ovl_irecv(b, count, dtype_of(o), s->peer, s->tag, q));
         break;
@@ -804,8 +806,8 @@ static void post_ovl(side_t *s)
         unsigned char *fb = s->from->reg.buf;
         int count = (int)(o->size / o->esz);
         if (o->flags & F_DSENDFWD) {
-            CHECK_OK(ovl_delta_send_begin(fb, count, dtype_of(o), s->peer, s->tag, q));
-            CHECK_OK(ovl_delta_send_end(*q));
+            CHECK_OK(ovl_delta_send_begin(fb, count, dtype_of(o), s->peer, s->tag, NULL, q));
+            CHECK_OK(ovl_delta_send_end(*q, NULL));
         } else {
             CHECK_OK(ovl_isend(fb, count, dtype_of(o), s->peer, s->tag, q));
         }
@@ -898,9 +900,9 @@ static void produce(side_t *s, th_rng_t *r)
         }
     }
     if (real == o->size && coin(r, 2))
-        CHECK_OK(ovl_delta_send_end(s->req));
+        CHECK_OK(ovl_delta_send_end(s->req, NULL));
     else
-        CHECK_OK(ovl_delta_send_end_count(s->req, (int)(real / o->esz)));
+        CHECK_OK(ovl_delta_send_end(s->req, TH_COUNT((int)(real / o->esz))));
     touch();
 }
 
@@ -1135,16 +1137,16 @@ static void rma_issue(side_t *s)
             CHECK_MPI(MPI_Get(b, (int)o->size, MPI_BYTE, o->dst, (MPI_Aint)o->roff, (int)o->size,
                               MPI_BYTE, win));
         else if (o->flags & F_GETNB)
-            CHECK_OK(ovl_get_nb(b, o->dst, o->roff, o->size, seg, &s->req));
+            CHECK_OK(ovl_get(b, o->dst, o->roff, o->size, seg, NULL, &s->req));
         else
-            CHECK_OK(ovl_get(b, o->dst, o->roff, o->size, seg));
+            CHECK_OK(ovl_get(b, o->dst, o->roff, o->size, seg, NULL, NULL));
     } else {
         th_fill(b, o->size, o->key, 0);
         if (opt.mpi) {
             CHECK_MPI(MPI_Put(b, (int)o->size, MPI_BYTE, o->dst, (MPI_Aint)o->roff, (int)o->size,
                               MPI_BYTE, win));
         } else {
-            CHECK_OK(ovl_put(b, o->dst, o->roff, o->size, seg));
+            CHECK_OK(ovl_put(b, o->dst, o->roff, o->size, seg, NULL));
             /* the source may be rewritten at once (a fault monitor makes
              * the write wait for the strip to leave). Not under TSan: it
              * records the write before the store faults and waits, so the
@@ -1163,8 +1165,8 @@ static void rma_phase(round_t *rd, th_rng_t *r)
     ovl_order_t order = sc->order;
     int need = proc_explicit ? 2 : 0;
     if (!opt.mpi) {
-        CHECK_OK(ovl_hint_order(order));
-        CHECK_OK(ovl_hint_decomp(sc->decomp));
+        CHECK_OK(ovl_segment_hint(seg, TH_ORDER(order)));
+        CHECK_OK(ovl_segment_hint(seg, TH_DECOMP(sc->decomp)));
     } else {
         CHECK_MPI(MPI_Win_lock_all(0, win));
     }
@@ -1220,7 +1222,7 @@ static void rma_phase(round_t *rd, th_rng_t *r)
         if (s->req != OVL_REQUEST_NULL) {
             CHECK_OK(ovl_wait(&s->req, &s->st));
             if (s->st.error != OVL_SUCCESS)
-                wrongf(s, "ovl_get_nb completed with %s", th_code_name(s->st.error));
+                wrongf(s, "ovl_get's request completed with %s", th_code_name(s->st.error));
         }
         if (o->kind == K_GET) {
             if (verify_range(s, "got data", s->reg.buf, 0, o->size, o->key))
@@ -1445,7 +1447,7 @@ int main(int argc, char **argv)
         if (!getenv("OVL_VERBOSE")) {
             /* the OVL_ERR_EOF a stream receiver asks for is not worth a line */
             cfg.field_mask |= OVL_CONFIG_FIELD_VERBOSE;
-            cfg.verbose = 0;
+            cfg.report.verbose = 0;
         }
         if (opt.monitor) {
             static const char *const names[] = { "auto", "uffd", "mprotect", "explicit" };
@@ -1455,13 +1457,13 @@ int main(int argc, char **argv)
                     m = i;
             CHECKF(m >= 0, "--monitor %s: expected auto, uffd, mprotect or explicit", opt.monitor);
             cfg.field_mask |= OVL_CONFIG_FIELD_MONITOR;
-            cfg.monitor = (ovl_monitor_t)m;
+            cfg.access.monitor = (ovl_monitor_t)m;
         }
         CHECK_OK(ovl_init(MPI_COMM_WORLD, th_config(&cfg)));
         ovl_config_t c;
         CHECK_OK(ovl_config_get(&c));
-        proc_explicit = c.monitor == OVL_MONITOR_EXPLICIT;
-        mon = ovl_monitor_name(c.monitor);
+        proc_explicit = c.access.monitor == OVL_MONITOR_EXPLICIT;
+        mon = ovl_monitor_name(c.access.monitor);
         void *base = NULL;
         CHECK_OK(ovl_segment_create(SEG_BYTES, &base, &seg));
         segbase = base;
@@ -1526,7 +1528,7 @@ int main(int argc, char **argv)
     char extra[256] = "";
     if (!opt.mpi) {
         ovl_stats_t st;
-        CHECK_OK(ovl_stats_get(&st));
+        CHECK_OK(ovl_stats_get(&st, sizeof st));
         snprintf(extra, sizeof extra,
                  "; faults %" PRIu64 ", deltas %" PRIu64 "/%" PRIu64 ", rma strips %" PRIu64
                  ", callbacks %" PRIu64,

@@ -133,17 +133,19 @@ static void transfers(size_t bytes)
     char *out = map(bytes), *in = map(bytes);
     th_fill(out, bytes, 0xa110c + (uint64_t)th_rank, 0);
     ovl_request_t r, s;
-    CHECK_OK(ovl_delta_recv_with(in, (int)bytes, MPI_BYTE, peer, 5, OVL_MONITOR_EXPLICIT, &r));
     CHECK_OK(
-        ovl_delta_send_begin_with(out, (int)bytes, MPI_BYTE, peer, 5, OVL_MONITOR_EXPLICIT, &s));
+        ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, 5, TH_MONITOR(OVL_MONITOR_EXPLICIT), &r));
+    CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, 5,
+                                  TH_MONITOR(OVL_MONITOR_EXPLICIT), &s));
     CHECK_OK(ovl_delta_produced(s, 0, bytes));
-    CHECK_OK(ovl_delta_send_end(s));
+    CHECK_OK(ovl_delta_send_end(s, NULL));
     CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
     CHECK(th_verify(in, bytes, 0xa110c + (uint64_t)peer, 0) == TH_OK);
 
     memset(in, 0, bytes);
-    CHECK_OK(ovl_delta_recv_with(in, (int)bytes, MPI_BYTE, peer, 6, OVL_MONITOR_MPROTECT, &r));
+    CHECK_OK(
+        ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, 6, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
     CHECK_OK(ovl_isend(out, (int)bytes, MPI_BYTE, peer, 6, &s));
     CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));

@@ -164,7 +164,7 @@ static void before_completion(void)
 static unsigned long long completions(void)
 {
     ovl_stats_t s;
-    CHECK_OK(ovl_stats_get(&s));
+    CHECK_OK(ovl_stats_get(&s, sizeof s));
     return (unsigned long long)s.completions;
 }
 
@@ -431,7 +431,7 @@ static void continue_mpi(void)
     CHECK(atomic_load(&ms.runs) == 1 && atomic_load(&mr.runs) == 1);
     CHECK(ovl__engine_continuations() == 0);
     ovl_stats_t s;
-    CHECK_OK(ovl_stats_get(&s));
+    CHECK_OK(ovl_stats_get(&s, sizeof s));
     CHECK(s.callbacks >= 2);
 }
 
@@ -519,7 +519,7 @@ static void resumes_after_wait(void)
 
 /* Large transfers both ways, completed by the progress thread alone while
  * the program never calls ovl: the thread paces its polls by the model's
- * predicted completion (OVL_POLL_QUIET_US) and must still finish both, with
+ * predicted completion (the longest sleep, src/sched.c) and must still finish both, with
  * every byte right, and run each continuation once. */
 static void paced_large_transfer(void)
 {
@@ -573,9 +573,9 @@ static void race_cb(const ovl_status_t *st, void *arg)
 static void continue_races_completion(void)
 {
     enum { N = 8000, TAG = 95 };
-    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_SPIN_US,
-                       .progress = OVL_PROGRESS_THREAD,
-                       .spin_us = 100 };
+    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_LATENESS_US,
+                       .progress.mode = OVL_PROGRESS_THREAD,
+                       .progress.lateness_us = 5 };
     CHECK_OK(ovl_finalize());
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     if (th_rank % 2 == 0) {
@@ -629,8 +629,8 @@ static void patient_delta_recv(void)
     sync_peer();
     CHECK(ovl__match_posted() == 0 && ovl__match_urgent() == 0);
     ovl_request_t r, r2, s, s2;
-    CHECK_OK(ovl_delta_recv(in2, N, MPI_BYTE, peer, 78, &r2)); /* stays patient */
-    CHECK_OK(ovl_delta_recv(in, N, MPI_BYTE, peer, 77, &r));
+    CHECK_OK(ovl_delta_recv(in2, N, MPI_BYTE, peer, 78, NULL, &r2)); /* stays patient */
+    CHECK_OK(ovl_delta_recv(in, N, MPI_BYTE, peer, 77, NULL, &r));
     /* the peer sends only after sync_peer below */
     CHECKF(ovl__match_posted() == 2 && ovl__match_urgent() == 0, "posted %d, urgent %d",
            ovl__match_posted(), ovl__match_urgent());
@@ -644,16 +644,16 @@ static void patient_delta_recv(void)
     atomic_int got = 0;
     CHECK_OK(ovl_continue(r, flagged_cb, &got));
     sync_peer();
-    CHECK_OK(ovl_delta_send_begin(out, N, MPI_BYTE, peer, 77, &s));
-    CHECK_OK(ovl_delta_send_end(s));
+    CHECK_OK(ovl_delta_send_begin(out, N, MPI_BYTE, peer, 77, NULL, &s));
+    CHECK_OK(ovl_delta_send_end(s, NULL));
     if (thread_mode) { /* no ovl call: the progress thread must deliver it */
         double t0 = MPI_Wtime();
         while (!atomic_load(&got) && MPI_Wtime() - t0 < 10)
             ;
         CHECK(atomic_load(&got));
     }
-    CHECK_OK(ovl_delta_send_begin(out, N, MPI_BYTE, peer, 78, &s2));
-    CHECK_OK(ovl_delta_send_end(s2));
+    CHECK_OK(ovl_delta_send_begin(out, N, MPI_BYTE, peer, 78, NULL, &s2));
+    CHECK_OK(ovl_delta_send_end(s2, NULL));
     CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&s2, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
@@ -676,7 +676,7 @@ int main(int argc, char **argv)
     main_thread = pthread_self();
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    thread_mode = cfg.progress == OVL_PROGRESS_THREAD;
+    thread_mode = cfg.progress.mode == OVL_PROGRESS_THREAD;
 
     EXPECT_ERR(ovl_continue(OVL_REQUEST_NULL, never_cb, NULL), OVL_ERR_REQUEST);
     before_completion();

@@ -16,8 +16,8 @@
  *    which the receiver reads and rewrites while the receive is pending
  *    (the sender is still producing, slowly): nothing outside the buffer
  *    changes, the rewritten values stay;
- *  - early end: ovl_delta_send_end_count below the posted count (status
- *    has the real size, the page holding the message's end used while
+ *  - early end: ovl_delta_send_end with a count (OVL_PARAM_FIELD_COUNT)
+ *    below the posted count (status has the real size, the page holding the message's end used while
  *    pending, ovl_delta_need beyond it returns), count 0,
  *    send_end before anything was written during the send (buffer filled
  *    beforehand), ovl_wait without send_end, empty messages;
@@ -157,14 +157,14 @@ static void sizes_round(int round)
     }
     ovl_stats_t s0 = dt_stats();
     ovl_request_t rr, sr;
-    CHECK_OK(ovl_delta_recv(in.buf, (int)rcount, dt, peer, round, &rr));
-    CHECK_OK(ovl_delta_send_begin(out.buf, (int)scount, dt, peer, round, &sr));
+    CHECK_OK(ovl_delta_recv(in.buf, (int)rcount, dt, peer, round, NULL, &rr));
+    CHECK_OK(ovl_delta_send_begin(out.buf, (int)scount, dt, peer, round, NULL, &sr));
     check_delta_size(sr, 1, sb);
     check_delta_size(rr, 0, rb);
     size_t dsz = 0;
     CHECK_OK(ovl_delta_size(sr, &dsz));
     dt_produce(sr, out.buf, sb, skey, how, &rng);
-    CHECK_OK(ovl_delta_send_end(sr));
+    CHECK_OK(ovl_delta_send_end(sr, NULL));
     ovl_stats_t s1 = dt_stats(); /* this round's only send has been produced */
     dt_use(rr, explicit_mode, in.buf, rb, rkey, &rng);
 
@@ -241,7 +241,8 @@ static void sentinels(void)
             ovl_request_t req, goreq;
             ovl_status_t st = { .error = 1 };
             if (sender) {
-                CHECK_OK(ovl_delta_send_begin(r.buf, (int)r.bytes, MPI_BYTE, peer, tag, &req));
+                CHECK_OK(
+                    ovl_delta_send_begin(r.buf, (int)r.bytes, MPI_BYTE, peer, tag, NULL, &req));
                 CHECK_OK(ovl_irecv(&go, 1, MPI_CHAR, peer, tag, &goreq));
                 CHECK_OK(ovl_wait(&goreq, OVL_STATUS_IGNORE));
                 /* the sentinels can be read while the send is pending, and
@@ -259,11 +260,11 @@ static void sentinels(void)
                     th_sleep_ms(2);
                 }
                 CHECK(dt_sentinel_check(&r) == TH_OK);
-                CHECK_OK(ovl_delta_send_end(req));
+                CHECK_OK(ovl_delta_send_end(req, NULL));
                 CHECK_OK(ovl_wait(&req, &st));
                 CHECK(st.bytes == r.bytes && st.error == OVL_SUCCESS);
             } else {
-                CHECK_OK(ovl_delta_recv(r.buf, (int)r.bytes, MPI_BYTE, peer, tag, &req));
+                CHECK_OK(ovl_delta_recv(r.buf, (int)r.bytes, MPI_BYTE, peer, tag, NULL, &req));
                 CHECK_OK(ovl_isend(&go, 1, MPI_CHAR, peer, tag, &goreq));
                 CHECK_OK(ovl_wait(&goreq, OVL_STATUS_IGNORE));
                 /* Read, then rewrite, the data around the buffer while the
@@ -301,9 +302,9 @@ static void early_end(void)
     th_rng_t rng;
     th_rng_init(&rng, 0xea21, (uint64_t)th_rank, 0);
     static const char *const names[] = {
-        "early end: send_end_count below the posted count",
-        "early end: send_end_count below the posted count, MPI_DOUBLE",
-        "early end: send_end_count(0)",
+        "early end: send_end with a count below the posted count",
+        "early end: send_end with a count below the posted count, MPI_DOUBLE",
+        "early end: send_end with count 0",
         "early end: written before send_begin, send_end at once",
         "early end: written before send_begin, ovl_wait without send_end",
         "early end: ovl_wait without send_end",
@@ -335,14 +336,14 @@ static void early_end(void)
             if (real > 0 && real < count) /* the receiver waits for the end first */
                 CHECK_MPI(
                     MPI_Recv(NULL, 0, MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-            CHECK_OK(ovl_delta_send_begin(r.buf, count, dt, peer, tag, &req));
+            CHECK_OK(ovl_delta_send_begin(r.buf, count, dt, peer, tag, NULL, &req));
             if (c < 3) {
                 /* the first `real` elements are produced, in order */
                 dt_produce(req, r.buf, real_bytes, key,
                            explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-                CHECK_OK(ovl_delta_send_end_count(req, real));
+                CHECK_OK(ovl_delta_send_end(req, TH_COUNT(real)));
             } else if (c == 3) {
-                CHECK_OK(ovl_delta_send_end(req)); /* nothing written during the send */
+                CHECK_OK(ovl_delta_send_end(req, NULL)); /* nothing written during the send */
             } else if (c == 5) {
                 dt_produce(req, r.buf, real_bytes, key,
                            explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
@@ -355,10 +356,10 @@ static void early_end(void)
         } else {
             /* what the buffer held before: the part no message reaches keeps it */
             th_fill(r.buf, posted, key ^ 0x01d, 0);
-            CHECK_OK(ovl_delta_recv(r.buf, count, dt, peer, tag, &req));
+            CHECK_OK(ovl_delta_recv(r.buf, count, dt, peer, tag, NULL, &req));
             if (real > 0 && real < count) {
                 /* before the sender starts, read the message's last byte:
-                 * its page waits for ovl_delta_send_end_count */
+                 * its page waits for ovl_delta_send_end with its count */
                 CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, tag, MPI_COMM_WORLD));
                 if (explicit_mode)
                     CHECK_OK(ovl_delta_need(req, real_bytes - 1, 1));
@@ -371,7 +372,7 @@ static void early_end(void)
             /* use the part that will come, before knowing its size, the
              * page holding the end of the message too: the rest of that
              * page keeps the buffer's old bytes, so it waits for the end
-             * (ovl_delta_send_end_count), then has the message's bytes */
+             * (ovl_delta_send_end with a count), then has the message's bytes */
             dt_use(req, explicit_mode, r.buf, real_bytes, key, &rng);
             /* a range past the real end returns once the message has ended */
             if (real_bytes < posted)
@@ -402,9 +403,9 @@ static void early_end(void)
     static char one = 7, other = 9;
     ovl_request_t q[2];
     ovl_status_t st[2];
-    CHECK_OK(ovl_delta_recv(&one, 0, MPI_BYTE, peer, 210, &q[0]));
-    CHECK_OK(ovl_delta_send_begin(&other, 0, MPI_BYTE, peer, 210, &q[1]));
-    CHECK_OK(ovl_delta_send_end(q[1]));
+    CHECK_OK(ovl_delta_recv(&one, 0, MPI_BYTE, peer, 210, NULL, &q[0]));
+    CHECK_OK(ovl_delta_send_begin(&other, 0, MPI_BYTE, peer, 210, NULL, &q[1]));
+    CHECK_OK(ovl_delta_send_end(q[1], NULL));
     CHECK_OK(ovl_waitall(2, q, st));
     CHECK(st[0].bytes == 0 && st[0].source == peer && st[0].tag == 210 && st[0].error == 0);
     CHECK(st[1].bytes == 0 && st[1].error == 0);
@@ -438,9 +439,9 @@ static void syscalls(void)
     if (even) {
         CHECK_OK(ovl_irecv(&gobyte, 1, MPI_CHAR, peer, 421, &go));
         CHECK_OK(ovl_wait(&go, OVL_STATUS_IGNORE));
-        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 420, &req));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 420, NULL, &req));
         dt_produce(req, r.buf, bytes, key, DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
     } else {
@@ -448,7 +449,7 @@ static void syscalls(void)
         char back[sizeof msg];
         int p[2];
         CHECK(pipe(p) == 0);
-        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 420, &req));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 420, NULL, &req));
         errno = 0;
         ssize_t n = write(p[1], r.buf + 2 * pg, pg); /* an interior page */
         int e = errno;
@@ -505,11 +506,11 @@ static void several_pending(void)
         in[i] = heap_mode ? malloc(bytes) : dt_alloc(bytes);
         out[i] = heap_mode ? malloc(bytes) : dt_alloc(bytes);
         CHECK(in[i] && out[i]);
-        CHECK_OK(ovl_delta_recv(in[i], (int)bytes, MPI_BYTE, p, tag, &rq[i]));
+        CHECK_OK(ovl_delta_recv(in[i], (int)bytes, MPI_BYTE, p, tag, NULL, &rq[i]));
     }
     for (int i = 0; i < n; i++) {
         int p = (th_rank + th_size - 1 - i / per) % th_size, tag = 300 + i % per;
-        CHECK_OK(ovl_delta_send_begin(out[i], (int)bytes, MPI_BYTE, p, tag, &sq[i]));
+        CHECK_OK(ovl_delta_send_begin(out[i], (int)bytes, MPI_BYTE, p, tag, NULL, &sq[i]));
     }
     /* produce the send buffers interleaved, each in order */
     size_t strip = 3 * dt_page() + 17;
@@ -523,7 +524,7 @@ static void several_pending(void)
         }
     }
     for (int i = 0; i < n; i++)
-        CHECK_OK(ovl_delta_send_end(sq[i]));
+        CHECK_OK(ovl_delta_send_end(sq[i], NULL));
     /* use the receive buffers interleaved, each stride order random */
     size_t pg = dt_page(), ns = bytes / pg;
     for (int i = 0; i < n; i++)
@@ -583,8 +584,8 @@ static void reuse(void)
         size_t bytes = sizes[rep % 4];
         uint64_t kin = key_of(9, rep, peer, th_rank), kout = key_of(9, rep, th_rank, peer);
         ovl_request_t rq, sq;
-        CHECK_OK(ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, 77, &rq));
-        CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, 77, &sq));
+        CHECK_OK(ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, 77, NULL, &rq));
+        CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, 77, NULL, &sq));
         /* produce page by page, a little slowly, as a computation would */
         size_t pg = dt_page();
         for (size_t o = 0; o < bytes; o += pg) {
@@ -595,7 +596,7 @@ static void reuse(void)
             for (volatile int spin = 0; spin < 2000; spin++)
                 ;
         }
-        CHECK_OK(ovl_delta_send_end(sq));
+        CHECK_OK(ovl_delta_send_end(sq, NULL));
         /* use the received pages in order while they arrive */
         for (size_t o = 0; o < bytes; o += pg) {
             if (explicit_mode)
@@ -636,7 +637,7 @@ static size_t rated_message(size_t bytes, int slow_ms, int tag, uint64_t key, un
     size_t d = 0;
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     if (th_rank % 2 == 0) {
-        CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, tag, &r));
+        CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, peer, tag, NULL, &r));
         CHECK_OK(ovl_delta_size(r, &d));
         size_t pg = dt_page(), npg = (bytes + pg - 1) / pg;
         for (size_t o = 0; o < bytes; o += pg) {
@@ -647,9 +648,9 @@ static size_t rated_message(size_t bytes, int slow_ms, int tag, uint64_t key, un
             if (explicit_mode)
                 CHECK_OK(ovl_delta_produced(r, o, len));
         }
-        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_delta_send_end(r, NULL));
     } else {
-        CHECK_OK(ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, tag, &r));
+        CHECK_OK(ovl_delta_recv(in, (int)bytes, MPI_BYTE, peer, tag, NULL, &r));
     }
     CHECK_OK(ovl_wait(&r, &st));
     CHECKF(st.bytes == bytes && st.error == OVL_SUCCESS, "status {%zu, %d}", st.bytes, st.error);
@@ -743,13 +744,13 @@ static void threads(void)
     th_rng_t rng;
     th_rng_init(&rng, 0x7eae, (uint64_t)th_rank, 0);
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 400, &req));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 400, NULL, &req));
         dt_produce(req, r.buf, bytes, key, explicit_mode ? DT_PROD_RANDOM : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
     } else {
-        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 400, &req));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 400, NULL, &req));
         struct user u[NUSERS];
         pthread_t th[NUSERS];
         for (int t = 0; t < NUSERS; t++) {
@@ -795,16 +796,16 @@ static void freed_early(void)
     struct done d = { 0 };
     ovl_request_t req;
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 500, &req));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 500, NULL, &req));
         dt_produce(req, r.buf, bytes, key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_continue(req, done_cb, &d));
         CHECK_OK(ovl_request_free(&req));
         CHECK(req == OVL_REQUEST_NULL);
         TH_WAIT_UNTIL(atomic_load(&d.runs) == 1, 30, th_progress());
         CHECK(d.st.bytes == bytes && d.st.error == OVL_SUCCESS);
     } else {
-        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 500, &req));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 500, NULL, &req));
         CHECK_OK(ovl_continue(req, done_cb, &d));
         CHECK_OK(ovl_request_free(&req));
         CHECK(req == OVL_REQUEST_NULL);
@@ -851,7 +852,7 @@ static void finalize_pending(void)
     memset(r.buf, 0x11, bytes);
     struct done d = { 0 };
     ovl_request_t req;
-    CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 999, &req));
+    CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 999, NULL, &req));
     CHECK_OK(ovl_continue(req, done_cb, &d));
     CHECK_OK(ovl_request_free(&req));
     dt_phase("ovl_finalize with an unmatched delta receive", 30);
@@ -900,7 +901,7 @@ int main(int argc, char **argv)
 #endif
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    cfg_delta_size = cfg.delta_size;
+    cfg_delta_size = cfg.access.delta_size;
     const char *env =
         getenv("OVL_TEST_MONITOR") ? getenv("OVL_TEST_MONITOR") : getenv("OVL_MONITOR");
     if (env && strcmp(env, "auto") != 0)
@@ -908,8 +909,8 @@ int main(int argc, char **argv)
                env, ovl_monitor_name(mon));
     const char *denv = getenv("OVL_DELTA_SIZE");
     if (denv)
-        CHECKF(cfg.delta_size == strtoull(denv, NULL, 10), "OVL_DELTA_SIZE=%s, configuration %zu",
-               denv, cfg.delta_size);
+        CHECKF(cfg.access.delta_size == strtoull(denv, NULL, 10),
+               "OVL_DELTA_SIZE=%s, configuration %zu", denv, cfg.access.delta_size);
 
     dt_phase("sizes", 60);
     sizes();

@@ -92,10 +92,10 @@ static void one_transfer(size_t bytes, size_t off, int k, int check_pending)
         CHECK_OK(ovl_alloc(soff + bytes, &blk));
         if (check_pending)
             MPI_Barrier(MPI_COMM_WORLD);
-        CHECK_OK(ovl_delta_send_begin(blk + soff, (int)bytes, MPI_BYTE, peer, k, &req));
+        CHECK_OK(ovl_delta_send_begin(blk + soff, (int)bytes, MPI_BYTE, peer, k, NULL, &req));
         dt_produce(req, blk + soff, bytes, key, explicit_mon ? DT_PROD_RANDOM : DT_PROD_PLAIN,
                    &rng);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, NULL));
         CHECK(th_verify(blk + soff, bytes, key, 0) == TH_OK);
         CHECK_OK(ovl_free(blk));
@@ -104,7 +104,7 @@ static void one_transfer(size_t bytes, size_t off, int k, int check_pending)
     dt_region_t r;
     region_alloc(&r, bytes, off, 0x5e7000 + (uint64_t)k);
     memset(r.buf, 0x3c, bytes);
-    CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, k, &req));
+    CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, k, NULL, &req));
     if (check_pending) {
         /* nothing has been sent yet: the block is still pending */
         EXPECT_ERR(ovl_free(r.base), OVL_ERR_PENDING);
@@ -159,7 +159,7 @@ static void phase_plain(void)
     dt_region_t r;
     region_alloc(&r, bytes, 100, 0x91a5e);
     ovl_request_t rr, sr;
-    CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 1, &rr));
+    CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 1, NULL, &rr));
     dt_use(rr, explicit_mon, r.buf, bytes, key, &rng);
     ovl_status_t st;
     CHECK_OK(ovl_wait(&rr, &st));
@@ -168,7 +168,7 @@ static void phase_plain(void)
     CHECK(dt_sentinel_check(&r) == TH_OK);
     unsigned char *s = NULL;
     CHECK_OK(ovl_alloc(bytes, &s));
-    CHECK_OK(ovl_delta_send_begin(s, (int)bytes, MPI_BYTE, peer, 2, &sr));
+    CHECK_OK(ovl_delta_send_begin(s, (int)bytes, MPI_BYTE, peer, 2, NULL, &sr));
     dt_produce(sr, s, bytes, key + 1, explicit_mon ? DT_PROD_RANDOM : DT_PROD_PLAIN, &rng);
     CHECK_OK(ovl_wait(&sr, NULL));
     CHECK_OK(ovl_free(s));
@@ -190,7 +190,7 @@ static void phase_get(void)
         size_t bytes = sizes[k], toff = (size_t)k * 4099;
         dt_region_t r;
         region_alloc(&r, bytes, k == 1 ? 100 : 0, 0x6e7000 + (uint64_t)k);
-        CHECK_OK(ovl_get(r.buf, peer, toff, bytes, seg));
+        CHECK_OK(ovl_get(r.buf, peer, toff, bytes, seg, NULL, NULL));
         if (explicit_mon)
             CHECK_OK(ovl_get_need(r.buf, bytes));
         th_rng_t rng;

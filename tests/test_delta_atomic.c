@@ -55,9 +55,9 @@ static void empty_exchange(void *p, int tag)
 {
     int to = (th_rank + 1) % th_size, from = (th_rank + th_size - 1) % th_size;
     ovl_request_t r, s;
-    CHECK_OK(ovl_delta_recv(p, 0, MPI_DOUBLE, from, tag, &r));
-    CHECK_OK(ovl_delta_send_begin(p, 0, MPI_DOUBLE, to, tag, &s));
-    CHECK_OK(ovl_delta_send_end(s));
+    CHECK_OK(ovl_delta_recv(p, 0, MPI_DOUBLE, from, tag, NULL, &r));
+    CHECK_OK(ovl_delta_send_begin(p, 0, MPI_DOUBLE, to, tag, NULL, &s));
+    CHECK_OK(ovl_delta_send_end(s, NULL));
     expect_done(&s, th_rank, 0);
     expect_done(&r, from, 0);
 }
@@ -76,15 +76,15 @@ static void empty_at_pending(size_t bytes, size_t off, int tag)
     th_rng_t rng;
     th_rng_init(&rng, (uint64_t)th_rank, (uint64_t)tag, bytes);
     ovl_request_t r, e, er, s;
-    CHECK_OK(ovl_delta_recv(in.buf, (int)bytes, MPI_BYTE, from, tag, &r));
-    CHECK_OK(ovl_delta_send_begin(in.buf, 0, MPI_BYTE, to, tag + 1, &e));
-    CHECK_OK(ovl_delta_send_end(e));
+    CHECK_OK(ovl_delta_recv(in.buf, (int)bytes, MPI_BYTE, from, tag, NULL, &r));
+    CHECK_OK(ovl_delta_send_begin(in.buf, 0, MPI_BYTE, to, tag + 1, NULL, &e));
+    CHECK_OK(ovl_delta_send_end(e, NULL));
     expect_done(&e, th_rank, 0);
     CHECK_OK(ovl_irecv(NULL, 0, MPI_BYTE, from, tag + 1, &er));
     expect_done(&er, from, 0);
-    CHECK_OK(ovl_delta_send_begin(out.buf, (int)bytes, MPI_BYTE, to, tag, &s));
+    CHECK_OK(ovl_delta_send_begin(out.buf, (int)bytes, MPI_BYTE, to, tag, NULL, &s));
     dt_produce(s, out.buf, bytes, out_key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-    CHECK_OK(ovl_delta_send_end(s));
+    CHECK_OK(ovl_delta_send_end(s, NULL));
     dt_use(r, explicit_mode, in.buf, bytes, key, &rng);
     expect_done(&r, from, bytes);
     expect_done(&s, th_rank, bytes);
@@ -123,7 +123,7 @@ static void failed_post(int delta, size_t bytes, int tag)
     MPI_Datatype t = uncommitted();
     if (even) {
         if (delta)
-            CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag, &d));
+            CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &d));
         memset(small, 0x77, sizeof small);
         EXPECT_REJECTED(ovl_isend(small, 1, t, peer, tag + 1, &r), OVL_ERR_MPI);
         th_fill(small, SMALL, key + 1, 0);
@@ -132,14 +132,14 @@ static void failed_post(int delta, size_t bytes, int tag)
         CHECK_OK(ovl_isend(small2, SMALL, MPI_BYTE, peer, tag + 2, &q[1]));
         if (delta) {
             dt_produce(d, b.buf, bytes, key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-            CHECK_OK(ovl_delta_send_end(d));
+            CHECK_OK(ovl_delta_send_end(d, NULL));
             expect_done(&d, th_rank, bytes);
         }
         expect_done(&q[0], th_rank, SMALL);
         expect_done(&q[1], th_rank, SMALL);
     } else {
         if (delta)
-            CHECK_OK(ovl_delta_recv(b.buf, (int)bytes, MPI_BYTE, peer, tag, &d));
+            CHECK_OK(ovl_delta_recv(b.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &d));
         memset(small2, 0x77, sizeof small2);
         EXPECT_REJECTED(ovl_irecv(small2, SMALL / 4, t, peer, tag + 2, &r), OVL_ERR_MPI);
         CHECK_OK(ovl_irecv(small, SMALL, MPI_BYTE, peer, tag + 1, &q[0]));
@@ -176,15 +176,16 @@ static void forward_overflow(size_t bytes, int tag)
     if (even) {
         for (int k = 0; k < NF; k++) {
             dt_region_alloc(&back[k], bytes, 300, 0x5c0000u + (uint64_t)k);
-            CHECK_OK(ovl_delta_recv(back[k].buf, (int)bytes, MPI_BYTE, peer, tag + 1 + k, &f[k]));
+            CHECK_OK(
+                ovl_delta_recv(back[k].buf, (int)bytes, MPI_BYTE, peer, tag + 1 + k, NULL, &f[k]));
         }
         /* not before the ninth was refused: a receive complete by then
          * would no longer be forwarded, and the ninth would be a plain send */
         char go = 0;
         CHECK_MPI(MPI_Recv(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag, &d));
+        CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &d));
         dt_produce(d, b.buf, bytes, key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(d));
+        CHECK_OK(ovl_delta_send_end(d, NULL));
         expect_done(&d, th_rank, bytes);
         for (int k = 0; k < NF; k++) {
             expect_done(&f[k], peer, bytes);
@@ -193,15 +194,17 @@ static void forward_overflow(size_t bytes, int tag)
             dt_region_free(&back[k]);
         }
     } else {
-        CHECK_OK(ovl_delta_recv(b.buf, (int)bytes, MPI_BYTE, peer, tag, &d));
+        CHECK_OK(ovl_delta_recv(b.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &d));
         for (int k = 0; k < NF; k++)
-            CHECK_OK(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag + 1 + k, &f[k]));
-        EXPECT_REJECTED(ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag + 1 + NF, &r),
-                        OVL_ERR_NOMEM);
+            CHECK_OK(
+                ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag + 1 + k, NULL, &f[k]));
+        EXPECT_REJECTED(
+            ovl_delta_send_begin(b.buf, (int)bytes, MPI_BYTE, peer, tag + 1 + NF, NULL, &r),
+            OVL_ERR_NOMEM);
         char go = 1;
         CHECK_MPI(MPI_Send(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD));
         for (int k = 0; k < NF; k++)
-            CHECK_OK(ovl_delta_send_end(f[k]));
+            CHECK_OK(ovl_delta_send_end(f[k], NULL));
         if (explicit_mode)
             CHECK_OK(ovl_delta_need(d, 0, bytes));
         expect_done(&d, peer, bytes);
@@ -262,14 +265,14 @@ static void nomem_after_pieces(size_t bytes, int tag)
     if (even) {
         dt_region_t back;
         dt_region_alloc(&back, bytes, 300, 0x5d2000u + (uint64_t)tag);
-        CHECK_OK(ovl_delta_recv(back.buf, (int)bytes, MPI_BYTE, peer, tag + 2, &fw));
+        CHECK_OK(ovl_delta_recv(back.buf, (int)bytes, MPI_BYTE, peer, tag + 2, NULL, &fw));
         /* not before the peer's forwarding send has begun: a receive
          * complete by then would not be forwarded */
         CHECK_MPI(MPI_Recv(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        CHECK_OK(ovl_delta_send_begin(v.buf, (int)vbytes, MPI_BYTE, peer, tag + 1, &vr));
+        CHECK_OK(ovl_delta_send_begin(v.buf, (int)vbytes, MPI_BYTE, peer, tag + 1, NULL, &vr));
         CHECK(!produce_part(vr, v.buf, 0, vbytes / 2, vkey, &rng));
         ovl_stats_t s0 = dt_stats();
-        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &fr));
         CHECK_OK(ovl__delta_fail_piece(fr, 3));
         /* explicit mode: pieces leave as ranges are produced, the third
          * before the end, so a call to ovl_delta_produced fails; else the
@@ -277,12 +280,12 @@ static void nomem_after_pieces(size_t bytes, int tag)
         int failed = produce_part(fr, f.buf, 0, bytes, key, &rng);
         CHECKF(failed == explicit_mode, "ovl_delta_produced %s",
                failed ? "failed" : "never failed");
-        EXPECT_ERR(ovl_delta_send_end(fr), OVL_ERR_NOMEM);
+        EXPECT_ERR(ovl_delta_send_end(fr, NULL), OVL_ERR_NOMEM);
         ovl_stats_t s1 = dt_stats();
         CHECKF(s1.deltas_sent - s0.deltas_sent >= 2, "%llu pieces left before the failure",
                (unsigned long long)(s1.deltas_sent - s0.deltas_sent));
         CHECK(!produce_part(vr, v.buf, vbytes / 2, vbytes, vkey, &rng));
-        CHECK_OK(ovl_delta_send_end(vr));
+        CHECK_OK(ovl_delta_send_end(vr, NULL));
         EXPECT_ERR(ovl_wait(&fr, &st), OVL_ERR_NOMEM);
         CHECK(fr == OVL_REQUEST_NULL && st.error == OVL_ERR_NOMEM);
         expect_done(&vr, th_rank, vbytes);
@@ -293,18 +296,18 @@ static void nomem_after_pieces(size_t bytes, int tag)
         CHECK(dt_sentinel_check(&back) == TH_OK);
         dt_region_free(&back);
         /* the same tag again: a delta message, then a plain one */
-        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &fr));
         dt_produce(fr, f.buf, bytes, key2, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(fr));
+        CHECK_OK(ovl_delta_send_end(fr, NULL));
         th_fill(small, SMALL, skey, 0);
         CHECK_OK(ovl_isend(small, SMALL, MPI_BYTE, peer, tag, &q));
         expect_done(&fr, th_rank, bytes);
         expect_done(&q, th_rank, SMALL);
     } else {
-        CHECK_OK(ovl_delta_recv(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
-        CHECK_OK(ovl_delta_recv(v.buf, (int)vbytes, MPI_BYTE, peer, tag + 1, &vr));
-        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag + 2, &fw));
-        CHECK_OK(ovl_delta_send_end(fw)); /* its source's completion ends it */
+        CHECK_OK(ovl_delta_recv(f.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &fr));
+        CHECK_OK(ovl_delta_recv(v.buf, (int)vbytes, MPI_BYTE, peer, tag + 1, NULL, &vr));
+        CHECK_OK(ovl_delta_send_begin(f.buf, (int)bytes, MPI_BYTE, peer, tag + 2, NULL, &fw));
+        CHECK_OK(ovl_delta_send_end(fw, NULL)); /* its source's completion ends it */
         CHECK_MPI(MPI_Send(&go, 1, MPI_CHAR, peer, 900 + tag, MPI_COMM_WORLD));
         dt_use(vr, explicit_mode, v.buf, vbytes, vkey, &rng);
         expect_done(&vr, peer, vbytes);
@@ -332,7 +335,7 @@ static void nomem_after_pieces(size_t bytes, int tag)
         CHECK(st.error == OVL_ERR_CANCELLED);
         CHECK(dt_sentinel_check(&f) == TH_OK);
         /* the same tag again */
-        CHECK_OK(ovl_delta_recv(f.buf, (int)bytes, MPI_BYTE, peer, tag, &fr));
+        CHECK_OK(ovl_delta_recv(f.buf, (int)bytes, MPI_BYTE, peer, tag, NULL, &fr));
         memset(small, 0, sizeof small);
         CHECK_OK(ovl_irecv(small, SMALL, MPI_BYTE, peer, tag, &q));
         dt_use(fr, explicit_mode, f.buf, bytes, key2, &rng);

@@ -30,9 +30,9 @@ static void cascade(void)
     CHECK(y && (k == 0 || x));
     ovl_request_t rr = OVL_REQUEST_NULL, sr = OVL_REQUEST_NULL;
     if (k > 0)
-        CHECK_OK(ovl_delta_recv(x, (int)N_DOUBLES, MPI_DOUBLE, k - 1, 10, &rr));
+        CHECK_OK(ovl_delta_recv(x, (int)N_DOUBLES, MPI_DOUBLE, k - 1, 10, NULL, &rr));
     if (k < last)
-        CHECK_OK(ovl_delta_send_begin(y, (int)N_DOUBLES, MPI_DOUBLE, k + 1, 10, &sr));
+        CHECK_OK(ovl_delta_send_begin(y, (int)N_DOUBLES, MPI_DOUBLE, k + 1, 10, NULL, &sr));
     /* the computation, in one pass */
     for (size_t s = 0; s < N_DOUBLES; s += STRIP) {
         size_t len = dt_min(STRIP, N_DOUBLES - s);
@@ -44,7 +44,7 @@ static void cascade(void)
             CHECK_OK(ovl_delta_produced(sr, s * sizeof(double), len * sizeof(double)));
     }
     if (k < last)
-        CHECK_OK(ovl_delta_send_end(sr));
+        CHECK_OK(ovl_delta_send_end(sr, NULL));
     ovl_status_t st = { .error = 1 };
     if (k > 0) {
         CHECK_OK(ovl_wait(&rr, &st));
@@ -76,18 +76,18 @@ static void forward(int from, const int *to, int nto, int tag, uint64_t key, int
     dt_region_alloc(&r, bytes, 123, key ^ 0xf00);
     ovl_request_t rr = OVL_REQUEST_NULL, sr[2] = { OVL_REQUEST_NULL, OVL_REQUEST_NULL };
     if (from >= 0)
-        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, from, tag, &rr));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, from, tag, NULL, &rr));
     for (int j = 0; j < nto; j++)
-        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, to[j], tag, &sr[j]));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, to[j], tag, NULL, &sr[j]));
     if (from < 0) {
         /* the root computes the buffer (one send: its own producer) */
         CHECK(nto == 1);
         dt_produce(sr[0], r.buf, bytes, key, explicit_mode ? DT_PROD_RANDOM : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(sr[0]));
+        CHECK_OK(ovl_delta_send_end(sr[0], NULL));
     } else {
         if (end_at_once) /* the rest goes on as it arrives */
             for (int j = 0; j < nto; j++)
-                CHECK_OK(ovl_delta_send_end(sr[j]));
+                CHECK_OK(ovl_delta_send_end(sr[j], NULL));
         /* read only: the buffer is being forwarded */
         size_t pg = dt_page(), n = (bytes + pg - 1) / pg;
         size_t *order = dt_perm(n, &rng);
@@ -103,7 +103,7 @@ static void forward(int from, const int *to, int nto, int tag, uint64_t key, int
         free(order);
         if (!end_at_once)
             for (int j = 0; j < nto; j++)
-                CHECK_OK(ovl_delta_send_end(sr[j]));
+                CHECK_OK(ovl_delta_send_end(sr[j], NULL));
         ovl_status_t st = { .error = 1 };
         CHECK_OK(ovl_wait(&rr, &st));
         CHECK(st.source == from && st.tag == tag && st.bytes == bytes);

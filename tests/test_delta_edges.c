@@ -18,7 +18,7 @@
  *
  * Ranks are paired (r, r^1); the even one is watched, the odd one only
  * sends after the even one says so, so R is pending through each phase.
- * R is fault-monitored through ovl_delta_recv_with(MPROTECT) whatever the
+ * R is fault-monitored through ovl_delta_recv with a monitor (MPROTECT) whatever the
  * variant (edge pages are guarded with mprotect under every fault monitor).
  */
 #include "harness.h"
@@ -40,7 +40,7 @@ static unsigned char val(size_t i, int seed)
 static ovl_stats_t stats(void)
 {
     ovl_stats_t s;
-    CHECK_OK(ovl_stats_get(&s));
+    CHECK_OK(ovl_stats_get(&s, sizeof s));
     return s;
 }
 
@@ -65,8 +65,8 @@ static void feed(int seed, int tag)
         src[i] = val(i, seed);
     token(0, tag);
     ovl_request_t q;
-    CHECK_OK(ovl_delta_send_begin(src, (int)rlen, MPI_BYTE, peer, tag, &q));
-    CHECK_OK(ovl_delta_send_end(q));
+    CHECK_OK(ovl_delta_send_begin(src, (int)rlen, MPI_BYTE, peer, tag, NULL, &q));
+    CHECK_OK(ovl_delta_send_end(q, NULL));
     CHECK_OK(ovl_wait(&q, NULL));
     free(src);
 }
@@ -95,10 +95,10 @@ static void own_copy(void)
     for (size_t i = 0; i < slen; i++)
         S[i] = val(i, 5);
     ovl_request_t r, s;
-    CHECK_OK(ovl_delta_recv_with(R, (int)rlen, MPI_BYTE, peer, 2, OVL_MONITOR_MPROTECT, &r));
+    CHECK_OK(ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 2, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
     ovl_stats_t a = stats();
-    CHECK_OK(ovl_delta_send_begin(S, (int)slen, MPI_BYTE, peer, 1, &s));
-    CHECK_OK(ovl_delta_send_end(s));
+    CHECK_OK(ovl_delta_send_begin(S, (int)slen, MPI_BYTE, peer, 1, NULL, &s));
+    CHECK_OK(ovl_delta_send_end(s, NULL));
     CHECK_OK(ovl_wait(&s, NULL));
     ovl_stats_t b = stats();
     CHECKF(b.edge_steps == a.edge_steps && b.faults - a.faults <= 2,
@@ -139,7 +139,7 @@ static void neighbours(void)
     unsigned char *ref_lo = malloc(nlo), *ref_hi = malloc(nhi), *tmp = malloc(ps);
     CHECK(ref_lo && ref_hi && tmp);
     ovl_request_t r;
-    CHECK_OK(ovl_delta_recv_with(R, (int)rlen, MPI_BYTE, peer, 4, OVL_MONITOR_MPROTECT, &r));
+    CHECK_OK(ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 4, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
     ovl_stats_t a = stats(), b;
 #if defined(__x86_64__)
     /* a string move and a string store: one trap each, whatever the size */
@@ -235,7 +235,8 @@ static void mpi_neighbours(void)
         feed(13, 8);
     } else {
         ovl_request_t r, q;
-        CHECK_OK(ovl_delta_recv_with(R, (int)rlen, MPI_BYTE, peer, 8, OVL_MONITOR_MPROTECT, &r));
+        CHECK_OK(
+            ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 8, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
         CHECK_OK(ovl_irecv(other, (int)n, MPI_BYTE, peer, 6, &q));
         CHECK_OK(ovl_wait(&q, NULL));
         for (size_t i = 0; i < n; i++)
@@ -246,7 +247,7 @@ static void mpi_neighbours(void)
         CHECK_OK(ovl_isend(other, (int)n, MPI_BYTE, peer, 7, &q));
         CHECK_OK(ovl_wait(&q, NULL));
         /* a get from this rank's own part: a local target, moved by MPI */
-        CHECK_OK(ovl_get(other, th_rank, 0, n, seg));
+        CHECK_OK(ovl_get(other, th_rank, 0, n, seg, NULL, NULL));
         for (size_t i = 0; i < n; i++)
             CHECKF(other[i] == val(i, 40 + th_rank), "ovl_get onto the guarded page got %u at %zu",
                    other[i], i);
@@ -270,10 +271,11 @@ static void local(void)
     ovl_request_t q;
     if (even) {
         ovl_stats_t a = stats();
-        CHECK_OK(ovl_delta_send_begin_with(b, (int)n, MPI_BYTE, peer, 9, OVL_MONITOR_MPROTECT, &q));
+        CHECK_OK(ovl_delta_send_begin(b, (int)n, MPI_BYTE, peer, 9,
+                                      TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
         for (size_t i = 0; i < n; i++)
             b[i] = val(i, 21);
-        CHECK_OK(ovl_delta_send_end(q));
+        CHECK_OK(ovl_delta_send_end(q, NULL));
         CHECK_OK(ovl_wait(&q, NULL));
         ovl_stats_t z = stats();
         CHECKF(z.faults == a.faults, "a delta send on one node took %llu faults",
@@ -282,7 +284,8 @@ static void local(void)
                "a 1 MiB delta send on one node took %llu pieces",
                (unsigned long long)(z.deltas_sent - a.deltas_sent));
     } else {
-        CHECK_OK(ovl_delta_recv_with(b, (int)n, MPI_BYTE, peer, 9, OVL_MONITOR_MPROTECT, &q));
+        CHECK_OK(
+            ovl_delta_recv(b, (int)n, MPI_BYTE, peer, 9, TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
         for (size_t i = 0; i < n; i++)
             CHECKF(b[i] == val(i, 21), "byte %zu arrived as %u", i, b[i]);
         CHECK_OK(ovl_wait(&q, NULL));

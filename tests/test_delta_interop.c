@@ -7,7 +7,7 @@
  *    arrives among them; the plain messages after it (header + body, one
  *    with a derived datatype on both sides) and a wildcard receive too;
  *  - every pairing of sender (ovl_isend, delta send with uffd / mprotect /
- *    explicit, chosen per request with the _with calls) and receiver
+ *    explicit, chosen per request in their ovl_param_t) and receiver
  *    (ovl_irecv, delta receive with each monitor): all in flight at once in
  *    one program, buffers produced interleaved, receive buffers used before
  *    ovl_wait in random order; status and every byte checked;
@@ -80,10 +80,10 @@ static void first_delta(void)
         } else if (!is_delta[i]) {
             CHECK_OK(ovl_isend(out[i], (int)sizes[i], MPI_BYTE, peer, TAG, &sq[i]));
         } else {
-            CHECK_OK(ovl_delta_send_begin_with(out[i], (int)sizes[i], MPI_BYTE, peer, TAG,
-                                               OVL_MONITOR_EXPLICIT, &sq[i]));
+            CHECK_OK(ovl_delta_send_begin(out[i], (int)sizes[i], MPI_BYTE, peer, TAG,
+                                          TH_MONITOR(OVL_MONITOR_EXPLICIT), &sq[i]));
             CHECK_OK(ovl_delta_produced(sq[i], 0, sizes[i]));
-            CHECK_OK(ovl_delta_send_end(sq[i]));
+            CHECK_OK(ovl_delta_send_end(sq[i], NULL));
         }
     }
     for (int i = 0; i < N; i++) {
@@ -170,14 +170,14 @@ static void matrix(void)
         if (t->rkind == KIND_PLAIN)
             CHECK_OK(ovl_irecv(t->rbuf, (int)t->rbytes, MPI_BYTE, peer, t->tag, &t->rreq));
         else
-            CHECK_OK(ovl_delta_recv_with(t->rbuf, (int)t->rbytes, MPI_BYTE, peer, t->tag,
-                                         (ovl_monitor_t)t->rkind, &t->rreq));
+            CHECK_OK(ovl_delta_recv(t->rbuf, (int)t->rbytes, MPI_BYTE, peer, t->tag,
+                                    TH_MONITOR((ovl_monitor_t)t->rkind), &t->rreq));
     }
     for (int i = 0; i < n; i++) {
         struct xfer *t = &x[i];
         if (t->skind != KIND_PLAIN)
-            CHECK_OK(ovl_delta_send_begin_with(t->sbuf, (int)t->sbytes, MPI_BYTE, peer, t->tag,
-                                               (ovl_monitor_t)t->skind, &t->sreq));
+            CHECK_OK(ovl_delta_send_begin(t->sbuf, (int)t->sbytes, MPI_BYTE, peer, t->tag,
+                                          TH_MONITOR((ovl_monitor_t)t->skind), &t->sreq));
     }
     /* produce: every buffer in order, strips of all buffers interleaved */
     size_t strip = 2 * dt_page() + 11;
@@ -197,7 +197,7 @@ static void matrix(void)
         if (t->skind == KIND_PLAIN)
             CHECK_OK(ovl_isend(t->sbuf, (int)t->sbytes, MPI_BYTE, peer, t->tag, &t->sreq));
         else
-            CHECK_OK(ovl_delta_send_end(t->sreq));
+            CHECK_OK(ovl_delta_send_end(t->sreq, NULL));
     }
     /* use the delta receive buffers before waiting */
     for (int i = 0; i < n; i++) {
@@ -249,16 +249,16 @@ static void wildcards(void)
             dt_region_alloc(&out, sbytes, 0, 0xa2);
             ovl_request_t rr, sr;
             ovl_status_t st = { .error = 1 };
-            CHECK_OK(ovl_delta_recv_with(in.buf, (int)cap, MPI_BYTE, src, rtag, m, &rr));
+            CHECK_OK(ovl_delta_recv(in.buf, (int)cap, MPI_BYTE, src, rtag, TH_MONITOR(m), &rr));
             if (w == 1) { /* a plain send into the wildcard delta receive */
                 th_fill(out.buf, sbytes, skey, 0);
                 CHECK_OK(ovl_isend(out.buf, (int)sbytes, MPI_BYTE, right, stag, &sr));
             } else {
-                CHECK_OK(
-                    ovl_delta_send_begin_with(out.buf, (int)sbytes, MPI_BYTE, right, stag, m, &sr));
+                CHECK_OK(ovl_delta_send_begin(out.buf, (int)sbytes, MPI_BYTE, right, stag,
+                                              TH_MONITOR(m), &sr));
                 dt_produce(sr, out.buf, sbytes, skey,
                            m == OVL_MONITOR_EXPLICIT ? DT_PROD_RANDOM : DT_PROD_PLAIN, &rng);
-                CHECK_OK(ovl_delta_send_end(sr));
+                CHECK_OK(ovl_delta_send_end(sr, NULL));
             }
             /* only the left neighbour sends here: use the data at once,
              * the page holding the end of the message (shorter than the
@@ -305,7 +305,8 @@ static void order(void)
         /* receives alternate: delta, plain, delta, ... */
         for (int i = 0; i < N; i++) {
             if (i % 2 == 0)
-                CHECK_OK(ovl_delta_recv_with(in[i], (int)cap, MPI_BYTE, peer, TAG, m, &rq[i]));
+                CHECK_OK(
+                    ovl_delta_recv(in[i], (int)cap, MPI_BYTE, peer, TAG, TH_MONITOR(m), &rq[i]));
             else
                 CHECK_OK(ovl_irecv(in[i], (int)cap, MPI_BYTE, peer, TAG, &rq[i]));
         }
@@ -317,19 +318,19 @@ static void order(void)
                 th_fill(out[i], sizes[i], key, 0);
                 CHECK_OK(ovl_isend(out[i], (int)sizes[i], MPI_BYTE, peer, TAG, &sq[i]));
             } else {
-                CHECK_OK(ovl_delta_send_begin_with(out[i], (int)sizes[i], MPI_BYTE, peer, TAG, m,
-                                                   &sq[i]));
+                CHECK_OK(ovl_delta_send_begin(out[i], (int)sizes[i], MPI_BYTE, peer, TAG,
+                                              TH_MONITOR(m), &sq[i]));
                 if (i < N - 2) {
                     dt_produce(sq[i], out[i], sizes[i], key, ex ? DT_PROD_INORDER : DT_PROD_PLAIN,
                                &rng);
-                    CHECK_OK(ovl_delta_send_end(sq[i]));
+                    CHECK_OK(ovl_delta_send_end(sq[i], NULL));
                 }
             }
         }
         for (int i = N - 1; i >= N - 2; i--) {
             uint64_t key = 0x0de00 + (uint64_t)(th_rank * 16 + i);
             dt_produce(sq[i], out[i], sizes[i], key, ex ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-            CHECK_OK(ovl_delta_send_end(sq[i]));
+            CHECK_OK(ovl_delta_send_end(sq[i], NULL));
         }
         for (int i = 0; i < N; i++) {
             uint64_t key = 0x0de00 + (uint64_t)(peer * 16 + i);
@@ -377,11 +378,11 @@ static void truncation(void)
                     th_fill(r.buf, sbytes, key, 0);
                     CHECK_OK(ovl_isend(r.buf, (int)sbytes, MPI_BYTE, peer, tag, &req));
                 } else {
-                    CHECK_OK(ovl_delta_send_begin_with(r.buf, (int)sbytes, MPI_BYTE, peer, tag, m,
-                                                       &req));
+                    CHECK_OK(ovl_delta_send_begin(r.buf, (int)sbytes, MPI_BYTE, peer, tag,
+                                                  TH_MONITOR(m), &req));
                     dt_produce(req, r.buf, sbytes, key,
                                m == OVL_MONITOR_EXPLICIT ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-                    CHECK_OK(ovl_delta_send_end(req));
+                    CHECK_OK(ovl_delta_send_end(req, NULL));
                 }
                 /* not specified by MPI on the sender's side: it must complete */
                 int rc = ovl_wait(&req, &st);
@@ -395,7 +396,8 @@ static void truncation(void)
                 if (c == 2)
                     CHECK_OK(ovl_irecv(r.buf, (int)rbytes, MPI_BYTE, peer, tag, &req));
                 else
-                    CHECK_OK(ovl_delta_recv_with(r.buf, (int)rbytes, MPI_BYTE, peer, tag, m, &req));
+                    CHECK_OK(ovl_delta_recv(r.buf, (int)rbytes, MPI_BYTE, peer, tag, TH_MONITOR(m),
+                                            &req));
                 if (c != 2 && m == OVL_MONITOR_EXPLICIT) {
                     int rc = ovl_delta_need(req, 0, rbytes);
                     CHECKF(rc == OVL_SUCCESS || rc == OVL_ERR_TRUNCATE, "need: %s",
@@ -449,7 +451,7 @@ static void resend(void)
             ovl_request_t s, r1, r2;
             MPI_Barrier(MPI_COMM_WORLD); /* the peer has tried its sends */
             CHECK_OK(ovl_irecv(back, (int)bytes, MPI_BYTE, peer, tag + 1, &r1));
-            CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, tag, &s));
+            CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, tag, NULL, &s));
             dt_produce(s, b, bytes, key, DT_PROD_PLAIN, &rng);
             CHECK_OK(ovl_wait(&s, NULL));
             ovl_status_t st;
@@ -463,7 +465,7 @@ static void resend(void)
             CHECK(st.bytes == bytes - pg);
             CHECK(th_verify(part, bytes - pg, key, pg) == TH_OK);
             memset(part, 0, bytes);
-            CHECK_OK(ovl_delta_recv(part, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, &r2));
+            CHECK_OK(ovl_delta_recv(part, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, NULL, &r2));
             CHECK_OK(ovl_wait(&r2, &st));
             CHECK(st.bytes == bytes - pg && st.error == OVL_SUCCESS);
             CHECKF(th_verify(part, bytes - pg, key, pg) == TH_OK,
@@ -473,23 +475,24 @@ static void resend(void)
             dt_free(part, bytes);
         } else {
             ovl_request_t r, f, p2 = OVL_REQUEST_NULL;
-            CHECK_OK(ovl_delta_recv_with(b, (int)bytes, MPI_BYTE, peer, tag, monitors[m], &r));
+            CHECK_OK(
+                ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(monitors[m]), &r));
             CHECK_OK(ovl_isend(b, (int)bytes, MPI_BYTE, peer, tag + 1, &f));
             EXPECT_ERR(ovl_isend(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 2, &p2),
                        OVL_ERR_PENDING);
             CHECK(p2 == OVL_REQUEST_NULL);
-            EXPECT_ERR(ovl_put(b, peer, 0, bytes, seg), OVL_ERR_PENDING);
+            EXPECT_ERR(ovl_put(b, peer, 0, bytes, seg, NULL), OVL_ERR_PENDING);
             /* delta sends overlapping it, other than from its start */
             ovl_request_t d2 = OVL_REQUEST_NULL;
             EXPECT_ERR(
-                ovl_delta_send_begin(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, &d2),
+                ovl_delta_send_begin(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, NULL, &d2),
                 OVL_ERR_PENDING);
-            EXPECT_ERR(ovl_delta_send_begin_with(b + 1, (int)(bytes - 1), MPI_BYTE, peer, tag + 3,
-                                                 OVL_MONITOR_EXPLICIT, &d2),
+            EXPECT_ERR(ovl_delta_send_begin(b + 1, (int)(bytes - 1), MPI_BYTE, peer, tag + 3,
+                                            TH_MONITOR(OVL_MONITOR_EXPLICIT), &d2),
                        OVL_ERR_PENDING);
             for (int k = 0; k < nmon; k++)
-                EXPECT_ERR(ovl_delta_send_begin_with(b + bytes / 2, (int)(bytes / 4), MPI_BYTE,
-                                                     peer, tag + 3, monitors[k], &d2),
+                EXPECT_ERR(ovl_delta_send_begin(b + bytes / 2, (int)(bytes / 4), MPI_BYTE, peer,
+                                                tag + 3, TH_MONITOR(monitors[k]), &d2),
                            OVL_ERR_PENDING);
             CHECK(d2 == OVL_REQUEST_NULL);
             MPI_Barrier(MPI_COMM_WORLD);
@@ -499,8 +502,9 @@ static void resend(void)
                    ovl_monitor_name(monitors[m]), bad);
             CHECK_OK(ovl_isend(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 2, &p2));
             CHECK_OK(ovl_wait(&p2, NULL));
-            CHECK_OK(ovl_delta_send_begin(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, &d2));
-            CHECK_OK(ovl_delta_send_end(d2));
+            CHECK_OK(ovl_delta_send_begin(b + pg, (int)(bytes - pg), MPI_BYTE, peer, tag + 3, NULL,
+                                          &d2));
+            CHECK_OK(ovl_delta_send_end(d2, NULL));
             CHECK_OK(ovl_wait(&d2, NULL));
             CHECK_OK(ovl_wait(&f, NULL));
             CHECK(th_verify(b, bytes, key, 0) == TH_OK);
@@ -556,7 +560,7 @@ static int big(void)
         CHECK_OK(ovl_wait(&req, &st));
     } else {
         int ex = dt_monitor() == OVL_MONITOR_EXPLICIT;
-        CHECK_OK(ovl_delta_recv(b, count, MPI_DOUBLE, peer, 90, &req));
+        CHECK_OK(ovl_delta_recv(b, count, MPI_DOUBLE, peer, 90, NULL, &req));
         const size_t at[3] = { 0, bytes / 2, bytes - pg };
         for (int i = 0; i < 3; i++) {
             if (ex)

@@ -39,14 +39,14 @@ static int one_way(int sender, int round)
     ovl_status_t st = { .error = 1 };
     double waited = 0;
     if (!sender)
-        CHECK_OK(ovl_delta_recv(rg.buf, MSG, MPI_BYTE, peer, 60 + round, &r));
+        CHECK_OK(ovl_delta_recv(rg.buf, MSG, MPI_BYTE, peer, 60 + round, NULL, &r));
     MPI_Barrier(MPI_COMM_WORLD);
     if (sender) {
         th_fill(rg.buf, MSG, key, 0);
-        CHECK_OK(ovl_delta_send_begin_with(rg.buf, MSG, MPI_BYTE, peer, 60 + round,
-                                           OVL_MONITOR_EXPLICIT, &r));
+        CHECK_OK(ovl_delta_send_begin(rg.buf, MSG, MPI_BYTE, peer, 60 + round,
+                                      TH_MONITOR(OVL_MONITOR_EXPLICIT), &r));
         CHECK_OK(ovl_delta_produced(r, 0, MSG));
-        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_delta_send_end(r, NULL));
         spin_for(HOLD); /* the program computes: no ovl or MPI call */
         CHECK_OK(ovl_wait(&r, &st));
     } else {

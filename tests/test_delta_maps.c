@@ -87,11 +87,12 @@ static void delta_round(long slack, unsigned char *buf, size_t n, unsigned char 
     ovl_status_t st;
     int mine_ok, peer_ok;
     if (even) {
-        mine_ok = !refused(ovl_delta_send_begin(buf, (int)n, MPI_BYTE, peer, 7, &req),
+        mine_ok = !refused(ovl_delta_send_begin(buf, (int)n, MPI_BYTE, peer, 7, NULL, &req),
                            "ovl_delta_send_begin");
     } else {
         memset(buf, 0, n);
-        mine_ok = !refused(ovl_delta_recv(buf, (int)n, MPI_BYTE, peer, 7, &req), "ovl_delta_recv");
+        mine_ok =
+            !refused(ovl_delta_recv(buf, (int)n, MPI_BYTE, peer, 7, NULL, &req), "ovl_delta_recv");
     }
     *nref += !mine_ok;
     CHECK(MPI_Sendrecv(&mine_ok, 1, MPI_INT, peer, 70, &peer_ok, 1, MPI_INT, peer, 70,
@@ -127,7 +128,7 @@ static void get_round(long slack, ovl_segment_t seg, unsigned char *buf, size_t 
 {
     th_rng_t rng;
     th_rng_init(&rng, 0x3a92, (uint64_t)th_rank, (uint64_t)slack);
-    int rc = ovl_get(buf, peer, 0, n, seg);
+    int rc = ovl_get(buf, peer, 0, n, seg, NULL, NULL);
     if (refused(rc, "ovl_get")) {
         (*nref)++;
         return;

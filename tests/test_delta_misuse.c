@@ -8,14 +8,17 @@
  *    ovl_tag_ub() == 0, OVL_ERR_NOT_INIT;
  *  - ovl_tag_ub() == MPI_TAG_UB / 2 (ovl keeps the upper half); tag_ub
  *    itself works for delta messages, tag_ub + 1 is refused by every call;
- *  - argument errors of ovl_delta_send_begin[_with] / ovl_delta_recv[_with]
- *    (NULL request, negative count, NULL buffer, MPI_DATATYPE_NULL,
- *    non-contiguous types, bad rank, bad tag, unknown monitor), a failed
- *    call leaves *req untouched;
+ *  - argument errors of ovl_delta_send_begin / ovl_delta_recv, with and
+ *    without a monitor in their param (NULL request, negative count, NULL
+ *    buffer, MPI_DATATYPE_NULL, non-contiguous types, bad rank, bad tag,
+ *    unknown monitor, a field_mask bit no OVL_PARAM_FIELD_* names or one
+ *    the call does not take, named in the detail), a failed call leaves
+ *    *req untouched; a param with field_mask 0 is not read;
  *  - request errors: ovl_delta_send_end on OVL_REQUEST_NULL, an ovl_isend /
- *    ovl_irecv / delta-receive request, twice; ovl_delta_send_end_count
- *    with a negative count, above the posted count, below what was
- *    already sent (the request stays usable); ovl_delta_produced outside
+ *    ovl_irecv / delta-receive request, twice; ovl_delta_send_end with a
+ *    count (OVL_PARAM_FIELD_COUNT) negative, above the posted count, below
+ *    what was already sent, or with a field it does not take (the request
+ *    stays usable); ovl_delta_produced outside
  *    the buffer or on a non-delta request; ovl_delta_need on non-delta
  *    requests, outside the buffer, and from a continuation
  *    (OVL_ERR_IN_CALLBACK); ovl_delta_size;
@@ -98,8 +101,8 @@ static void before_init(void)
     CHECK(ovl_tag_ub() == 0);
     char buf[8];
     ovl_request_t r;
-    EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, 0, 0, &r), OVL_ERR_NOT_INIT);
-    EXPECT_REJECTED(ovl_delta_recv(buf, 8, MPI_BYTE, 0, 0, &r), OVL_ERR_NOT_INIT);
+    EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, 0, 0, NULL, &r), OVL_ERR_NOT_INIT);
+    EXPECT_REJECTED(ovl_delta_recv(buf, 8, MPI_BYTE, 0, 0, NULL, &r), OVL_ERR_NOT_INIT);
 }
 
 /* ---- argument and request errors ---------------------------------------------- */
@@ -138,11 +141,11 @@ static void arguments(void)
     for (int send = 0; send < 2; send++) {
         for (int with = 0; with < 2; with++) {
             ovl_monitor_t m = OVL_MONITOR_MPROTECT;
-#define POST(b, n, dt, p, t, rq)                                                 \
-    (send ? (with ? ovl_delta_send_begin_with((b), (n), (dt), (p), (t), m, (rq)) \
-                  : ovl_delta_send_begin((b), (n), (dt), (p), (t), (rq)))        \
-          : (with ? ovl_delta_recv_with((b), (n), (dt), (p), (t), m, (rq))       \
-                  : ovl_delta_recv((b), (n), (dt), (p), (t), (rq))))
+#define POST(b, n, dt, p, t, rq)                                                        \
+    (send ? (with ? ovl_delta_send_begin((b), (n), (dt), (p), (t), TH_MONITOR(m), (rq)) \
+                  : ovl_delta_send_begin((b), (n), (dt), (p), (t), NULL, (rq)))         \
+          : (with ? ovl_delta_recv((b), (n), (dt), (p), (t), TH_MONITOR(m), (rq))       \
+                  : ovl_delta_recv((b), (n), (dt), (p), (t), NULL, (rq))))
             EXPECT_ERR(POST(buf, 8, MPI_BYTE, peer, 0, NULL), OVL_ERR_ARG);
             EXPECT_REJECTED(POST(buf, -1, MPI_BYTE, peer, 0, &r), OVL_ERR_ARG);
             EXPECT_REJECTED(POST(buf, INT_MIN, MPI_BYTE, peer, 0, &r), OVL_ERR_ARG);
@@ -164,11 +167,32 @@ static void arguments(void)
         /* unknown monitor */
         if (send)
             EXPECT_REJECTED(
-                ovl_delta_send_begin_with(buf, 8, MPI_BYTE, peer, 0, (ovl_monitor_t)42, &r),
+                ovl_delta_send_begin(buf, 8, MPI_BYTE, peer, 0, TH_MONITOR((ovl_monitor_t)42), &r),
                 OVL_ERR_ARG);
         else
-            EXPECT_REJECTED(ovl_delta_recv_with(buf, 8, MPI_BYTE, peer, 0, (ovl_monitor_t)42, &r),
+            EXPECT_REJECTED(
+                ovl_delta_recv(buf, 8, MPI_BYTE, peer, 0, TH_MONITOR((ovl_monitor_t)42), &r),
+                OVL_ERR_ARG);
+    }
+    /* optional parameters: a field_mask bit no OVL_PARAM_FIELD_* names, or
+     * one the call does not take, is refused before anything happens, and
+     * the detail names it and what the call takes */
+    {
+        const ovl_param_t unknown = { .field_mask = OVL_PARAM_FIELD_MONITOR | (1ull << 40) };
+        for (int send = 0; send < 2; send++) {
+            EXPECT_REJECTED(send ? ovl_delta_send_begin(buf, 8, MPI_BYTE, peer, 0, &unknown, &r)
+                                 : ovl_delta_recv(buf, 8, MPI_BYTE, peer, 0, &unknown, &r),
                             OVL_ERR_ARG);
+            CHECKF(strstr(ovl_error_detail(), "bit 40") &&
+                       strstr(ovl_error_detail(), "takes: OVL_PARAM_FIELD_MONITOR"),
+                   "%s", ovl_error_detail());
+            EXPECT_REJECTED(send ? ovl_delta_send_begin(buf, 8, MPI_BYTE, peer, 0, TH_COUNT(8), &r)
+                                 : ovl_delta_recv(buf, 8, MPI_BYTE, peer, 0, TH_COUNT(8), &r),
+                            OVL_ERR_ARG);
+            CHECKF(strstr(ovl_error_detail(), "sets OVL_PARAM_FIELD_COUNT, which this call does "
+                                              "not take") != NULL,
+                   "%s", ovl_error_detail());
+        }
     }
     /* a delta receive into shared memory: the fault monitors cannot guard
      * it (a clear error, the buffer untouched); explicit can */
@@ -182,9 +206,9 @@ static void arguments(void)
             ovl_monitor_t ms[] = { OVL_MONITOR_MPROTECT, OVL_MONITOR_UFFD };
             for (int mi = 0; mi < 2; mi++) {
                 int cnt = k ? 200 : (int)(2 * ps);
-                EXPECT_REJECTED(
-                    ovl_delta_recv_with(k ? sh + 100 : sh, cnt, MPI_BYTE, peer, 0, ms[mi], &r),
-                    OVL_ERR_MONITOR);
+                EXPECT_REJECTED(ovl_delta_recv(k ? sh + 100 : sh, cnt, MPI_BYTE, peer, 0,
+                                               TH_MONITOR(ms[mi]), &r),
+                                OVL_ERR_MONITOR);
                 CHECKF(strstr(ovl_error_detail(), "shared memory") != NULL, "%s",
                        ovl_error_detail());
                 for (size_t i = 0; i < shn; i++)
@@ -195,8 +219,10 @@ static void arguments(void)
         munmap(sh, shn);
     }
     /* wildcards are for receives only */
-    EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, OVL_ANY_SOURCE, 0, &r), OVL_ERR_RANK);
-    EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, peer, OVL_ANY_TAG, &r), OVL_ERR_TAG);
+    EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, OVL_ANY_SOURCE, 0, NULL, &r),
+                    OVL_ERR_RANK);
+    EXPECT_REJECTED(ovl_delta_send_begin(buf, 8, MPI_BYTE, peer, OVL_ANY_TAG, NULL, &r),
+                    OVL_ERR_TAG);
     /* the reserved upper half of the tags is refused by plain messages too */
     EXPECT_REJECTED(ovl_isend(buf, 8, MPI_BYTE, peer, tag_ub + 1, &r), OVL_ERR_TAG);
     EXPECT_REJECTED(ovl_irecv(buf, 8, MPI_BYTE, peer, tag_ub + 1, &r), OVL_ERR_TAG);
@@ -211,9 +237,11 @@ static void arguments(void)
         out[i] = 1000.0 * th_rank + i;
     ovl_request_t q[2];
     ovl_status_t st[2];
-    CHECK_OK(ovl_delta_recv(in, 8, contig, peer, tag_ub, &q[0]));
-    CHECK_OK(ovl_delta_send_begin(out, 8, contig, peer, tag_ub, &q[1]));
-    CHECK_OK(ovl_delta_send_end(q[1]));
+    /* field_mask 0: no field is read (the monitor here is not one) */
+    const ovl_param_t none = { .field_mask = 0, .monitor = (ovl_monitor_t)42, .count = -7 };
+    CHECK_OK(ovl_delta_recv(in, 8, contig, peer, tag_ub, &none, &q[0]));
+    CHECK_OK(ovl_delta_send_begin(out, 8, contig, peer, tag_ub, &none, &q[1]));
+    CHECK_OK(ovl_delta_send_end(q[1], &none));
     CHECK_OK(ovl_waitall(2, q, st));
     CHECK(st[0].tag == tag_ub && st[0].source == peer && st[0].bytes == 16 * sizeof(double));
     for (int i = 0; i < 16; i++)
@@ -235,8 +263,8 @@ static void arguments(void)
     th_fill(sbuf, sbytes, 0x4e9 + (uint64_t)th_rank, 0);
     th_fill(pbuf, sizeof pbuf, 0x4ea + (uint64_t)th_rank, 0);
     ovl_request_t ds, dr, ps, pr;
-    EXPECT_ERR(ovl_delta_send_end(OVL_REQUEST_NULL), OVL_ERR_REQUEST);
-    EXPECT_ERR(ovl_delta_send_end_count(OVL_REQUEST_NULL, 1), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(OVL_REQUEST_NULL, NULL), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(OVL_REQUEST_NULL, TH_COUNT(1)), OVL_ERR_REQUEST);
     EXPECT_ERR(ovl_delta_produced(OVL_REQUEST_NULL, 0, 1), OVL_ERR_REQUEST);
     EXPECT_ERR(ovl_delta_need(OVL_REQUEST_NULL, 0, 1), OVL_ERR_REQUEST);
     size_t dsz = 12345;
@@ -244,14 +272,14 @@ static void arguments(void)
     CHECK(dsz == 12345);
     CHECK_OK(ovl_irecv(pin, sizeof pin, MPI_CHAR, peer, 1, &pr));
     CHECK_OK(ovl_isend(pbuf, sizeof pbuf, MPI_CHAR, peer, 1, &ps));
-    CHECK_OK(ovl_delta_recv(rbuf, (int)rbytes, MPI_BYTE, peer, 2, &dr));
-    CHECK_OK(ovl_delta_send_begin(sbuf, (int)sbytes, MPI_BYTE, peer, 2, &ds));
+    CHECK_OK(ovl_delta_recv(rbuf, (int)rbytes, MPI_BYTE, peer, 2, NULL, &dr));
+    CHECK_OK(ovl_delta_send_begin(sbuf, (int)sbytes, MPI_BYTE, peer, 2, NULL, &ds));
     /* not delta sends */
-    EXPECT_ERR(ovl_delta_send_end(ps), OVL_ERR_REQUEST);
-    EXPECT_ERR(ovl_delta_send_end(pr), OVL_ERR_REQUEST);
-    EXPECT_ERR(ovl_delta_send_end(dr), OVL_ERR_REQUEST);
-    EXPECT_ERR(ovl_delta_send_end_count(ps, 1), OVL_ERR_REQUEST);
-    EXPECT_ERR(ovl_delta_send_end_count(dr, 1), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(ps, NULL), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(pr, NULL), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(dr, NULL), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(ps, TH_COUNT(1)), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(dr, TH_COUNT(1)), OVL_ERR_REQUEST);
     EXPECT_ERR(ovl_delta_produced(ps, 0, 1), OVL_ERR_REQUEST);
     EXPECT_ERR(ovl_delta_produced(pr, 0, 1), OVL_ERR_REQUEST);
     /* delta calls on the other direction's requests: refused one way or
@@ -278,12 +306,15 @@ static void arguments(void)
     /* interpretation: a range outside the posted buffer is an argument
      * error, as for ovl_delta_produced (the spec lists OVL_ERR_ARG) */
     EXPECT_ERR(ovl_delta_need(dr, rbytes, 1), OVL_ERR_ARG);
-    /* send_end_count: bad counts leave the request open */
-    EXPECT_ERR(ovl_delta_send_end_count(ds, -1), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_delta_send_end_count(ds, (int)sbytes + 1), OVL_ERR_ARG);
-    CHECK_OK(ovl_delta_send_end(ds));
-    EXPECT_ERR(ovl_delta_send_end(ds), OVL_ERR_REQUEST); /* already ended */
-    EXPECT_ERR(ovl_delta_send_end_count(ds, 1), OVL_ERR_REQUEST);
+    /* send_end with bad counts or fields leaves the request open */
+    EXPECT_ERR(ovl_delta_send_end(ds, TH_COUNT(-1)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_delta_send_end(ds, TH_COUNT((int)sbytes + 1)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_delta_send_end(ds, TH_MONITOR(OVL_MONITOR_AUTO)), OVL_ERR_ARG);
+    CHECKF(strstr(ovl_error_detail(), "OVL_PARAM_FIELD_MONITOR") != NULL, "%s", ovl_error_detail());
+    EXPECT_ERR(ovl_delta_send_end(ds, &(ovl_param_t){ .field_mask = 1ull << 63 }), OVL_ERR_ARG);
+    CHECK_OK(ovl_delta_send_end(ds, NULL));
+    EXPECT_ERR(ovl_delta_send_end(ds, NULL), OVL_ERR_REQUEST); /* already ended */
+    EXPECT_ERR(ovl_delta_send_end(ds, TH_COUNT(1)), OVL_ERR_REQUEST);
     ovl_status_t s4[4];
     ovl_request_t all[4] = { pr, ps, dr, ds };
     CHECK_OK(ovl_waitall(4, all, s4));
@@ -293,7 +324,7 @@ static void arguments(void)
     CHECK(th_verify(rbuf, rbytes, 0x4e9 + (uint64_t)peer, 0) == TH_OK);
     CHECK(s4[3].bytes == sbytes && s4[3].error == OVL_SUCCESS);
     /* released handles */
-    EXPECT_ERR(ovl_delta_send_end(ds), OVL_ERR_REQUEST);
+    EXPECT_ERR(ovl_delta_send_end(ds, NULL), OVL_ERR_REQUEST);
     EXPECT_ERR(ovl_delta_produced(ds, 0, 1), OVL_ERR_REQUEST);
     EXPECT_ERR(ovl_delta_need(dr, 0, 1), OVL_ERR_REQUEST);
 
@@ -303,7 +334,7 @@ static void arguments(void)
     ovl_request_t dn, cs, cr, dns;
     char cout = 1, cin = 0, done_out = 2, done_in = 0;
     struct need_in_cb n = { .rc = 1 };
-    CHECK_OK(ovl_delta_recv(rbuf, (int)rbytes, MPI_BYTE, peer, 4, &dn));
+    CHECK_OK(ovl_delta_recv(rbuf, (int)rbytes, MPI_BYTE, peer, 4, NULL, &dn));
     n.delta = dn;
     CHECK_OK(ovl_irecv(&cin, 1, MPI_CHAR, peer, 5, &cr));
     CHECK_OK(ovl_isend(&cout, 1, MPI_CHAR, peer, 5, &cs));
@@ -317,7 +348,7 @@ static void arguments(void)
     CHECK_OK(ovl_wait(&cs, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&cr, OVL_STATUS_IGNORE));
     th_fill(sbuf, sbytes, 0x4eb + (uint64_t)th_rank, 0);
-    CHECK_OK(ovl_delta_send_begin(sbuf, (int)sbytes, MPI_BYTE, peer, 4, &dns));
+    CHECK_OK(ovl_delta_send_begin(sbuf, (int)sbytes, MPI_BYTE, peer, 4, NULL, &dns));
     CHECK_OK(ovl_wait(&dns, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&dn, OVL_STATUS_IGNORE));
     CHECK(th_verify(rbuf, rbytes, 0x4eb + (uint64_t)peer, 0) == TH_OK);
@@ -325,7 +356,7 @@ static void arguments(void)
     dt_region_free(&rreg);
 }
 
-/* send_end_count below what has already left: refused, request still open */
+/* send_end with a count below what has already left: refused, request still open */
 static void end_count_below_sent(void)
 {
     size_t bytes = (size_t)4 << 20;
@@ -337,19 +368,19 @@ static void end_count_below_sent(void)
     if (even) {
         th_rng_t rng;
         th_rng_init(&rng, 0xbe11, (uint64_t)th_rank, 0);
-        CHECK_OK(ovl_delta_send_begin_with(b, (int)bytes, MPI_BYTE, peer, 3, OVL_MONITOR_EXPLICIT,
-                                           &req));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 3,
+                                      TH_MONITOR(OVL_MONITOR_EXPLICIT), &req));
         size_t dsz = 0;
         CHECK_OK(ovl_delta_size(req, &dsz));
         CHECKF(dsz > 0 && 2 * dsz <= bytes, "delta size %zu for a %zu-byte buffer", dsz, bytes);
         dt_produce(req, b, 2 * dsz, key, DT_PROD_INORDER, &rng); /* at least one delta left */
-        EXPECT_ERR(ovl_delta_send_end_count(req, 1), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_delta_send_end(req, TH_COUNT(1)), OVL_ERR_ARG);
         th_fill(b + 2 * dsz, bytes - 2 * dsz, key, 2 * dsz);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
     } else {
-        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 3, &req));
+        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 3, NULL, &req));
         CHECK_OK(ovl_wait(&req, &st));
         CHECKF(st.bytes == bytes && st.error == OVL_SUCCESS, "status {%zu, %d}", st.bytes,
                st.error);
@@ -409,7 +440,7 @@ static void stale_os(ovl_monitor_t m, int tag, size_t off, size_t at)
     ovl_request_t req;
     ovl_status_t st = { .error = 0 };
     if (even) {
-        CHECK_OK(ovl_delta_send_begin_with(r.buf, (int)bytes, MPI_BYTE, peer, tag, m, &req));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(m), &req));
         size_t dsz = 0;
         CHECK_OK(ovl_delta_size(req, &dsz));
         CHECKF(dsz > 0 && 4 * dsz <= bytes, "%s: delta size %zu for %zu bytes", ovl_monitor_name(m),
@@ -426,7 +457,7 @@ static void stale_os(ovl_monitor_t m, int tag, size_t off, size_t at)
         capture_start(&cap);
         r.buf[at] = dt_flip(r.buf[at]);
         r.buf[at + 1] = dt_flip(r.buf[at + 1]);
-        int end_rc = ovl_delta_send_end(req);
+        int end_rc = ovl_delta_send_end(req, NULL);
         int wait_rc = ovl_wait(&req, &st);
         capture_end(&cap);
         CHECK_OK(end_rc);
@@ -459,7 +490,7 @@ static void stale_os(ovl_monitor_t m, int tag, size_t off, size_t at)
                ovl_monitor_name(m), at, cap.text);
         fflush(stdout);
     } else {
-        CHECK_OK(ovl_delta_recv_with(r.buf, (int)bytes, MPI_BYTE, peer, tag, m, &req));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(m), &req));
         int wait_rc = ovl_wait(&req, &st);
         CHECKF(wait_rc == OVL_ERR_STALE && st.error == OVL_ERR_STALE,
                "%s: receiver of a stale send (buffer %zu bytes into a page): ovl_wait %s, "
@@ -482,8 +513,8 @@ static void stale_explicit(void)
     ovl_status_t st = { .error = 1 };
     int send_rc = 0;
     if (even) {
-        CHECK_OK(ovl_delta_send_begin_with(b, (int)bytes, MPI_BYTE, peer, 20, OVL_MONITOR_EXPLICIT,
-                                           &req));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 20,
+                                      TH_MONITOR(OVL_MONITOR_EXPLICIT), &req));
         size_t dsz = 0;
         CHECK_OK(ovl_delta_size(req, &dsz));
         CHECKF(dsz > 0 && 8 * dsz <= bytes, "delta size %zu for %zu bytes", dsz, bytes);
@@ -493,7 +524,7 @@ static void stale_explicit(void)
         EXPECT_ERR(ovl_delta_produced(req, dsz, 1), OVL_ERR_STALE);
         EXPECT_ERR(ovl_delta_produced(req, 4 * dsz - 1, 2), OVL_ERR_STALE);
         CHECK_OK(ovl_delta_produced(req, 4 * dsz, bytes - 4 * dsz));
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         send_rc = ovl_wait(&req, &st);
         /* The refused calls changed nothing: the message may complete
          * normally (or be marked stale on both ends). */
@@ -501,7 +532,7 @@ static void stale_explicit(void)
                th_code_name(send_rc));
         CHECK_MPI(MPI_Send(&send_rc, 1, MPI_INT, peer, 21, MPI_COMM_WORLD));
     } else {
-        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 20, &req));
+        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 20, NULL, &req));
         int rc = ovl_wait(&req, &st);
         CHECK_MPI(MPI_Recv(&send_rc, 1, MPI_INT, peer, 21, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         CHECKF(rc == send_rc, "receiver %s, sender %s", th_code_name(rc), th_code_name(send_rc));
@@ -566,10 +597,10 @@ static void edge_at_map_limit(void)
         for (int k = 0; k < rounds; k++) {
             CHECK_MPI(
                 MPI_Recv(NULL, 0, MPI_BYTE, peer, 41 + 2 * k, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-            CHECK_OK(ovl_delta_send_begin_with(b, (int)bytes, MPI_BYTE, peer, 40 + 2 * k,
-                                               OVL_MONITOR_EXPLICIT, &req));
+            CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 40 + 2 * k,
+                                          TH_MONITOR(OVL_MONITOR_EXPLICIT), &req));
             CHECK_OK(ovl_delta_produced(req, 0, bytes));
-            CHECK_OK(ovl_delta_send_end(req));
+            CHECK_OK(ovl_delta_send_end(req, NULL));
             CHECK_OK(ovl_wait(&req, &st));
             CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
         }
@@ -586,19 +617,22 @@ static void edge_at_map_limit(void)
     size_t fill_len = 0;
 #ifndef DT_SANITIZER
     /* warm up what the receive allocates (piece slots) before the limit */
-    CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, 40, OVL_MONITOR_MPROTECT, &req));
+    CHECK_OK(ovl_delta_recv(buf, (int)bytes, MPI_BYTE, peer, 40, TH_MONITOR(OVL_MONITOR_MPROTECT),
+                            &req));
     CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 41, MPI_COMM_WORLD));
     CHECK_OK(ovl_wait(&req, &st));
     CHECK(th_verify(buf, bytes, key, 0) == TH_OK);
     th_fill(m + pg, 3 * pg, key ^ 0x5e, pg);
-    CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, 42, OVL_MONITOR_MPROTECT, &req));
+    CHECK_OK(ovl_delta_recv(buf, (int)bytes, MPI_BYTE, peer, 42, TH_MONITOR(OVL_MONITOR_MPROTECT),
+                            &req));
     fill_maps(&fill, &fill_len);
     CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 43, MPI_COMM_WORLD));
 #else
     if (th_rank == 1)
         printf("test_delta_misuse: NOTE: edge page at vm.max_map_count not at the limit under a "
                "sanitizer\n");
-    CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, 40, OVL_MONITOR_MPROTECT, &req));
+    CHECK_OK(ovl_delta_recv(buf, (int)bytes, MPI_BYTE, peer, 40, TH_MONITOR(OVL_MONITOR_MPROTECT),
+                            &req));
     CHECK_MPI(MPI_Send(NULL, 0, MPI_BYTE, peer, 41, MPI_COMM_WORLD));
 #endif
     /* read the first and last bytes (edge pages) while they may be pending */
@@ -627,19 +661,20 @@ static void configuration(void)
     setenv("OVL_DELTA_SIZE", "12abc", 1);
     EXPECT_ERR(ovl_init(MPI_COMM_WORLD, NULL), OVL_ERR_CONFIG);
     unsetenv("OVL_DELTA_SIZE");
-    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_MONITOR, .monitor = (ovl_monitor_t)9 };
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_MONITOR,
+                         .access.monitor = (ovl_monitor_t)9 };
     EXPECT_ERR(ovl_init(MPI_COMM_WORLD, &cfg), OVL_ERR_CONFIG);
     CHECK(!ovl_initialized());
 
     /* environment: explicit; fields: mprotect and 64 KiB deltas (fields win) */
     setenv("OVL_DELTA_SIZE", "8k", 1);
     cfg = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_MONITOR | OVL_CONFIG_FIELD_DELTA_SIZE,
-                          .monitor = OVL_MONITOR_MPROTECT,
-                          .delta_size = 65536 };
+                          .access.monitor = OVL_MONITOR_MPROTECT,
+                          .access.delta_size = 65536 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &cfg));
     ovl_config_t got;
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.monitor == OVL_MONITOR_MPROTECT && got.delta_size == 65536);
+    CHECK(got.access.monitor == OVL_MONITOR_MPROTECT && got.access.delta_size == 65536);
     size_t bytes = (size_t)1 << 20;
     unsigned char *b = dt_alloc(bytes);
     CHECK(b != NULL);
@@ -647,15 +682,15 @@ static void configuration(void)
     ovl_status_t st;
     uint64_t key = 0xc0f + (uint64_t)(th_rank / 2);
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 30, &req));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 30, NULL, &req));
         size_t d = 0;
         CHECK_OK(ovl_delta_size(req, &d));
         CHECKF(d == 65536, "ovl_delta_size %zu, configured 65536", d);
         th_fill(b, bytes, key, 0);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
     } else {
-        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 30, &req));
+        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 30, NULL, &req));
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && th_verify(b, bytes, key, 0) == TH_OK);
     }
@@ -672,7 +707,7 @@ static void configuration(void)
     setenv("OVL_MONITOR", "mprotect", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.monitor == OVL_MONITOR_MPROTECT && got.delta_size == 8192);
+    CHECK(got.access.monitor == OVL_MONITOR_MPROTECT && got.access.delta_size == 8192);
     unsetenv("OVL_MONITOR");
     unsetenv("OVL_DELTA_SIZE");
 }
@@ -681,7 +716,7 @@ static void configuration(void)
 
 /* Mode "nomem" (ctest binds /dev/null over each rank's /proc/<pid>/mem in a
  * private mount namespace): no fault monitor can work. A fault monitor
- * asked for by name (OVL_MONITOR, the config field, a request's _with)
+ * asked for by name (OVL_MONITOR, the config field, a request's param)
  * fails with OVL_ERR_MONITOR saying why; auto warns on stderr at the
  * default verbosity and gives explicit, whose annotated transfers work;
  * ovl_monitor_probe says the same. */
@@ -718,7 +753,8 @@ static int no_proc_mem(int *argc, char ***argv)
         CHECK(!ovl_initialized());
     }
     unsetenv("OVL_MONITOR");
-    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_MONITOR, .monitor = OVL_MONITOR_MPROTECT };
+    ovl_config_t cfg = { .field_mask = OVL_CONFIG_FIELD_MONITOR,
+                         .access.monitor = OVL_MONITOR_MPROTECT };
     EXPECT_ERR(ovl_init(MPI_COMM_WORLD, &cfg), OVL_ERR_MONITOR);
 
     /* auto: a warning on stderr (the first rank of each node), explicit */
@@ -741,20 +777,22 @@ static int no_proc_mem(int *argc, char ***argv)
     ovl_request_t r = OVL_REQUEST_NULL;
     ovl_status_t st = { .error = 1 };
     /* asked for by name per request: refused, not silently explicit */
-    EXPECT_ERR(ovl_delta_recv_with(b, (int)bytes, MPI_BYTE, peer, 5, OVL_MONITOR_MPROTECT, &r),
-               OVL_ERR_MONITOR);
-    EXPECT_ERR(ovl_delta_send_begin_with(b, (int)bytes, MPI_BYTE, peer, 5, OVL_MONITOR_UFFD, &r),
-               OVL_ERR_MONITOR);
+    EXPECT_ERR(
+        ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 5, TH_MONITOR(OVL_MONITOR_MPROTECT), &r),
+        OVL_ERR_MONITOR);
+    EXPECT_ERR(
+        ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 5, TH_MONITOR(OVL_MONITOR_UFFD), &r),
+        OVL_ERR_MONITOR);
     CHECK(r == OVL_REQUEST_NULL);
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 6, &r));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 6, NULL, &r));
         th_fill(b, bytes, key, 0);
         CHECK_OK(ovl_delta_produced(r, 0, bytes));
-        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_delta_send_end(r, NULL));
         CHECK_OK(ovl_wait(&r, &st));
     } else {
         capture_start(&cap); /* the first degraded receive says so */
-        rc = ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 6, &r);
+        rc = ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 6, NULL, &r);
         capture_end(&cap);
         CHECK_OK(rc);
         CHECKF(strstr(cap.text, "complete inside the call") != NULL, "no notice: \"%.300s\"",
@@ -770,13 +808,13 @@ static int no_proc_mem(int *argc, char ***argv)
      * unannotated send leaves at its end. */
     key ^= 0x77;
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 7, &r));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 7, NULL, &r));
         th_fill(b, bytes, key, 0);
-        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_delta_send_end(r, NULL));
         CHECK_OK(ovl_wait(&r, &st));
     } else {
         memset(b, 0, bytes);
-        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 7, &r));
+        CHECK_OK(ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 7, NULL, &r));
         size_t bad = th_verify(b, bytes, key, 0); /* no need, no wait */
         CHECKF(bad == TH_OK, "degraded receive: byte %zu not there when the call returned", bad);
         CHECK_OK(ovl_wait(&r, &st));
@@ -789,12 +827,13 @@ static int no_proc_mem(int *argc, char ***argv)
     char go = 1;
     if (even) {
         CHECK_MPI(MPI_Recv(&go, 1, MPI_CHAR, peer, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 8, &r));
+        CHECK_OK(ovl_delta_send_begin(b, (int)bytes, MPI_BYTE, peer, 8, NULL, &r));
         th_fill(b, bytes, key, 0);
-        CHECK_OK(ovl_delta_send_end(r));
+        CHECK_OK(ovl_delta_send_end(r, NULL));
         CHECK_OK(ovl_wait(&r, &st));
     } else {
-        CHECK_OK(ovl_delta_recv_with(b, (int)bytes, MPI_BYTE, peer, 8, OVL_MONITOR_EXPLICIT, &r));
+        CHECK_OK(
+            ovl_delta_recv(b, (int)bytes, MPI_BYTE, peer, 8, TH_MONITOR(OVL_MONITOR_EXPLICIT), &r));
         CHECK_MPI(MPI_Send(&go, 1, MPI_CHAR, peer, 99, MPI_COMM_WORLD));
         CHECK_OK(ovl_delta_need(r, 0, bytes));
         CHECK(th_verify(b, bytes, key, 0) == TH_OK);
@@ -809,7 +848,7 @@ static int no_proc_mem(int *argc, char ***argv)
     th_fill(sb, bytes, key + (uint64_t)th_rank, 0);
     CHECK_OK(ovl_barrier()); /* the peer's part is filled (ovl_fence is local) */
     memset(b, 0, bytes);
-    CHECK_OK(ovl_get(b, peer, 0, bytes, seg));
+    CHECK_OK(ovl_get(b, peer, 0, bytes, seg, NULL, NULL));
     size_t bad = th_verify(b, bytes, key + (uint64_t)peer, 0);
     CHECKF(bad == TH_OK, "degraded get: byte %zu not there when the call returned", bad);
     CHECK_OK(ovl_fence(seg));
@@ -827,7 +866,7 @@ int main(int argc, char **argv)
     peer = dt_pair("test_delta_misuse", &even);
     dt_phase("arguments", 30);
     arguments();
-    dt_phase("send_end_count below what was sent", 30);
+    dt_phase("send_end with a count below what was sent", 30);
     end_count_below_sent();
     ovl_monitor_t fm[2] = { OVL_MONITOR_MPROTECT, OVL_MONITOR_UFFD };
     int nfm = uffd_ok ? 2 : 1;

@@ -9,7 +9,7 @@
  *    monitor the sender takes no fault (the buffer is not watched) and
  *    the buffer may be rewritten after send_end without changing what the
  *    receiver gets (the piece was copied);
- *  - one piece, shorter: ovl_delta_send_end_count gives the real size to
+ *  - one piece, shorter: ovl_delta_send_end with a count gives the real size to
  *    the receiver, which still gets exactly that many bytes;
  *  - several pieces under a fault monitor: 8 pages in 16 KiB deltas are
  *    two pieces (the second carries the end: no empty last piece);
@@ -29,7 +29,7 @@ static int peer, even;
 static ovl_monitor_t mon;
 
 /* Send @bytes (of a @cap-byte buffer at offset @off in its pages) from the
- * even rank; @end_at < @cap ends it early with ovl_delta_send_end_count.
+ * even rank; @end_at < @cap ends it early with ovl_delta_send_end and a count.
  * Checks the pieces and faults of the sender against @want_pieces
  * (0: not checked) and @want_no_fault. */
 static void one_case(const char *what, size_t cap, size_t off, size_t end_at, int annotate,
@@ -43,7 +43,7 @@ static void one_case(const char *what, size_t cap, size_t off, size_t end_at, in
     MPI_Barrier(MPI_COMM_WORLD);
     if (even) {
         ovl_stats_t s0 = dt_stats();
-        CHECK_OK(ovl_delta_send_begin(rg.buf, (int)cap, MPI_BYTE, peer, 40 + round, &r));
+        CHECK_OK(ovl_delta_send_begin(rg.buf, (int)cap, MPI_BYTE, peer, 40 + round, NULL, &r));
         size_t dsz = 0;
         CHECK_OK(ovl_delta_size(r, &dsz));
         CHECKF(dsz == dt_min(16384, cap), "%s: delta size %zu, expected the configured 16384", what,
@@ -58,9 +58,9 @@ static void one_case(const char *what, size_t cap, size_t off, size_t end_at, in
         }
         ovl_stats_t s1 = dt_stats();
         if (end_at < cap)
-            CHECK_OK(ovl_delta_send_end_count(r, (int)end_at));
+            CHECK_OK(ovl_delta_send_end(r, TH_COUNT((int)end_at)));
         else
-            CHECK_OK(ovl_delta_send_end(r));
+            CHECK_OK(ovl_delta_send_end(r, NULL));
         /* A one-piece message was copied when it left: rewriting the buffer
          * now is invisible to the receiver (checked there). */
         if (want_no_fault)
@@ -83,7 +83,7 @@ static void one_case(const char *what, size_t cap, size_t off, size_t end_at, in
                    what, cap);
     } else {
         ovl_stats_t s0 = dt_stats();
-        CHECK_OK(ovl_delta_recv(rg.buf, (int)cap, MPI_BYTE, peer, 40 + round, &r));
+        CHECK_OK(ovl_delta_recv(rg.buf, (int)cap, MPI_BYTE, peer, 40 + round, NULL, &r));
         /* use what was sent at once: read every page in order, need first
          * in explicit mode */
         size_t pg = dt_page();

@@ -119,9 +119,9 @@ static void crash_mode(void)
     dt_region_alloc(&r, bytes, 55, 0xc4a6);
     ovl_request_t req;
     if (even)
-        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 1, &req));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 1, NULL, &req));
     else
-        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 1, &req));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 1, NULL, &req));
     if (even) /* the send is half written */
         dt_produce(req, r.buf, bytes / 2, key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN,
                    &rng);
@@ -166,7 +166,7 @@ static void crash_mode(void)
             if (explicit_mode)
                 CHECK_OK(ovl_delta_produced(req, o, len));
         }
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
     } else {
@@ -268,7 +268,7 @@ static void handler_mode(void)
     char gobyte = 1;
     ovl_status_t st = { .error = 1 };
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 1, &req));
+        CHECK_OK(ovl_delta_send_begin(r.buf, (int)bytes, MPI_BYTE, peer, 1, NULL, &req));
         CHECK_OK(ovl_irecv(&gobyte, 1, MPI_CHAR, peer, 2, &go));
         own_faults("delta send pending");
         pthread_t t;
@@ -277,14 +277,14 @@ static void handler_mode(void)
         CHECK_OK(ovl_wait(&go, OVL_STATUS_IGNORE));
         int before = atomic_load(&h_calls);
         dt_produce(req, r.buf, bytes, key, explicit_mode ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
         CHECKF(atomic_load(&h_calls) == before,
                "writing a delta-send buffer reached the program's handler %d times",
                atomic_load(&h_calls) - before);
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
     } else {
-        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 1, &req));
+        CHECK_OK(ovl_delta_recv(r.buf, (int)bytes, MPI_BYTE, peer, 1, NULL, &req));
         own_faults("delta receive pending");
         pthread_t t;
         CHECK(pthread_create(&t, NULL, own_faults_thread, "delta receive pending, other thread") ==
@@ -331,22 +331,23 @@ static __attribute__((noinline)) void stack_transfer(ovl_monitor_t m, int tag)
     if (!ex) {
         /* Fault monitors refuse buffers on the calling thread's stack with a
          * clear error (the signal frame needs those pages): ovl.h. */
-        int rc = even ? ovl_delta_send_begin_with(buf, (int)bytes, MPI_BYTE, peer, tag, m, &req)
-                      : ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, tag, m, &req);
+        int rc =
+            even ? ovl_delta_send_begin(buf, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(m), &req)
+                 : ovl_delta_recv(buf, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(m), &req);
         CHECKF(rc == OVL_ERR_ARG, "%s: stack buffer gave %s, expected OVL_ERR_ARG",
                ovl_monitor_name(m), th_code_name(rc));
         CHECK(strstr(ovl_error_detail(), "stack") != NULL);
         return;
     }
     if (even) {
-        CHECK_OK(ovl_delta_send_begin_with(buf, (int)bytes, MPI_BYTE, peer, tag, m, &req));
+        CHECK_OK(ovl_delta_send_begin(buf, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(m), &req));
         /* function calls write stack frames next to the buffer */
         dt_produce(req, buf, bytes, key, ex ? DT_PROD_INORDER : DT_PROD_PLAIN, &rng);
-        CHECK_OK(ovl_delta_send_end(req));
+        CHECK_OK(ovl_delta_send_end(req, NULL));
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);
     } else {
-        CHECK_OK(ovl_delta_recv_with(buf, (int)bytes, MPI_BYTE, peer, tag, m, &req));
+        CHECK_OK(ovl_delta_recv(buf, (int)bytes, MPI_BYTE, peer, tag, TH_MONITOR(m), &req));
         dt_use(req, ex, buf, bytes, key, &rng);
         CHECK_OK(ovl_wait(&req, &st));
         CHECK(st.bytes == bytes && st.error == OVL_SUCCESS);

@@ -18,7 +18,7 @@
  * end in ovl's one line and MPI_Abort, never in "FAIL" (the call returned):
  *   isend        ovl_isend of a NULL buffer
  *   before-init  ovl_isend before ovl_init (MPI initialised)
- *   init         OVL_POLL_MAX_US=0 on the last rank: ovl_init's own error
+ *   init         OVL_LATENESS_US=0 on the last rank: ovl_init's own error
  *   config       no variable; errors = fatal and progress = 7 in the config
  *   truncate     a message longer than its receive buffer: the operation's
  *                error, seen by whichever thread drives progress
@@ -65,7 +65,7 @@ static void check_return_mode(void)
 {
     ovl_config_t got;
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.errors == OVL_ERRORS_RETURN);
+    CHECK(got.report.errors == OVL_ERRORS_RETURN);
 
     /* a call's own error */
     ovl_request_t r = OVL_REQUEST_NULL;
@@ -118,7 +118,7 @@ static void check_config(void)
     unsetenv("OVL_ERRORS");
 
     /* a bad field on one rank */
-    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_ERRORS, .errors = (ovl_errors_t)7 };
+    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_ERRORS, .report.errors = (ovl_errors_t)7 };
     expect_init_fails_everywhere(last ? &c : NULL, "errors 7 unknown");
 
     /* the variable, in any case */
@@ -126,35 +126,35 @@ static void check_config(void)
     setenv("OVL_ERRORS", "Return", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.errors == OVL_ERRORS_RETURN);
+    CHECK(got.report.errors == OVL_ERRORS_RETURN);
     CHECK_OK(ovl_finalize());
     setenv("OVL_ERRORS", "FATAL", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.errors == OVL_ERRORS_FATAL);
+    CHECK(got.report.errors == OVL_ERRORS_FATAL);
     CHECK_OK(ovl_finalize());
 
     /* the field wins: fatal in the variable, return in the field */
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_ERRORS, .errors = OVL_ERRORS_RETURN };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_ERRORS, .report.errors = OVL_ERRORS_RETURN };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.errors == OVL_ERRORS_RETURN);
+    CHECK(got.report.errors == OVL_ERRORS_RETURN);
     ovl_request_t r = OVL_REQUEST_NULL;
     EXPECT_ERR(ovl_irecv(NULL, 4, MPI_INT, 0, 0, &r), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
     unsetenv("OVL_ERRORS");
 
     /* and the other way round (no error made under it) */
-    c.errors = OVL_ERRORS_FATAL;
+    c.report.errors = OVL_ERRORS_FATAL;
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.errors == OVL_ERRORS_FATAL);
+    CHECK(got.report.errors == OVL_ERRORS_FATAL);
     CHECK_OK(ovl_finalize());
 
     /* back to return for what follows (th_finish) */
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.errors == OVL_ERRORS_RETURN);
+    CHECK(got.report.errors == OVL_ERRORS_RETURN);
 }
 
 /* ---- fatal children ----------------------------------------------------- */
@@ -230,15 +230,15 @@ static int child(int argc, char **argv, const char *mode)
     }
     if (!strcmp(mode, "init")) {
         if (last)
-            setenv("OVL_POLL_MAX_US", "0", 1);
+            setenv("OVL_LATENESS_US", "0", 1);
         rc = ovl_init(MPI_COMM_WORLD, NULL);
         RETURNED("ovl_init", rc); /* every rank: the others are aborted with the job */
     }
     if (!strcmp(mode, "config")) {
         unsetenv("OVL_ERRORS"); /* the field alone */
         ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_ERRORS | OVL_CONFIG_FIELD_PROGRESS,
-                           .errors = OVL_ERRORS_FATAL,
-                           .progress = (ovl_progress_mode_t)7 };
+                           .report.errors = OVL_ERRORS_FATAL,
+                           .progress.mode = (ovl_progress_mode_t)7 };
         rc = ovl_init(MPI_COMM_WORLD, last ? &c : NULL);
         RETURNED("ovl_init", rc);
     }
@@ -248,7 +248,7 @@ static int child(int argc, char **argv, const char *mode)
     ovl_config_t got;
     if ((rc = ovl_config_get(&got)) != OVL_SUCCESS)
         RETURNED("ovl_config_get", rc);
-    CHECK(got.errors == OVL_ERRORS_FATAL);
+    CHECK(got.report.errors == OVL_ERRORS_FATAL);
     int to = peer_of(th_rank), from = (th_rank + th_size - 1) % th_size;
 
     if (!strcmp(mode, "isend")) {

@@ -221,7 +221,7 @@ static void session_stale(void)
 static unsigned long long completions(void)
 {
     ovl_stats_t st;
-    CHECK_OK(ovl_stats_get(&st));
+    CHECK_OK(ovl_stats_get(&st, sizeof st));
     return (unsigned long long)st.completions;
 }
 

@@ -83,7 +83,7 @@ static void expect_everything_not_init(void)
     EXPECT_NOT_INIT(ovl_finalize(), "ovl_finalize");
     EXPECT_NOT_INIT(ovl_config_get(&cfg), "ovl_config_get");
     CHECK(cfg.field_mask == 0);
-    EXPECT_NOT_INIT(ovl_stats_get(&stats), "ovl_stats_get");
+    EXPECT_NOT_INIT(ovl_stats_get(&stats, sizeof stats), "ovl_stats_get");
     CHECK(stats.polls == 77);
     EXPECT_NOT_INIT(ovl_progress(), "ovl_progress");
     EXPECT_NOT_INIT(ovl_isend(buf, 1, MPI_CHAR, 0, 0, &r), "ovl_isend");
@@ -199,11 +199,12 @@ static void check_detail_per_thread(void)
 
 /* Environment variables this test changes, and their values at start. */
 static const char *const env_names[] = {
-    "OVL_PROGRESS",         "OVL_POLL_MAX_US",       "OVL_SPIN_US",       "OVL_FRAGMENT_SIZE",
-    "OVL_STREAM_WINDOW",    "OVL_STACK_SIZE",        "OVL_VERBOSE",       "OVL_PROGRESS_SLICE_US",
-    "OVL_POLL_QUIET_US",    "OVL_PROGRESS_PRIORITY", "OVL_RMA_LOCAL",     "OVL_POLL_MIN_US",
-    "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",       "OVL_POLL_SERVE_US", "OVL_POLL_QUIET_SHARE",
-    "OVL_STREAM_WHOLE"
+    "OVL_PROGRESS", "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW", "OVL_STACK_SIZE", "OVL_VERBOSE",
+    "OVL_RMA_LOCAL", "OVL_STREAM_WHOLE", "OVL_LATENESS_US", "OVL_SERVE_US", "OVL_PROGRESS_PRIORITY",
+    /* removed in 0.1.0: set, ovl_init refuses them */
+    "OVL_POLL_MAX_US", "OVL_SPIN_US", "OVL_PROGRESS_SLICE_US", "OVL_POLL_QUIET_US",
+    "OVL_POLL_MIN_US", "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US", "OVL_POLL_SERVE_US",
+    "OVL_POLL_QUIET_SHARE"
 };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
@@ -417,19 +418,19 @@ static void check_priority(void)
     expect_env_rejected("OVL_PROGRESS_PRIORITY", "100");
     expect_env_rejected("OVL_PROGRESS_PRIORITY", "high");
     ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_VERBOSE,
-                       .progress_priority = -1,
-                       .verbose = 1 };
+                       .progress.priority = -1,
+                       .report.verbose = 1 };
     expect_cfg_rejected(&c, "progress_priority=-1");
     if (variant_progress() != OVL_PROGRESS_THREAD)
         return;
     int before = threads_with_policy(SCHED_FIFO);
     int allowed = may_fifo();
-    c.progress_priority = 1;
+    c.progress.priority = 1;
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     ovl_config_t got;
     CHECK_OK(ovl_config_get(&got));
-    CHECKF(got.progress_priority == (allowed ? 1 : 0), "priority %d, may use SCHED_FIFO: %d",
-           got.progress_priority, allowed);
+    CHECKF(got.progress.priority == (allowed ? 1 : 0), "priority %d, may use SCHED_FIFO: %d",
+           got.progress.priority, allowed);
     int seen = fifo_while_waiting(before, 0);
     CHECKF(seen == allowed, "SCHED_FIFO progress thread seen: %d, may use SCHED_FIFO: %d", seen,
            allowed);
@@ -448,7 +449,7 @@ static void check_priority(void)
         stderr_release(&cap, msg, sizeof msg);
         CHECK_OK(rc);
         CHECK_OK(ovl_config_get(&got));
-        CHECK(got.progress_priority == 0);
+        CHECK(got.progress.priority == 0);
         CHECK(fifo_while_waiting(before, 1) == 0);
         if (th_rank == 0)
             CHECKF(strstr(msg, "OVL_PROGRESS_PRIORITY=1") && strstr(msg, "refused"),
@@ -467,43 +468,39 @@ static void check_config(void)
     ovl_config_t c;
 
     /* bad values in the config */
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress = 7 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS, .progress.mode = 7 };
     expect_cfg_rejected(&c, "progress=7");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 12 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .stream.fragment_size = 12 };
     expect_cfg_rejected(&c, "fragment_size=12");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 1 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .stream.fragment_size = 1 };
     expect_cfg_rejected(&c, "fragment_size=1");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .fragment_size = 63 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE, .stream.fragment_size = 63 };
     expect_cfg_rejected(&c, "fragment_size=63");
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE,
-                        .fragment_size = ((size_t)64 << 20) + 1 };
+                        .stream.fragment_size = ((size_t)64 << 20) + 1 };
     expect_cfg_rejected(&c, "fragment_size=64M+1");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW, .stream_window = 0 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW, .stream.window = 0 };
     expect_cfg_rejected(&c, "stream_window=0");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW, .stream_window = 100000 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW, .stream.window = 100000 };
     expect_cfg_rejected(&c, "stream_window=100000");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STACK_SIZE, .stack_size = 100 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STACK_SIZE, .stream.stack_size = 100 };
     expect_cfg_rejected(&c, "stack_size=100");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_MAX_US, .poll_max_us = 0 };
-    expect_cfg_rejected(&c, "poll_max_us=0");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_MIN_US, .poll_min_us = 1000001 };
-    expect_cfg_rejected(&c, "poll_min_us=1000001");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_CALLBACK_US,
-                        .poll_callback_us = 1000001 };
-    expect_cfg_rejected(&c, "poll_callback_us=1000001");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_RMA_US, .poll_rma_us = 1000001 };
-    expect_cfg_rejected(&c, "poll_rma_us=1000001");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_SERVE_US, .poll_serve_us = 1000001 };
-    expect_cfg_rejected(&c, "poll_serve_us=1000001");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_QUIET_SHARE, .poll_quiet_share = 0 };
-    expect_cfg_rejected(&c, "poll_quiet_share=0");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_QUIET_SHARE, .poll_quiet_share = 101 };
-    expect_cfg_rejected(&c, "poll_quiet_share=101");
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS_SLICE_US,
-                        .progress_slice_us = 100001 };
-    expect_cfg_rejected(&c, "progress_slice_us=100001");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_LATENESS_US, .progress.lateness_us = 0 };
+    expect_cfg_rejected(&c, "lateness_us=0");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_LATENESS_US,
+                        .progress.lateness_us = 1000001 };
+    expect_cfg_rejected(&c, "lateness_us=1000001");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_SERVE_US, .progress.serve_us = 1000001 };
+    expect_cfg_rejected(&c, "serve_us=1000001");
+    /* the bits of removed fields are refused, not taken for another field */
+    for (int bit = 1; bit <= 18; bit++) {
+        if (bit != 1 && bit != 2 && bit != 10 && bit != 11 && bit != 14 && bit != 16 && bit != 18)
+            continue;
+        c = (ovl_config_t){ .field_mask = 1ull << bit };
+        expect_cfg_rejected(&c, "a removed field's bit");
+    }
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WHOLE,
-                        .stream_whole = (ovl_stream_whole_t)3 };
+                        .stream.whole = (ovl_stream_whole_t)3 };
     expect_cfg_rejected(&c, "stream_whole=3");
 
     /* bad values in the environment */
@@ -515,25 +512,32 @@ static void check_config(void)
     expect_env_rejected("OVL_FRAGMENT_SIZE", "-5");
     expect_env_rejected("OVL_STREAM_WINDOW", "0");
     expect_env_rejected("OVL_STREAM_WINDOW", "two");
-    expect_env_rejected("OVL_POLL_MAX_US", "fast");
-    expect_env_rejected("OVL_SPIN_US", "1.5");
     expect_env_rejected("OVL_STACK_SIZE", "1");
     expect_env_rejected("OVL_VERBOSE", "loud");
-    expect_env_rejected("OVL_PROGRESS_SLICE_US", "short");
-    expect_env_rejected("OVL_PROGRESS_SLICE_US", "200000");
-    expect_env_rejected("OVL_POLL_QUIET_US", "2000000");
-    expect_env_rejected("OVL_POLL_QUIET_US", "later");
-    expect_env_rejected("OVL_POLL_MIN_US", "2000000");
-    expect_env_rejected("OVL_POLL_MIN_US", "soon");
-    expect_env_rejected("OVL_POLL_CALLBACK_US", "2000000");
-    expect_env_rejected("OVL_POLL_CALLBACK_US", "-1");
-    expect_env_rejected("OVL_POLL_RMA_US", "2000000");
-    expect_env_rejected("OVL_POLL_RMA_US", "slow");
-    expect_env_rejected("OVL_POLL_SERVE_US", "2000000");
-    expect_env_rejected("OVL_POLL_SERVE_US", "idle");
-    expect_env_rejected("OVL_POLL_QUIET_SHARE", "0");
-    expect_env_rejected("OVL_POLL_QUIET_SHARE", "101");
-    expect_env_rejected("OVL_POLL_QUIET_SHARE", "half");
+    expect_env_rejected("OVL_LATENESS_US", "0");
+    expect_env_rejected("OVL_LATENESS_US", "2000000");
+    expect_env_rejected("OVL_LATENESS_US", "soon");
+    expect_env_rejected("OVL_SERVE_US", "2000000");
+    expect_env_rejected("OVL_SERVE_US", "idle");
+    /* removed variables: refused whatever their value, naming what
+     * replaces them */
+    static const char *const removed[][2] = {
+        { "OVL_POLL_MAX_US", "OVL_LATENESS_US" },
+        { "OVL_POLL_MIN_US", "OVL_LATENESS_US" },
+        { "OVL_POLL_CALLBACK_US", "OVL_LATENESS_US" },
+        { "OVL_POLL_SERVE_US", "OVL_SERVE_US" },
+        { "OVL_POLL_RMA_US", "100 us" },
+        { "OVL_POLL_QUIET_US", "1 ms" },
+        { "OVL_POLL_QUIET_SHARE", "75 %" },
+        { "OVL_SPIN_US", "ovl_wait" },
+        { "OVL_PROGRESS_SLICE_US", "100 us" },
+    };
+    for (size_t i = 0; i < sizeof removed / sizeof removed[0]; i++) {
+        expect_env_rejected(removed[i][0], "50");
+        CHECKF(strstr(ovl_error_detail(), removed[i][1]) != NULL,
+               "%s: the detail \"%s\" does not name its replacement (%s)", removed[i][0],
+               ovl_error_detail(), removed[i][1]);
+    }
     expect_env_rejected("OVL_RMA_LOCAL", "sometimes");
     expect_env_rejected("OVL_STREAM_WHOLE", "sometimes");
     expect_env_rejected("OVL_STREAM_WHOLE", "1");
@@ -550,17 +554,17 @@ static void check_config(void)
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_ERRORS << 1 };
     expect_cfg_rejected(&c, "field_mask bit 21");
     CHECK(strstr(ovl_error_detail(), "field_mask") != NULL);
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE | 1ull << 63, .verbose = 1 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE | 1ull << 63, .report.verbose = 1 };
     expect_cfg_rejected(&c, "field_mask bit 63");
     /* verbose through the config: negative refused, above 2 taken as 2,
      * as OVL_VERBOSE is */
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = -1 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE, .report.verbose = -1 };
     expect_cfg_rejected(&c, "verbose=-1");
     CHECK(strstr(ovl_error_detail(), "verbose") != NULL);
     {
         ovl_config_t got;
         struct capture cap = stderr_capture(); /* verbose 2 prints its configuration */
-        c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = 7 };
+        c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE, .report.verbose = 7 };
         int rc = ovl_init(MPI_COMM_WORLD, &c);
         int rc_get = rc == OVL_SUCCESS ? ovl_config_get(&got) : rc;
         int rc_fin = rc == OVL_SUCCESS ? ovl_finalize() : rc;
@@ -575,59 +579,52 @@ static void check_config(void)
         CHECK_OK(rc);
         CHECK_OK(rc_get);
         CHECK_OK(rc_fin);
-        CHECKF(got.verbose == 2, "verbose 7 in force as %d", got.verbose);
+        CHECKF(got.report.verbose == 2, "verbose 7 in force as %d", got.report.verbose);
         CHECK_OK(rc2);
         CHECK_OK(rc2_get);
         CHECK_OK(rc2_fin);
-        CHECKF(got2.verbose == 2, "OVL_VERBOSE=9 in force as %d", got2.verbose);
+        CHECKF(got2.report.verbose == 2, "OVL_VERBOSE=9 in force as %d", got2.report.verbose);
         /* OVL_PROGRESS=none: inline by another name (docs/ENV.md) */
         setenv("OVL_PROGRESS", "None", 1);
         CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
         CHECK_OK(ovl_config_get(&got));
-        CHECK(got.progress == OVL_PROGRESS_INLINE);
+        CHECK(got.progress.mode == OVL_PROGRESS_INLINE);
         CHECK_OK(ovl_finalize());
         env_restore();
     }
 
     /* Fields whose bit is not in field_mask are ignored. */
-    c = (ovl_config_t){ .field_mask = 0, .fragment_size = 12, .stream_window = 0, .progress = 9 };
+    c = (ovl_config_t){
+        .field_mask = 0, .stream.fragment_size = 12, .stream.window = 0, .progress.mode = 9
+    };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     ovl_config_t got;
     CHECK_OK(ovl_config_get(&got));
     const char *fs_env = getenv("OVL_FRAGMENT_SIZE");
     if (fs_env && strtoull(fs_env, NULL, 10) != 0) {
-        CHECK(got.fragment_size == strtoull(fs_env, NULL, 10));
+        CHECK(got.stream.fragment_size == strtoull(fs_env, NULL, 10));
     } else {
         /* chosen from the model: a power of two, 4-64 KiB, the same everywhere */
-        CHECKF(got.fragment_size >= 4096 && got.fragment_size <= 65536 &&
-                   (got.fragment_size & (got.fragment_size - 1)) == 0,
-               "model fragment size %zu", got.fragment_size);
-        unsigned long long f[2] = { got.fragment_size, ~(unsigned long long)got.fragment_size };
+        CHECKF(got.stream.fragment_size >= 4096 && got.stream.fragment_size <= 65536 &&
+                   (got.stream.fragment_size & (got.stream.fragment_size - 1)) == 0,
+               "model fragment size %zu", got.stream.fragment_size);
+        unsigned long long f[2] = { got.stream.fragment_size,
+                                    ~(unsigned long long)got.stream.fragment_size };
         CHECK_MPI(
             MPI_Allreduce(MPI_IN_PLACE, f, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
-        CHECKF(f[0] == ~f[1], "fragment size differs between ranks (%zu here)", got.fragment_size);
+        CHECKF(f[0] == ~f[1], "fragment size differs between ranks (%zu here)",
+               got.stream.fragment_size);
     }
-    CHECK(got.progress == variant_progress());
-    CHECK(got.stream_window >= 1);
-    CHECK(got.progress_slice_us == 100 || getenv("OVL_PROGRESS_SLICE_US"));
-    CHECK(got.poll_quiet_us == 1000 || getenv("OVL_POLL_QUIET_US"));
-    /* by default the first sleep is the steady one */
-    CHECK(got.poll_min_us == got.poll_max_us ||
-          (getenv("OVL_POLL_MIN_US") && got.poll_min_us < got.poll_max_us));
-    CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
-    CHECK(got.stream_whole == OVL_STREAM_WHOLE_AUTO || getenv("OVL_STREAM_WHOLE"));
-    /* while a callback waits: 30 us by default, never above poll_max_us */
-    CHECKF(got.poll_callback_us == (got.poll_max_us < 30 ? got.poll_max_us : 30) ||
-               getenv("OVL_POLL_CALLBACK_US"),
-           "poll_callback_us %u with poll_max_us %u", got.poll_callback_us, got.poll_max_us);
-    /* with only get/put strips in flight: 100 us, above poll_max_us allowed */
-    CHECKF(got.poll_rma_us == 100 || getenv("OVL_POLL_RMA_US"), "poll_rma_us %u", got.poll_rma_us);
-    /* serving a live segment: poll_max_us by default */
-    CHECKF(got.poll_serve_us == got.poll_max_us || getenv("OVL_POLL_SERVE_US"),
-           "poll_serve_us %u with poll_max_us %u", got.poll_serve_us, got.poll_max_us);
-    /* three-quarters of the way to a predicted completion */
-    CHECKF(got.poll_quiet_share == 75 || getenv("OVL_POLL_QUIET_SHARE"), "poll_quiet_share %u",
-           got.poll_quiet_share);
+    CHECK(got.progress.mode == variant_progress());
+    CHECK(got.stream.window >= 1);
+    CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
+    CHECK(got.stream.whole == OVL_STREAM_WHOLE_AUTO || getenv("OVL_STREAM_WHOLE"));
+    /* while a callback waits: 30 us by default */
+    CHECKF(got.progress.lateness_us == 30 || getenv("OVL_LATENESS_US"), "lateness_us %u",
+           got.progress.lateness_us);
+    /* serving a live segment: the usual pace (50 us) by default */
+    CHECKF(got.progress.serve_us == 50 || getenv("OVL_SERVE_US"), "serve_us %u",
+           got.progress.serve_us);
     EXPECT_ERR(ovl_config_get(NULL), OVL_ERR_ARG);
     CHECK_OK(ovl_finalize());
 
@@ -635,53 +632,39 @@ static void check_config(void)
     setenv("OVL_FRAGMENT_SIZE", "8k", 1);
     setenv("OVL_STREAM_WINDOW", "3", 1);
     setenv("OVL_STACK_SIZE", "1m", 1);
-    setenv("OVL_POLL_MAX_US", "100", 1);
-    setenv("OVL_SPIN_US", "5", 1);
     setenv("OVL_VERBOSE", "0", 1);
-    setenv("OVL_PROGRESS_SLICE_US", "0", 1);
-    setenv("OVL_POLL_QUIET_US", "0", 1);
-    setenv("OVL_POLL_MIN_US", "7", 1);
-    setenv("OVL_POLL_CALLBACK_US", "9", 1);
-    setenv("OVL_POLL_RMA_US", "250", 1);
-    setenv("OVL_POLL_SERVE_US", "2000", 1);
-    setenv("OVL_POLL_QUIET_SHARE", "100", 1);
+    setenv("OVL_LATENESS_US", "9", 1);
+    setenv("OVL_SERVE_US", "2000", 1);
     setenv("OVL_RMA_LOCAL", "Overlap", 1);
     setenv("OVL_STREAM_WHOLE", "OFF", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.fragment_size == 8192);
-    CHECK(got.stream_window == 3);
-    CHECK(got.stack_size == (size_t)1 << 20);
-    CHECK(got.poll_max_us == 100);
-    CHECK(got.spin_us == 5);
-    CHECK(got.verbose == 0);
-    CHECK(got.progress_slice_us == 0);
-    CHECK(got.poll_quiet_us == 0);
-    CHECK(got.poll_min_us == 7);
-    CHECK(got.poll_callback_us == 9);
-    CHECK(got.poll_rma_us == 250);    /* may exceed poll_max_us (100 here) */
-    CHECK(got.poll_serve_us == 2000); /* so may this */
-    CHECK(got.poll_quiet_share == 100);
-    CHECK(got.rma_local == OVL_RMA_LOCAL_OVERLAP);
-    CHECK(got.stream_whole == OVL_STREAM_WHOLE_OFF);
-    CHECK(got.progress == variant_progress());
+    CHECK(got.stream.fragment_size == 8192);
+    CHECK(got.stream.window == 3);
+    CHECK(got.stream.stack_size == (size_t)1 << 20);
+    CHECK(got.report.verbose == 0);
+    CHECK(got.progress.lateness_us == 9);
+    CHECK(got.progress.serve_us == 2000); /* may exceed the longest sleep */
+    CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_OVERLAP);
+    CHECK(got.stream.whole == OVL_STREAM_WHOLE_OFF);
+    CHECK(got.progress.mode == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
 
     /* A live segment with nothing in flight: the progress thread polls (to
-     * serve other ranks' gets and puts) every poll_serve_us, here 200 ms,
-     * not every poll_max_us (50 us: thousands of wake-ups in 0.5 s). */
+     * serve other ranks' gets and puts) every serve_us, here 200 ms, not
+     * at the usual pace (50 us: thousands of wake-ups in 0.5 s). */
     if (variant_progress() == OVL_PROGRESS_THREAD) {
-        setenv("OVL_POLL_SERVE_US", "200000", 1);
+        setenv("OVL_SERVE_US", "200000", 1);
         CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
         void *base = NULL;
         ovl_segment_t sg;
         CHECK_OK(ovl_segment_create(4096, &base, &sg));
-        usleep(50000); /* the ramp from poll_max_us up */
+        usleep(50000); /* the ramp from the usual pace up */
         ovl_stats_t a, b;
-        CHECK_OK(ovl_stats_get(&a));
+        CHECK_OK(ovl_stats_get(&a, sizeof a));
         usleep(500000);
-        CHECK_OK(ovl_stats_get(&b));
+        CHECK_OK(ovl_stats_get(&b, sizeof b));
         unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
         CHECKF(w <= 12, "%llu wake-ups in 0.5 s serving a segment at a 200 ms pace", w);
         CHECK_OK(ovl_segment_free(&sg));
@@ -693,12 +676,12 @@ static void check_config(void)
     setenv("OVL_FRAGMENT_SIZE", "12", 1);
     setenv("OVL_PROGRESS", "bogus", 1);
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_PROGRESS,
-                        .fragment_size = 4096,
-                        .progress = variant_progress() };
+                        .stream.fragment_size = 4096,
+                        .progress.mode = variant_progress() };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.fragment_size == 4096);
-    CHECK(got.progress == variant_progress());
+    CHECK(got.stream.fragment_size == 4096);
+    CHECK(got.progress.mode == variant_progress());
     CHECK_OK(ovl_finalize());
     env_restore();
 
@@ -706,76 +689,62 @@ static void check_config(void)
      * one wins over the environment */
     setenv("OVL_RMA_LOCAL", "overlap", 1);
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_RMA_LOCAL | OVL_CONFIG_FIELD_VERBOSE,
-                        .rma_local = (ovl_rma_local_t)5,
-                        .verbose = 1 };
+                        .mpi.rma_local = (ovl_rma_local_t)5,
+                        .report.verbose = 1 };
     expect_cfg_rejected(&c, "rma_local=5");
-    c.rma_local = OVL_RMA_LOCAL_DIRECT;
+    c.mpi.rma_local = OVL_RMA_LOCAL_DIRECT;
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.rma_local == OVL_RMA_LOCAL_DIRECT);
+    CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_DIRECT);
     CHECK_OK(ovl_finalize());
     env_restore();
 
     /* Every field through the config. */
-    c = (ovl_config_t){ .field_mask =
-                            OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_POLL_MAX_US |
-                            OVL_CONFIG_FIELD_SPIN_US | OVL_CONFIG_FIELD_FRAGMENT_SIZE |
-                            OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
-                            OVL_CONFIG_FIELD_VERBOSE | OVL_CONFIG_FIELD_PROGRESS_SLICE_US |
-                            OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_POLL_MIN_US |
-                            OVL_CONFIG_FIELD_POLL_CALLBACK_US | OVL_CONFIG_FIELD_POLL_RMA_US |
-                            OVL_CONFIG_FIELD_POLL_SERVE_US | OVL_CONFIG_FIELD_POLL_QUIET_SHARE,
-                        .progress = variant_progress(),
-                        .poll_max_us = 77,
-                        .spin_us = 3,
-                        .fragment_size = 64,
-                        .stream_window = 1,
-                        .stack_size = 65536,
-                        .verbose = 1,
-                        .progress_slice_us = 250,
-                        .progress_priority = 0,
-                        .poll_min_us = 500,
-                        .poll_callback_us = 300,
-                        .poll_rma_us = 0,
-                        .poll_serve_us = 0,
-                        .poll_quiet_share = 1 };
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_PROGRESS | OVL_CONFIG_FIELD_FRAGMENT_SIZE |
+                                      OVL_CONFIG_FIELD_STREAM_WINDOW | OVL_CONFIG_FIELD_STACK_SIZE |
+                                      OVL_CONFIG_FIELD_VERBOSE |
+                                      OVL_CONFIG_FIELD_PROGRESS_PRIORITY |
+                                      OVL_CONFIG_FIELD_LATENESS_US | OVL_CONFIG_FIELD_SERVE_US,
+                        .progress.mode = variant_progress(),
+                        .stream.fragment_size = 64,
+                        .stream.window = 1,
+                        .stream.stack_size = 65536,
+                        .report.verbose = 1,
+                        .progress.priority = 0,
+                        .progress.lateness_us = 300,
+                        .progress.serve_us = 0 };
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.progress == c.progress && got.poll_max_us == 77 && got.spin_us == 3);
-    CHECK(got.progress_slice_us == 250 && got.progress_priority == 0);
-    CHECKF(got.poll_min_us == 77, "poll_min_us 500 above poll_max_us 77 reported as %u",
-           got.poll_min_us); /* capped at poll_max_us */
-    CHECKF(got.poll_callback_us == 77, "poll_callback_us 300 above poll_max_us 77 reported as %u",
-           got.poll_callback_us);
-    CHECKF(got.poll_rma_us == 77, "poll_rma_us 0 reported as %u, not poll_max_us 77",
-           got.poll_rma_us);
-    CHECKF(got.poll_serve_us == 77, "poll_serve_us 0 reported as %u, not poll_max_us 77",
-           got.poll_serve_us);
-    CHECKF(got.poll_quiet_share == 1, "poll_quiet_share 1 reported as %u", got.poll_quiet_share);
-    if (c.progress == OVL_PROGRESS_THREAD) {
-        int n = threads_with_slice_ns(250000); /* the thread sets it when it starts */
+    CHECK(got.progress.mode == c.progress.mode && got.progress.priority == 0);
+    CHECKF(got.progress.lateness_us == 300, "lateness_us 300 reported as %u",
+           got.progress.lateness_us);
+    CHECKF(got.progress.serve_us == 50, "serve_us 0 reported as %u, not the usual pace 50",
+           got.progress.serve_us);
+    if (c.progress.mode == OVL_PROGRESS_THREAD) {
+        int n = threads_with_slice_ns(100000); /* the thread sets it when it starts */
         for (int k = 0; k < 500 && n == 0; k++) {
             usleep(10000);
-            n = threads_with_slice_ns(250000);
+            n = threads_with_slice_ns(100000);
         }
         CHECKF(n == 1 || n < 0,
-               "%d threads run with the 250 us slice, expected the progress thread", n);
+               "%d threads run with the 100 us slice, expected the progress thread", n);
     }
-    CHECK(got.fragment_size == 64 && got.stream_window == 1 && got.stack_size == 65536);
-    CHECK(got.verbose == 1);
+    CHECK(got.stream.fragment_size == 64 && got.stream.window == 1 &&
+          got.stream.stack_size == 65536);
+    CHECK(got.report.verbose == 1);
     CHECK_OK(ovl_finalize());
 
     /* The fragment size must agree on every rank: all of them refuse. */
     if (th_size > 1) {
         c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_FRAGMENT_SIZE,
-                            .fragment_size = th_rank == 0 ? 4096 : 8192 };
+                            .stream.fragment_size = th_rank == 0 ? 4096 : 8192 };
         int rc = ovl_init(MPI_COMM_WORLD, &c);
         CHECKF(rc == OVL_ERR_CONFIG, "mismatched fragment sizes gave %s", th_code_name(rc));
         CHECK(!ovl_initialized());
         CHECK(ovl_comm() == MPI_COMM_NULL);
         /* so must the stream window: a stream's first receive spans it */
         c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_STREAM_WINDOW,
-                            .stream_window = th_rank == 0 ? 8 : 4 };
+                            .stream.window = th_rank == 0 ? 8 : 4 };
         rc = ovl_init(MPI_COMM_WORLD, &c);
         CHECKF(rc == OVL_ERR_CONFIG, "mismatched stream windows gave %s", th_code_name(rc));
         CHECK(!ovl_initialized());
@@ -786,8 +755,8 @@ static void check_config(void)
      * detail, the others naming it; then a valid ovl_init works. */
     if (th_size > 1) {
         for (int via_cfg = 0; via_cfg < 2; via_cfg++) {
-            c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_POLL_QUIET_SHARE,
-                                .poll_quiet_share = th_rank == 1 ? 0 : 75 };
+            c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_LATENESS_US,
+                                .progress.lateness_us = th_rank == 1 ? 0 : 30 };
             if (!via_cfg && th_rank == 1)
                 setenv("OVL_FRAGMENT_SIZE", "garbage", 1);
             int rc = ovl_init(MPI_COMM_WORLD, via_cfg ? &c : NULL);
@@ -795,11 +764,11 @@ static void check_config(void)
                 unsetenv("OVL_FRAGMENT_SIZE");
             env_restore();
             CHECKF(rc == OVL_ERR_CONFIG, "%s bad on rank 1 only: rank %d got %s",
-                   via_cfg ? "poll_quiet_share" : "OVL_FRAGMENT_SIZE", th_rank, th_code_name(rc));
+                   via_cfg ? "lateness_us" : "OVL_FRAGMENT_SIZE", th_rank, th_code_name(rc));
             CHECK(!ovl_initialized());
             CHECK(ovl_comm() == MPI_COMM_NULL);
             const char *want = th_rank != 1 ? "rank 1 failed"
-                               : via_cfg    ? "OVL_POLL_QUIET_SHARE"
+                               : via_cfg    ? "OVL_LATENESS_US"
                                             : "OVL_FRAGMENT_SIZE";
             CHECKF(strstr(ovl_error_detail(), want) != NULL, "rank %d: detail \"%s\" lacks \"%s\"",
                    th_rank, ovl_error_detail(), want);
@@ -816,7 +785,7 @@ static void check_config(void)
 static size_t captured_stderr(int verbose, char *out, size_t cap)
 {
     struct capture c_err = stderr_capture();
-    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_VERBOSE, .verbose = verbose };
+    ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_VERBOSE, .report.verbose = verbose };
     int rc_init = ovl_init(MPI_COMM_WORLD, &c);
     char buf[4];
     ovl_request_t r;
@@ -904,7 +873,7 @@ int main(int argc, char **argv)
     EXPECT_ERR(ovl_init(MPI_COMM_NULL, NULL), OVL_ERR_ALREADY_INIT);
     CHECK(ovl_initialized() == 1);
     ring_exchange(1);
-    EXPECT_ERR(ovl_stats_get(NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_stats_get(NULL, sizeof *(NULL)), OVL_ERR_ARG);
     check_detail_per_thread();
     CHECK_OK(ovl_finalize());
     expect_everything_not_init();
@@ -913,10 +882,10 @@ int main(int argc, char **argv)
     for (int round = 2; round < 5; round++) {
         CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
         ovl_stats_t s;
-        CHECK_OK(ovl_stats_get(&s));
+        CHECK_OK(ovl_stats_get(&s, sizeof s));
         CHECK(s.completions == 0 && s.callbacks == 0 && s.fragments_sent == 0);
         ring_exchange(round);
-        CHECK_OK(ovl_stats_get(&s));
+        CHECK_OK(ovl_stats_get(&s, sizeof s));
         CHECK(s.completions >= 2);
         CHECK_OK(ovl_finalize());
         CHECK(!ovl_initialized());

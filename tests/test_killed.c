@@ -35,7 +35,7 @@ int main(int argc, char **argv)
     ovl_request_t r[3];
     CHECK_OK(ovl_isend(out, (int)bytes, MPI_BYTE, right, 1, &r[0]));
     CHECK_OK(ovl_irecv(in, (int)bytes, MPI_BYTE, left, 1, &r[1]));
-    CHECK_OK(ovl_delta_recv(din, (int)bytes, MPI_BYTE, right, 2, &r[2]));
+    CHECK_OK(ovl_delta_recv(din, (int)bytes, MPI_BYTE, right, 2, NULL, &r[2]));
     if (th_rank == 1) {
         usleep(50000); /* the transfers are under way */
         printf("test_killed: rank 1 kills itself\n");
@@ -44,8 +44,8 @@ int main(int argc, char **argv)
     }
     /* a delta send to the left neighbour, written while it goes */
     ovl_request_t ds;
-    CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, left, 2, &ds));
-    CHECK_OK(ovl_delta_send_end(ds));
+    CHECK_OK(ovl_delta_send_begin(out, (int)bytes, MPI_BYTE, left, 2, NULL, &ds));
+    CHECK_OK(ovl_delta_send_end(ds, NULL));
     ovl_status_t st[3];
     int rc = ovl_waitall(3, r, st);
     printf("test_killed: rank %d: ovl_waitall returned %s\n", th_rank, th_code_name(rc));

@@ -294,7 +294,7 @@ static void test_split(void)
     int peer = (th_rank + 1) % th_size;
     struct ovl__split sp;
     /* OVL_RMA_LOCAL=direct (default): nothing to or from this node is split */
-    CHECK(ovl__g.cfg.rma_local == OVL_RMA_LOCAL_DIRECT);
+    CHECK(ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT);
     CHECK(ovl__peer_on_node(th_rank) && !ovl__peer_on_node(-1) && !ovl__peer_on_node(th_size));
     if (ovl__peer_on_node(peer)) {
         CHECK(ovl__model_split(64 << 20, peer, &sp) == 0 && !sp.should_split &&
@@ -304,7 +304,7 @@ static void test_split(void)
     int lp = ovl__model_link_peer();
     CHECK(lp >= 0 && lp < th_size && (th_size == 1 || lp != th_rank));
     /* the rest as for a peer on another node */
-    ovl__g.cfg.rma_local = OVL_RMA_LOCAL_OVERLAP;
+    ovl__g.cfg.mpi.rma_local = OVL_RMA_LOCAL_OVERLAP;
     /* small and self transfers are not split */
     CHECK(ovl__model_split(100, peer, &sp) == 0 && !sp.should_split &&
           sp.reason == OVL__SPLIT_SMALL && sp.nstrips == 1 && sp.first == 100);
@@ -395,7 +395,7 @@ static void test_split(void)
     }
     /* the reasons are counted */
     ovl_stats_t st;
-    CHECK_OK(ovl_stats_get(&st));
+    CHECK_OK(ovl_stats_get(&st, sizeof st));
     ovl__stats_split_reason(OVL__SPLIT_YES);
     ovl__stats_split_reason(OVL__SPLIT_TRAIN);
     ovl__stats_split_reason(99); /* ignored */
@@ -431,7 +431,7 @@ static void test_delta_size(void)
 {
     setenv("OVL_PERFDB", "off", 1);
     CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
-    CHECK(ovl__g.cfg.delta_size == 0);
+    CHECK(ovl__g.cfg.access.delta_size == 0);
     sane_model();
     /* the quick estimate measured a latency from a tiny message, never a
      * negative intercept clamped to its floor on a real link */
@@ -664,11 +664,11 @@ static void test_delta_size(void)
         ovl__m = keep;
     }
     /* OVL_DELTA_SIZE wins, capped at the largest piece */
-    ovl__g.cfg.delta_size = 3 * ps;
+    ovl__g.cfg.access.delta_size = 3 * ps;
     CHECK(ovl__model_delta_size(400 << 10, 117, 1) == 3 * ps);
-    ovl__g.cfg.delta_size = (size_t)1 << 30;
+    ovl__g.cfg.access.delta_size = (size_t)1 << 30;
     CHECK(ovl__model_delta_size(400 << 10, 117, 1) == ovl__model_max_delta());
-    ovl__g.cfg.delta_size = 0;
+    ovl__g.cfg.access.delta_size = 0;
     ovl__m = saved;
     CHECK_OK(ovl_finalize());
     unsetenv("OVL_PERFDB");
@@ -682,7 +682,7 @@ static void test_calibrated(const char *path)
     CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "%.200s: %.200s", ovl__m.source_detail, msg);
     CHECK(msg[0] == 0);
     sane_model();
-    ovl__g.cfg.rma_local = OVL_RMA_LOCAL_OVERLAP; /* the link's threshold, on one node too */
+    ovl__g.cfg.mpi.rma_local = OVL_RMA_LOCAL_OVERLAP; /* the link's threshold, on one node too */
     size_t thr = ovl__model_split_threshold(th_rank ^ 1);
     CHECK(thr >= 2 * ovl__watch_page());
     if (th_rank == 0)

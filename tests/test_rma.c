@@ -11,19 +11,19 @@
  *             monitor: ovl_get_need first); puts of the same sizes up to
  *             4 MiB + 1, their sources rewritten at once, checked at the
  *             target;
- *  - orders:  a split get read upwards, downwards (ovl_hint_order DOWN) and
+ *  - orders:  a split get read upwards, downwards (OVL_ORDER_DOWN hint) and
  *             in random page order with writes (RANDOM): split (CMake pins
  *             the model to its built-in figures for orders, many, put and
  *             sizes, and the phase asserts the splits through ovl_stats),
  *             at most one fault a strip under mprotect with UP/DOWN (lazy
- *             protection); ovl_get_nb (UP and DOWN): its request completes
+ *             protection); ovl_get with a request (UP and DOWN): it completes
  *             when the large strip read first is in place (read with no
  *             wait and no fault), one `nonblocking` decision counted, the
  *             rest demand-driven;
  *  - many:    16 outstanding gets from every other rank (some split), used
  *             in a random order; small gets behind a watched one join a
  *             train by default under the explicit monitor only, and are
- *             read before it; then a train under ovl_hint_piggyback(2)
+ *             read before it; then a train under the piggyback hint 2
  *             used in issue order;
  *  - put:     puts (unaligned, 1 MiB + 3, split; 100 bytes) whose source is
  *             rewritten immediately: the target sees the old values after
@@ -32,7 +32,7 @@
  *             (get, need, put, unlock) ends at size * iterations, the lock's
  *             ticket counters crossing their wrap (white-box); a put
  *             retired by ovl_barrier alone is visible to its target;
- *  - hints:   (4 MiB gets) ovl_hint_decomp(0) never splits, a large factor splits into
+ *  - hints:   (4 MiB gets) the decomp hint 0 never splits, a large factor splits into
  *             many strips (when the model splits at all), counters move;
  *             white-box: a get's strips in flight are engine ops of their
  *             own kind, not waiting continuations (which would make the
@@ -46,7 +46,7 @@
  *  - local:   (run without OVL_RMA_LOCAL, every other phase with
  *             OVL_RMA_LOCAL=overlap) gets and puts with targets on this
  *             node complete inside the call: data read at once, no fault,
- *             no split, ovl_get_nb's request already complete; targets on
+ *             no split, a get's request already complete; targets on
  *             other nodes stay demand-driven in the same run;
  *  - serve:   (progress thread) rank 0 computes without any MPI or ovl
  *             call until every other rank has read its segment (data
@@ -219,7 +219,7 @@ static void phase_sizes(void)
             size_t toff = (i * 7 + (size_t)k * 13) % 61, off = offs[big ? i % 3 : (size_t)k];
             dt_region_t r;
             dt_region_alloc(&r, sizes[i], off, 0xabc00 + i * 4 + (size_t)k);
-            CHECK_OK(ovl_get(r.buf, peer, toff, sizes[i], seg));
+            CHECK_OK(ovl_get(r.buf, peer, toff, sizes[i], seg, NULL, NULL));
             use_up(r.buf, sizes[i], SEGKEY(peer), toff);
             size_t bad = dt_sentinel_check(&r);
             CHECKF(bad == TH_OK, "sentinel byte %zu changed (size %zu, offset %zu)", bad, sizes[i],
@@ -243,7 +243,7 @@ static void phase_sizes(void)
         size_t offs[3] = { 0, 1, pg - 3 };
         dt_region_alloc(&src[i], psz[i], offs[i % 3], 0xabe00 + i);
         th_fill(src[i].buf, psz[i], 0xa5000 + (uint64_t)rank, at);
-        CHECK_OK(ovl_put(src[i].buf, peer, at, psz[i], seg));
+        CHECK_OK(ovl_put(src[i].buf, peer, at, psz[i], seg, NULL));
         th_fill(src[i].buf, psz[i], 0xa6000 + (uint64_t)rank, at);
         at += psz[i];
     }
@@ -267,8 +267,8 @@ static void phase_sizes(void)
     dt_region_t r;
     dt_region_alloc(&r, 3 * pg, 100, 0x5151);
     size_t a = pg + 50;
-    CHECK_OK(ovl_get(r.buf, peer, 0, a, seg));
-    CHECK_OK(ovl_get(r.buf + a, peer, 1000, 3 * pg - a, seg));
+    CHECK_OK(ovl_get(r.buf, peer, 0, a, seg, NULL, NULL));
+    CHECK_OK(ovl_get(r.buf + a, peer, 1000, 3 * pg - a, seg, NULL, NULL));
     use_up(r.buf + a, 3 * pg - a, SEGKEY(peer), 1000);
     use_up(r.buf, a, SEGKEY(peer), 0);
     CHECK(dt_sentinel_check(&r) == TH_OK);
@@ -293,7 +293,7 @@ static void phase_reuse(void)
         dt_region_alloc(&r, bytes, off, 0x7e000 + (uint64_t)it);
         if (it % 2)
             memset(r.buf, 0x77, bytes); /* old data, else never-touched pages */
-        CHECK_OK(ovl_get(r.buf, peer, toff, bytes, seg));
+        CHECK_OK(ovl_get(r.buf, peer, toff, bytes, seg, NULL, NULL));
         if (it % 4 < 2)
             use_up(r.buf, bytes, SEGKEY(peer), toff);
         else
@@ -315,12 +315,12 @@ static void phase_orders(void)
     ovl_order_t ord[3] = { OVL_ORDER_UP, OVL_ORDER_DOWN, OVL_ORDER_RANDOM };
     int split = model_splits(n, peer, 1);
     for (int k = 0; k < 3; k++) {
-        CHECK_OK(ovl_hint_order(ord[k]));
+        CHECK_OK(ovl_segment_hint(seg, TH_ORDER(ord[k])));
         dt_region_t r;
         dt_region_alloc(&r, n, 11 + (size_t)k, 0x0d0 + (uint64_t)k);
         size_t toff = 17 * (size_t)k;
         ovl_stats_t s0 = dt_stats();
-        CHECK_OK(ovl_get(r.buf, peer, toff, n, seg));
+        CHECK_OK(ovl_get(r.buf, peer, toff, n, seg, NULL, NULL));
         if (ord[k] == OVL_ORDER_UP)
             use_up(r.buf, n, SEGKEY(peer), toff);
         else if (ord[k] == OVL_ORDER_DOWN)
@@ -345,7 +345,7 @@ static void phase_orders(void)
         }
         dt_region_free(&r);
     }
-    /* ovl_get_nb: the request completes when the strip read first is in
+    /* ovl_get with a request: it completes when the strip read first is in
      * place, a large one (HUNT 5.3), which leaves first: under UP the
      * destination's start, under DOWN its end; the rest is demand-driven.
      * One split decision is counted for it, `nonblocking`. */
@@ -354,10 +354,10 @@ static void phase_orders(void)
     dt_region_t r;
     for (int k = 0; k < 2; k++) {
         int down = k == 1;
-        CHECK_OK(ovl_hint_order(down ? OVL_ORDER_DOWN : OVL_ORDER_UP));
+        CHECK_OK(ovl_segment_hint(seg, TH_ORDER(down ? OVL_ORDER_DOWN : OVL_ORDER_UP)));
         dt_region_alloc(&r, n, 1 + (size_t)k, 0x0b0 + (uint64_t)k);
         unsigned long long nb0 = reasons(OVL__SPLIT_NONBLOCKING), all0 = reasons(-1);
-        CHECK_OK(ovl_get_nb(r.buf, peer, 3, n, seg, &req));
+        CHECK_OK(ovl_get(r.buf, peer, 3, n, seg, NULL, &req));
         CHECK(reasons(-1) == all0 + 1); /* one decision, one reason */
         CHECK(req != OVL_REQUEST_NULL);
         CHECK_OK(ovl_wait(&req, &st));
@@ -366,7 +366,7 @@ static void phase_orders(void)
         CHECK(st.source == peer && st.error == OVL_SUCCESS);
         if (split) {
             CHECKF(st.bytes >= n / 4 && st.bytes <= 3 * n / 4,
-                   "ovl_get_nb (%s): the request covers %zu of %zu bytes, not the large strip",
+                   "ovl_get request (%s): covers %zu of %zu bytes, not the large strip",
                    down ? "DOWN" : "UP", (size_t)st.bytes, n);
             CHECK(reasons(OVL__SPLIT_NONBLOCKING) == nb0 + 1);
         }
@@ -377,7 +377,7 @@ static void phase_orders(void)
         size_t bad = th_verify(r.buf + at, st.bytes, SEGKEY(peer), 3 + at);
         ovl_stats_t s1 = dt_stats();
         CHECKF(bad == TH_OK,
-               "ovl_get_nb (%s) complete, byte %zu of its strip [%zu, +%zu) not there",
+               "ovl_get request (%s) complete, byte %zu of its strip [%zu, +%zu) not there",
                down ? "DOWN" : "UP", bad, at, (size_t)st.bytes);
         CHECKF(s1.faults == s0.faults, "%llu faults reading the completed strip",
                (unsigned long long)(s1.faults - s0.faults));
@@ -391,10 +391,10 @@ static void phase_orders(void)
             dt_region_free(&r);
     }
     /* zero bytes: completes at once */
-    CHECK_OK(ovl_get_nb(r.buf, peer, 0, 0, seg, &req));
+    CHECK_OK(ovl_get(r.buf, peer, 0, 0, seg, NULL, &req));
     CHECK_OK(ovl_wait(&req, &st));
     CHECK_OK(ovl_fence(seg));
-    CHECK_OK(ovl_hint_order(OVL_ORDER_RANDOM)); /* the default, for later phases */
+    CHECK_OK(ovl_segment_hint(seg, TH_ORDER(OVL_ORDER_RANDOM))); /* the default, for later phases */
     dt_region_free(&r);
     (void)pg;
     free_segment();
@@ -421,7 +421,7 @@ static void phase_many(void)
         nsplit += model_splits(n, src[i], i == 0);
         toff[i] = (size_t)th_below(g, 2 * MiB - n);
         dt_region_alloc(&r[i], n, (size_t)th_below(g, dt_page()), 0x3a00 + (uint64_t)i);
-        CHECK_OK(ovl_get(r[i].buf, src[i], toff[i], n, seg));
+        CHECK_OK(ovl_get(r[i].buf, src[i], toff[i], n, seg, NULL, NULL));
     }
     size_t *ord = dt_perm((size_t)nget, g);
     for (int k = 0; k < nget; k++) {
@@ -444,7 +444,7 @@ static void phase_many(void)
         dt_region_free(&r[i]);
     free(ord);
 
-    /* Trains by default (no ovl_hint_piggyback): gets below the model's
+    /* Trains by default (no piggyback hint): gets below the model's
      * piggyback threshold, issued behind a watched one whose last strip has
      * not arrived, join its train, but only under the explicit monitor
      * (ovl_get_need waits for a member); under a fault monitor they stay
@@ -462,11 +462,11 @@ static void phase_many(void)
         CHECKF(thr >= pg, "piggyback threshold %zu", thr);
         unsigned long long t0 = reasons(OVL__SPLIT_TRAIN);
         ovl__engine_hold();
-        CHECK_OK(ovl_get(bb, peer, 64, big, seg));
+        CHECK_OK(ovl_get(bb, peer, 64, big, seg, NULL, NULL));
         for (int i = 0; i < SMALL; i++) { /* every other page: none shared or adjacent */
             sn[i] = 1 + (size_t)th_below(g, pg - 100);
             so[i] = (size_t)th_below(g, 2 * MiB - sn[i]);
-            CHECK_OK(ovl_get(sb + (size_t)(2 * i) * pg, peer, so[i], sn[i], seg));
+            CHECK_OK(ovl_get(sb + (size_t)(2 * i) * pg, peer, so[i], sn[i], seg, NULL, NULL));
         }
         ovl__engine_release();
         unsigned long long trains = reasons(OVL__SPLIT_TRAIN) - t0;
@@ -490,8 +490,8 @@ static void phase_many(void)
     /* a train: gets beyond the second outstanding one piggyback (read in
      * issue order, upwards: lazy protection on the guarded ones too); the
      * engine held while they are issued, so none has arrived yet */
-    CHECK_OK(ovl_hint_piggyback(2));
-    CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
+    CHECK_OK(ovl_segment_hint(seg, TH_PIGGYBACK(2)));
+    CHECK_OK(ovl_segment_hint(seg, TH_ORDER(OVL_ORDER_UP)));
     unsigned long long t0 = reasons(OVL__SPLIT_TRAIN);
     ovl__engine_hold();
     for (int i = 0; i < nget; i++) {
@@ -500,7 +500,7 @@ static void phase_many(void)
             n = 300000; /* a split anchor */
         toff[i] = (size_t)th_below(g, 2 * MiB - n);
         dt_region_alloc(&r[i], n, (size_t)th_below(g, dt_page()), 0x3b00 + (uint64_t)i);
-        CHECK_OK(ovl_get(r[i].buf, src[i], toff[i], n, seg));
+        CHECK_OK(ovl_get(r[i].buf, src[i], toff[i], n, seg, NULL, NULL));
     }
     ovl__engine_release();
     /* every get from the third on, unless its buffer shares a page with
@@ -526,8 +526,8 @@ static void phase_many(void)
         CHECK(dt_sentinel_check(&r[i]) == TH_OK);
         dt_region_free(&r[i]);
     }
-    CHECK_OK(ovl_hint_piggyback(0));
-    CHECK_OK(ovl_hint_order(OVL_ORDER_RANDOM));
+    CHECK_OK(ovl_segment_hint(seg, TH_PIGGYBACK(0)));
+    CHECK_OK(ovl_segment_hint(seg, TH_ORDER(OVL_ORDER_RANDOM)));
     free(r);
     free(toff);
     free(src);
@@ -552,13 +552,13 @@ static void phase_put(void)
     size_t held = (a + n) / pg * pg - (a + pg - 1) / pg * pg;
     int split = model_splits(explicit_mon ? n : held, peer, 1);
     ovl_stats_t p0 = dt_stats();
-    CHECK_OK(ovl_put(s.buf, peer, 0, n, seg));
+    CHECK_OK(ovl_put(s.buf, peer, 0, n, seg, NULL));
     ovl_stats_t p1 = dt_stats();
     if (split)
         CHECKF(p1.rma_split == p0.rma_split + 1 && p1.rma_strips - p0.rma_strips >= 3,
                "put of %zu bytes: %llu strips", n,
                (unsigned long long)(p1.rma_strips - p0.rma_strips));
-    CHECK_OK(ovl_put(t.buf, peer, MiB + 64, small, seg));
+    CHECK_OK(ovl_put(t.buf, peer, MiB + 64, small, seg, NULL));
     /* rewrite the sources at once, from the end (waits for each strip) */
     for (size_t o = n; o > 0;) {
         size_t len = dt_min(o, 4000);
@@ -579,8 +579,8 @@ static void phase_put(void)
     CHECK(th_verify(segbase + n, MiB + 64 - n, SEGKEY(rank), n) == TH_OK);
     /* put the same buffer to two ranks (copied: the first put holds it) */
     CHECK_OK(ovl_barrier());
-    CHECK_OK(ovl_put(s.buf, peer, 0, n, seg));
-    CHECK_OK(ovl_put(s.buf, from, 2 * MiB, n, seg));
+    CHECK_OK(ovl_put(s.buf, peer, 0, n, seg, NULL));
+    CHECK_OK(ovl_put(s.buf, from, 2 * MiB, n, seg, NULL));
     CHECK_OK(ovl_barrier());
     CHECK(th_verify(segbase, n, 0x9200 + (uint64_t)from, 0) == TH_OK);
     CHECK(th_verify(segbase + 2 * MiB, n, 0x9200 + (uint64_t)peer, 0) == TH_OK);
@@ -590,8 +590,8 @@ static void phase_put(void)
     CHECK_OK(ovl_barrier());
     th_fill(segbase + MiB, 200000, SEGKEY(rank), MiB);
     CHECK_OK(ovl_barrier());
-    CHECK_OK(ovl_get(g.buf, peer, MiB, 200000, seg));
-    CHECK_OK(ovl_put(g.buf, peer, 0, 200000, seg));
+    CHECK_OK(ovl_get(g.buf, peer, MiB, 200000, seg, NULL, NULL));
+    CHECK_OK(ovl_put(g.buf, peer, 0, 200000, seg, NULL));
     CHECK_OK(ovl_barrier());
     CHECK(th_verify(segbase, 200000, SEGKEY(rank), MiB) == TH_OK);
     dt_region_free(&g);
@@ -616,11 +616,11 @@ static void phase_sync(void)
     uint64_t *v = dt_alloc(4096);
     for (int i = 0; i < ITERS; i++) {
         CHECK_OK(ovl_lock(seg, 0));
-        CHECK_OK(ovl_get(v, 0, 0, 8, seg));
+        CHECK_OK(ovl_get(v, 0, 0, 8, seg, NULL, NULL));
         CHECK_OK(ovl_get_need(v, 8));
         uint64_t x = *v + 1;
         *v = x;
-        CHECK_OK(ovl_put(v, 0, 0, 8, seg));
+        CHECK_OK(ovl_put(v, 0, 0, 8, seg, NULL));
         CHECK_OK(ovl_unlock(seg, 0));
     }
     CHECK_OK(ovl_barrier());
@@ -640,12 +640,12 @@ static void phase_sync(void)
     int peer = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
     unsigned char *b = dt_alloc(4096);
     th_fill(b + 8, 3000, 0x7700 + (uint64_t)rank, 0);
-    CHECK_OK(ovl_put(b + 8, peer, 100, 3000, seg));
+    CHECK_OK(ovl_put(b + 8, peer, 100, 3000, seg, NULL));
     CHECK_OK(ovl_barrier());
     CHECK(th_verify(segbase + 100, 3000, 0x7700 + (uint64_t)from, 0) == TH_OK);
     /* lock retires gets to that rank */
     CHECK_OK(ovl_barrier());
-    CHECK_OK(ovl_get(b, peer, 100, 3000, seg));
+    CHECK_OK(ovl_get(b, peer, 100, 3000, seg, NULL, NULL));
     CHECK_OK(ovl_lock(seg, peer));
     CHECK_OK(ovl_unlock(seg, peer));
     CHECK(th_verify(b, 3000, 0x7700 + (uint64_t)rank, 0) == TH_OK);
@@ -662,16 +662,16 @@ static void phase_hints(void)
     int peer = (rank + 1) % nranks;
     unsigned char *b = dt_alloc(n);
     ovl_stats_t s0 = dt_stats();
-    CHECK_OK(ovl_hint_decomp(0));
+    CHECK_OK(ovl_segment_hint(seg, TH_DECOMP(0)));
     CHECK(ovl__engine_continuations() == 0);
-    CHECK_OK(ovl_get(b, peer, 0, n, seg));
+    CHECK_OK(ovl_get(b, peer, 0, n, seg, NULL, NULL));
     /* Continuations are counted first: the count only falls as strips
      * complete, so a strip counted as one cannot hide behind a late look. */
     int conts = ovl__engine_continuations(), strips = ovl__engine_count(OVL__OP_RMA);
     CHECKF(conts == 0, "a get's strips count as %d waiting continuations", conts);
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    if (cfg.progress == OVL_PROGRESS_INLINE) /* nothing else drives: still in flight */
+    if (cfg.progress.mode == OVL_PROGRESS_INLINE) /* nothing else drives: still in flight */
         CHECKF(strips == 1, "%d strips of the unsplit get in flight", strips);
     use_up(b, n, SEGKEY(peer), 0);
     CHECK_OK(ovl_fence(seg));
@@ -680,8 +680,8 @@ static void phase_hints(void)
     CHECK(s1.rma_strips == s0.rma_strips + 1);
     CHECK(s1.rma_split == s0.rma_split);
     CHECK(s1.rma_bytes == s0.rma_bytes + n);
-    CHECK_OK(ovl_hint_decomp(16));
-    CHECK_OK(ovl_get(b, peer, 0, n, seg));
+    CHECK_OK(ovl_segment_hint(seg, TH_DECOMP(16)));
+    CHECK_OK(ovl_get(b, peer, 0, n, seg, NULL, NULL));
     use_random(b, n, SEGKEY(peer), 0);
     CHECK_OK(ovl_fence(seg));
     ovl_stats_t s2 = dt_stats();
@@ -691,9 +691,34 @@ static void phase_hints(void)
     if (rank == 0)
         printf("  4 MiB get with decomp 16: %llu strips\n",
                (unsigned long long)(s2.rma_strips - s1.rma_strips));
-    CHECK_OK(ovl_hint_decomp(1));
-    EXPECT_ERR(ovl_hint_decomp(65), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_hint_order((ovl_order_t)7), OVL_ERR_ARG);
+    CHECK_OK(ovl_segment_hint(seg, TH_DECOMP(1)));
+    EXPECT_ERR(ovl_segment_hint(seg, TH_DECOMP(65)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_segment_hint(seg, TH_ORDER((ovl_order_t)7)), OVL_ERR_ARG);
+
+    /* Hints belong to their segment: decomp 0 on seg, a second segment
+     * keeps the model's choice, and starts with the defaults. */
+    CHECK_OK(ovl_segment_hint(seg, TH_DECOMP(0)));
+    void *base2 = NULL;
+    ovl_segment_t seg2 = OVL_SEGMENT_NULL;
+    CHECK_OK(ovl_segment_create(n, &base2, &seg2));
+    CHECK_OK(ovl_barrier());
+    int split = model_splits(n, peer, 0) && !ovl__model_direct(peer);
+    ovl_stats_t s3 = dt_stats();
+    CHECK_OK(ovl_get(b, peer, 0, n, seg2, NULL, NULL));
+    CHECK_OK(ovl_get_need(b, n));
+    CHECK_OK(ovl_fence(seg2));
+    ovl_stats_t s4 = dt_stats();
+    CHECKF(s4.rma_split - s3.rma_split == (uint64_t)split,
+           "a get on a second segment split %llu times, the model says %d",
+           (unsigned long long)(s4.rma_split - s3.rma_split), split);
+    CHECK_OK(ovl_get(b, peer, 0, n, seg, NULL, NULL));
+    use_up(b, n, SEGKEY(peer), 0);
+    CHECK_OK(ovl_fence(seg));
+    ovl_stats_t s5 = dt_stats();
+    CHECK(s5.rma_split == s4.rma_split && s5.rma_strips == s4.rma_strips + 1);
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_segment_free(&seg2));
+    EXPECT_ERR(ovl_segment_hint(seg2, TH_DECOMP(1)), OVL_ERR_ARG); /* freed */
     dt_free(b, n);
     free_segment();
 }
@@ -719,7 +744,7 @@ static int on_node(int r)
 /* OVL_RMA_LOCAL=direct (the default): a transfer with a target on this
  * node is complete when the call returns (read at once with no
  * ovl_get_need, even under the explicit monitor; no fault, no split; an
- * ovl_get_nb request already complete; a put's source rewritten at once
+ * get's request already complete; a put's source rewritten at once
  * without waiting), while targets on other nodes (on the emulated cluster)
  * stay demand-driven in the same run. */
 static void phase_local(void)
@@ -727,8 +752,8 @@ static void phase_local(void)
     dt_phase("local", 60);
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    CHECKF(cfg.rma_local == OVL_RMA_LOCAL_DIRECT, "run without OVL_RMA_LOCAL (got %d)",
-           (int)cfg.rma_local);
+    CHECKF(cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT, "run without OVL_RMA_LOCAL (got %d)",
+           (int)cfg.mpi.rma_local);
     size_t pg = dt_page();
     const size_t sizes[] = { 1, 4097, 3 * pg, MiB + 3 };
     new_segment(2 * MiB + 64);
@@ -742,7 +767,7 @@ static void phase_local(void)
             dt_region_t r;
             dt_region_alloc(&r, n, at, 0x10c00 + i);
             ovl_stats_t s0 = dt_stats();
-            CHECK_OK(ovl_get(r.buf, peer, toff, n, seg));
+            CHECK_OK(ovl_get(r.buf, peer, toff, n, seg, NULL, NULL));
             if (near) {
                 ovl_stats_t s1 = dt_stats();
                 size_t bad = th_verify(r.buf, n, SEGKEY(peer), toff);
@@ -760,12 +785,12 @@ static void phase_local(void)
             CHECK_OK(ovl_fence(seg));
             dt_region_free(&r);
         }
-        /* ovl_get_nb: complete at once on this node */
+        /* a get's request: complete at once on this node */
         dt_region_t r;
         dt_region_alloc(&r, MiB, 0, 0x10d00);
         ovl_request_t req = OVL_REQUEST_NULL;
         ovl_status_t st;
-        CHECK_OK(ovl_get_nb(r.buf, peer, 64, MiB, seg, &req));
+        CHECK_OK(ovl_get(r.buf, peer, 64, MiB, seg, NULL, &req));
         CHECK(req != OVL_REQUEST_NULL);
         if (near) {
             int flag = 0;
@@ -781,7 +806,7 @@ static void phase_local(void)
     }
     CHECK(nlocal >= 1); /* this rank at least */
     size_t thr = 0;
-    CHECK_OK(ovl_get_split_threshold(&thr));
+    CHECK_OK(ovl_model_split_threshold(&thr));
     if (nlocal == nranks)
         CHECKF(thr == SIZE_MAX, "one node, split threshold %zu", thr);
     else
@@ -797,7 +822,7 @@ static void phase_local(void)
     th_fill(p.buf, n, oldk, 0);
     ovl_stats_t s0 = dt_stats();
     CHECK_OK(ovl_barrier());
-    CHECK_OK(ovl_put(p.buf, to, 32, n, seg));
+    CHECK_OK(ovl_put(p.buf, to, 32, n, seg, NULL));
     th_fill(p.buf, n, newk, 0);
     ovl_stats_t s1 = dt_stats();
     if (on_node(to))
@@ -813,11 +838,12 @@ static void phase_local(void)
     dt_region_free(&p);
     /* the argument checks are those of any target */
     unsigned char small[64];
-    EXPECT_ERR(ovl_get(small, rank, 2 * MiB + 1, 64, seg), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_put(small, rank, 2 * MiB + 1, 64, seg), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_get(small, rank, 2 * MiB + 1, 64, seg, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_put(small, rank, 2 * MiB + 1, 64, seg, NULL), OVL_ERR_ARG);
     if (!explicit_mon)
-        EXPECT_ERR(ovl_get(small, rank, 0, sizeof small, seg), OVL_ERR_ARG); /* on the stack */
-    CHECK_OK(ovl_get(small, rank, 0, 0, seg));                               /* zero bytes */
+        EXPECT_ERR(ovl_get(small, rank, 0, sizeof small, seg, NULL, NULL),
+                   OVL_ERR_ARG);                           /* on the stack */
+    CHECK_OK(ovl_get(small, rank, 0, 0, seg, NULL, NULL)); /* zero bytes */
     free_segment();
 }
 
@@ -834,7 +860,7 @@ static void phase_serve(const char *expect)
     dt_phase("serve", 60);
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    if (cfg.progress != OVL_PROGRESS_THREAD) {
+    if (cfg.progress.mode != OVL_PROGRESS_THREAD) {
         printf("test_rma serve: needs the progress thread; skipped\n");
         return;
     }
@@ -856,8 +882,8 @@ static void phase_serve(const char *expect)
         new_segment(bytes + 8 * (size_t)nranks);
         serving = ovl__rma_serving();
     }
-    if (getenv("OVL_POLL_SERVE_US"))
-        CHECKF(serving, "OVL_POLL_SERVE_US is set, yet the rank does not serve");
+    if (getenv("OVL_SERVE_US"))
+        CHECKF(serving, "OVL_SERVE_US is set, yet the rank does not serve");
     if (expect && !strcmp(expect, "on") && mpi_is_mpich()) /* over TCP or shared memory */
         CHECKF(serving, "the probe found serving unneeded where MPI needs it");
     if (expect && !strcmp(expect, "off"))
@@ -866,7 +892,7 @@ static void phase_serve(const char *expect)
     int lo = 0, hi = 0;
     CHECK_MPI(MPI_Allreduce(&serving, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     CHECK_MPI(MPI_Allreduce(&serving, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    CHECKF(lo == hi || getenv("OVL_POLL_SERVE_US"), "ranks disagree on serving (%d..%d)", lo, hi);
+    CHECKF(lo == hi || getenv("OVL_SERVE_US"), "ranks disagree on serving (%d..%d)", lo, hi);
 
     /* Rank 0 computes without any MPI or ovl call until every other rank
      * has put its flag into its memory (up to 20 s): the others' gets and
@@ -895,13 +921,13 @@ static void phase_serve(const char *expect)
         for (int k = 0; k < 8; k++) {
             size_t toff = (size_t)k * pg + (size_t)rank * 8;
             size_t n = bytes - toff;
-            CHECK_OK(ovl_get(buf, 0, toff, n, seg));
+            CHECK_OK(ovl_get(buf, 0, toff, n, seg, NULL, NULL));
             size_t bad = th_verify(buf, n, SEGKEY(0), toff);
             CHECKF(bad == TH_OK, "get %d from a computing rank 0: byte %zu wrong", k, bad);
         }
         uint64_t one = 1;
         memcpy(buf, &one, 8);
-        CHECK_OK(ovl_put(buf, 0, flags + 8 * (size_t)rank, 8, seg));
+        CHECK_OK(ovl_put(buf, 0, flags + 8 * (size_t)rank, 8, seg, NULL));
         CHECK_OK(ovl_fence(seg)); /* complete at rank 0 */
         dt_free(buf, bytes);
     }
@@ -931,10 +957,10 @@ static void rma_in_callback(const ovl_status_t *st, void *arg)
     (void)st;
     void *b = NULL;
     ovl_segment_t s2 = seg;
-    c->get = ovl_get(c->buf, c->peer, 0, 3 * dt_page(), seg);
+    c->get = ovl_get(c->buf, c->peer, 0, 3 * dt_page(), seg, NULL, NULL);
     c->need = ovl_get_need(c->buf, 3 * dt_page());
     c->fence = ovl_fence(seg);
-    c->put = ovl_put(c->buf, c->peer, 0, 3 * dt_page(), seg);
+    c->put = ovl_put(c->buf, c->peer, 0, 3 * dt_page(), seg, NULL);
     c->barrier = ovl_barrier();
     c->lock = ovl_lock(seg, c->peer);
     c->create = ovl_segment_create(64, &b, &s2);
@@ -967,61 +993,107 @@ static void phase_errors(void)
     int peer = (rank + 1) % nranks;
     size_t psz = 4096 + (size_t)peer;
     unsigned char *b = dt_alloc(3 * 4096);
-    EXPECT_ERR(ovl_get(b, nranks, 0, 8, seg), OVL_ERR_RANK);
-    EXPECT_ERR(ovl_get(b, -5, 0, 8, seg), OVL_ERR_RANK);
-    EXPECT_ERR(ovl_put(b, nranks, 0, 8, seg), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_get(b, nranks, 0, 8, seg, NULL, NULL), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_get(b, -5, 0, 8, seg, NULL, NULL), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_put(b, nranks, 0, 8, seg, NULL), OVL_ERR_RANK);
     /* MPI_PROC_NULL: nothing moves, whatever the range; dst untouched */
     memset(b, 0x5c, 4096);
-    CHECK_OK(ovl_get(b, MPI_PROC_NULL, 0, 4096, seg));
-    CHECK_OK(ovl_put(b, MPI_PROC_NULL, 1u << 30, 8, seg));
+    CHECK_OK(ovl_get(b, MPI_PROC_NULL, 0, 4096, seg, NULL, NULL));
+    CHECK_OK(ovl_put(b, MPI_PROC_NULL, 1u << 30, 8, seg, NULL));
     ovl_request_t pr;
     ovl_status_t pst;
-    CHECK_OK(ovl_get_nb(b, MPI_PROC_NULL, 0, 4096, seg, &pr));
+    CHECK_OK(ovl_get(b, MPI_PROC_NULL, 0, 4096, seg, NULL, &pr));
     CHECK_OK(ovl_wait(&pr, &pst));
     CHECK(pst.source == MPI_PROC_NULL && pst.error == OVL_SUCCESS);
     CHECK_OK(ovl_fence(seg));
     for (int i = 0; i < 4096; i++)
         CHECKF(b[i] == 0x5c, "ovl_get from MPI_PROC_NULL wrote byte %d", i);
-    EXPECT_ERR(ovl_get(b, peer, psz - 7, 8, seg), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_get(b, peer, psz + 1, 0, seg), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_get(b, peer, (size_t)-1, 8, seg), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_put(b, peer, 0, psz + 1, seg), OVL_ERR_ARG);
-    CHECK_OK(ovl_get(b, peer, psz - 8, 8, seg)); /* the last bytes are fine */
+    EXPECT_ERR(ovl_get(b, peer, psz - 7, 8, seg, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_get(b, peer, psz + 1, 0, seg, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_get(b, peer, (size_t)-1, 8, seg, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_put(b, peer, 0, psz + 1, seg, NULL), OVL_ERR_ARG);
+    CHECK_OK(ovl_get(b, peer, psz - 8, 8, seg, NULL, NULL)); /* the last bytes are fine */
     CHECK_OK(ovl_get_need(b, 8));
     CHECKF(th_verify(b, 8, SEGKEY(peer), psz - 8) == TH_OK, "got %02x%02x%02x%02x want %02x%02x",
            b[0], b[1], b[2], b[3], th_pattern_byte(SEGKEY(peer), psz - 8),
            th_pattern_byte(SEGKEY(peer), psz - 7));
-    EXPECT_ERR(ovl_get(NULL, peer, 0, 8, seg), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_put(NULL, peer, 0, 8, seg), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_get(b, peer, 0, 8, OVL_SEGMENT_NULL), OVL_ERR_ARG);
-    EXPECT_ERR(ovl_get_nb(b, peer, 0, 8, seg, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_get(NULL, peer, 0, 8, seg, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_put(NULL, peer, 0, 8, seg, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_get(b, peer, 0, 8, OVL_SEGMENT_NULL, NULL, NULL), OVL_ERR_ARG);
+    /* optional parameters: gets and puts take no field yet, a hint only
+     * its three; any other bit is refused and named, nothing changes */
+    ovl_request_t untouched = DT_SENTINEL;
+    EXPECT_ERR(ovl_get(b, peer, 0, 8, seg, TH_MONITOR(OVL_MONITOR_AUTO), &untouched), OVL_ERR_ARG);
+    CHECKF(untouched == DT_SENTINEL &&
+               strstr(ovl_error_detail(), "sets OVL_PARAM_FIELD_MONITOR, which this call does "
+                                          "not take (it takes: none)"),
+           "%s", ovl_error_detail());
+    EXPECT_ERR(ovl_get(b, peer, 0, 8, seg, &(ovl_param_t){ .field_mask = 1ull << 33 }, NULL),
+               OVL_ERR_ARG);
+    CHECKF(strstr(ovl_error_detail(), "bit 33, which no OVL_PARAM_FIELD_* names") != NULL, "%s",
+           ovl_error_detail());
+    EXPECT_ERR(ovl_put(b, peer, 0, 8, seg, TH_DECOMP(0)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_segment_hint(seg, TH_COUNT(1)), OVL_ERR_ARG);
+    CHECKF(strstr(ovl_error_detail(), "OVL_PARAM_FIELD_DECOMP, OVL_PARAM_FIELD_ORDER, "
+                                      "OVL_PARAM_FIELD_PIGGYBACK") != NULL,
+           "%s", ovl_error_detail());
+    /* all or nothing: a bad value leaves the hints as they were */
+    EXPECT_ERR(ovl_segment_hint(seg, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_DECOMP |
+                                                                   OVL_PARAM_FIELD_ORDER,
+                                                     .decomp = 0,
+                                                     .order = (ovl_order_t)9 }),
+               OVL_ERR_ARG);
+    CHECK_OK(ovl_segment_hint(seg, NULL)); /* changes nothing */
+    EXPECT_ERR(ovl_segment_hint(OVL_SEGMENT_NULL, TH_DECOMP(1)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_segment_hint(seg, &(ovl_param_t){ .field_mask = 1ull << 5 }), OVL_ERR_ARG);
+    /* the statistics: the caller's size decides what is written */
+    {
+        ovl_stats_t st;
+        memset(&st, 0xab, sizeof st);
+        CHECK_OK(ovl_stats_get(&st, offsetof(ovl_stats_t, thread_wakeups)));
+        const unsigned char *u = (const unsigned char *)&st;
+        for (size_t i = offsetof(ovl_stats_t, thread_wakeups); i < sizeof st; i++)
+            CHECKF(u[i] == 0xab, "ovl_stats_get wrote byte %zu past the size given", i);
+        struct {
+            ovl_stats_t st;
+            uint64_t later[4]; /* counters of a newer ovl.h */
+        } big;
+        memset(&big, 0xab, sizeof big);
+        CHECK_OK(ovl_stats_get(&big.st, sizeof big));
+        for (int i = 0; i < 4; i++)
+            CHECKF(big.later[i] == 0, "a counter this library does not know is %llx",
+                   (unsigned long long)big.later[i]);
+        CHECK(big.st.polls >= st.polls && big.st.rma_transfers > 0);
+        EXPECT_ERR(ovl_stats_get(&st, 0), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_stats_get(NULL, sizeof st), OVL_ERR_ARG);
+    }
     EXPECT_ERR(ovl_get_need(NULL, 8), OVL_ERR_ARG);
     EXPECT_ERR(ovl_fence(OVL_SEGMENT_NULL), OVL_ERR_ARG);
     /* overlapping outstanding gets into one destination */
-    CHECK_OK(ovl_get(b + 10, peer, 0, 4000, seg));
+    CHECK_OK(ovl_get(b + 10, peer, 0, 4000, seg, NULL, NULL));
     /* (the progress thread may have completed the first one already) */
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    int rc = ovl_get(b + 3000, peer, 0, 2000, seg);
-    if (cfg.progress == OVL_PROGRESS_INLINE || rc != OVL_SUCCESS) {
+    int rc = ovl_get(b + 3000, peer, 0, 2000, seg, NULL, NULL);
+    if (cfg.progress.mode == OVL_PROGRESS_INLINE || rc != OVL_SUCCESS) {
         EXPECT_ERR(rc, OVL_ERR_ARG);
         CHECK(strstr(ovl_error_detail(), "overlaps") != NULL);
     } else {
         use_up(b + 3000, 2000, SEGKEY(peer), 0);
         CHECK_OK(ovl_fence(seg));
-        CHECK_OK(ovl_get(b + 10, peer, 0, 4000, seg));
+        CHECK_OK(ovl_get(b + 10, peer, 0, 4000, seg, NULL, NULL));
     }
-    CHECK_OK(ovl_get(b + 4010, peer, 0, 100, seg)); /* shares a page, not bytes */
+    CHECK_OK(ovl_get(b + 4010, peer, 0, 100, seg, NULL, NULL)); /* shares a page, not bytes */
     use_up(b + 10, 4000, SEGKEY(peer), 0);
     use_up(b + 4010, 100, SEGKEY(peer), 0);
     CHECK_OK(ovl_fence(seg));
     /* stack buffers cannot be guarded by fault monitors */
     unsigned char st[64];
     if (!explicit_mon) {
-        EXPECT_ERR(ovl_get(st, peer, 0, sizeof st, seg), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_get(st, peer, 0, sizeof st, seg, NULL, NULL), OVL_ERR_ARG);
         CHECK(strstr(ovl_error_detail(), "stack") != NULL);
     } else {
-        CHECK_OK(ovl_get(st, peer, 0, sizeof st, seg));
+        CHECK_OK(ovl_get(st, peer, 0, sizeof st, seg, NULL, NULL));
         CHECK_OK(ovl_get_need(st, sizeof st));
         CHECK(th_verify(st, sizeof st, SEGKEY(peer), 0) == TH_OK);
     }
@@ -1037,27 +1109,27 @@ static void phase_errors(void)
         size_t n = k == 1 ? 200 : psz; /* psz: at least one whole page */
         memset(sh, 0x7e, shn);
         if (k == 2)
-            CHECK_OK(ovl_hint_order(OVL_ORDER_UP));
+            CHECK_OK(ovl_segment_hint(seg, TH_ORDER(OVL_ORDER_UP)));
         if (!explicit_mon) {
-            EXPECT_ERR(ovl_get(d, peer, 0, n, seg), OVL_ERR_MONITOR);
+            EXPECT_ERR(ovl_get(d, peer, 0, n, seg, NULL, NULL), OVL_ERR_MONITOR);
             CHECKF(strstr(ovl_error_detail(), "shared memory") != NULL, "case %d: %s", k,
                    ovl_error_detail());
             for (size_t i = 0; i < shn; i++)
                 CHECKF(sh[i] == 0x7e, "case %d: byte %zu changed", k, i);
             sh[0] = 1; /* and it is not left guarded */
         } else {
-            CHECK_OK(ovl_get(d, peer, 0, n, seg));
+            CHECK_OK(ovl_get(d, peer, 0, n, seg, NULL, NULL));
             CHECK_OK(ovl_get_need(d, n));
             CHECK(th_verify(d, n, SEGKEY(peer), 0) == TH_OK);
         }
         if (k == 2)
-            CHECK_OK(ovl_hint_order(OVL_ORDER_RANDOM));
+            CHECK_OK(ovl_segment_hint(seg, TH_ORDER(OVL_ORDER_RANDOM)));
     }
     CHECK_OK(ovl_fence(seg));
     munmap(sh, shn);
     /* puts from the stack are copied: fine with every monitor */
     th_fill(st, sizeof st, 0x51, 0);
-    CHECK_OK(ovl_put(st, peer, 0, sizeof st, seg));
+    CHECK_OK(ovl_put(st, peer, 0, sizeof st, seg, NULL));
     CHECK_OK(ovl_fence(seg));
     /* lock misuse */
     EXPECT_ERR(ovl_unlock(seg, peer), OVL_ERR_ARG);
@@ -1068,9 +1140,9 @@ static void phase_errors(void)
     /* freed segment */
     ovl_segment_t old = seg;
     free_segment();
-    EXPECT_ERR(ovl_get(b, peer, 0, 8, old), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_get(b, peer, 0, 8, old, NULL, NULL), OVL_ERR_ARG);
     CHECK(strstr(ovl_error_detail(), "freed") != NULL);
-    EXPECT_ERR(ovl_put(b, peer, 0, 8, old), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_put(b, peer, 0, 8, old, NULL), OVL_ERR_ARG);
     EXPECT_ERR(ovl_segment_free(&old), OVL_ERR_ARG);
     EXPECT_ERR(ovl_segment_free(NULL), OVL_ERR_ARG);
     void *base = NULL;
@@ -1090,7 +1162,7 @@ static void phase_errors(void)
      * for time slices, 20 s in all; 1-5 s under ASan even so) */
     ovl_config_t lc;
     CHECK_OK(ovl_config_get(&lc));
-    if (nranks == 2 && lc.progress == OVL_PROGRESS_INLINE) {
+    if (nranks == 2 && lc.progress.mode == OVL_PROGRESS_INLINE) {
         enum { LIMIT = 256 };
         static ovl_segment_t many[LIMIT];
         for (int i = 0; i < LIMIT; i++)
@@ -1107,7 +1179,7 @@ static void phase_errors(void)
     {
         struct in_cb c = { .buf = dt_alloc(3 * dt_page()), .peer = peer };
         ovl_request_t q = OVL_REQUEST_NULL;
-        CHECK_OK(ovl_get_nb(c.buf, peer, 0, 0, seg, &q)); /* complete at once */
+        CHECK_OK(ovl_get(c.buf, peer, 0, 0, seg, NULL, &q)); /* complete at once */
         CHECK_OK(ovl_continue(q, rma_in_callback, &c));
         CHECK_OK(ovl_wait(&q, NULL)); /* the callback runs in here */
         CHECK(c.ran);
@@ -1130,21 +1202,21 @@ static void phase_errors(void)
     if (rank == 0)
         th_fill(base, 64, SEGKEY(0), 0);
     CHECK_OK(ovl_barrier());
-    EXPECT_ERR(ovl_get(b, nranks - 1, 0, 1, seg), OVL_ERR_ARG);
-    CHECK_OK(ovl_get(b, nranks - 1, 0, 0, seg));
+    EXPECT_ERR(ovl_get(b, nranks - 1, 0, 1, seg, NULL, NULL), OVL_ERR_ARG);
+    CHECK_OK(ovl_get(b, nranks - 1, 0, 0, seg, NULL, NULL));
     dt_free(b, 3 * 4096);
     /* left for ovl_finalize, with a get outstanding (its buffer stays) */
     static unsigned char *keep;
     keep = dt_alloc(4096);
-    CHECK_OK(ovl_get(keep + 1, 0, 0, 64, seg));
+    CHECK_OK(ovl_get(keep + 1, 0, 0, 64, seg, NULL, NULL));
     CHECK_OK(ovl_finalize());
     /* after ovl_finalize (as before ovl_init): OVL_ERR_NOT_INIT */
     ovl_request_t q = OVL_REQUEST_NULL;
     size_t thr = 0;
-    EXPECT_ERR(ovl_get(keep, 0, 0, 8, seg), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_get_nb(keep, 0, 0, 8, seg, &q), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_get_nb(keep, 0, 0, 8, seg, NULL), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_put(keep, 0, 0, 8, seg), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get(keep, 0, 0, 8, seg, NULL, NULL), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get(keep, 0, 0, 8, seg, NULL, &q), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_get(keep, 0, 0, 8, seg, NULL, NULL), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_put(keep, 0, 0, 8, seg, NULL), OVL_ERR_NOT_INIT);
     EXPECT_ERR(ovl_get_need(keep, 8), OVL_ERR_NOT_INIT);
     EXPECT_ERR(ovl_fence(seg), OVL_ERR_NOT_INIT);
     EXPECT_ERR(ovl_barrier(), OVL_ERR_NOT_INIT);
@@ -1152,10 +1224,8 @@ static void phase_errors(void)
     EXPECT_ERR(ovl_unlock(seg, 0), OVL_ERR_NOT_INIT);
     EXPECT_ERR(ovl_segment_create(64, &base, &seg), OVL_ERR_NOT_INIT);
     EXPECT_ERR(ovl_segment_free(&seg), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_hint_decomp(1), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_hint_order(OVL_ORDER_UP), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_hint_piggyback(1), OVL_ERR_NOT_INIT);
-    EXPECT_ERR(ovl_get_split_threshold(&thr), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_segment_hint(seg, TH_DECOMP(1)), OVL_ERR_NOT_INIT);
+    EXPECT_ERR(ovl_model_split_threshold(&thr), OVL_ERR_NOT_INIT);
     CHECK(q == OVL_REQUEST_NULL);
     CHECK(keep[1] == th_pattern_byte(SEGKEY(0), 0)); /* retired by ovl_finalize */
 }

@@ -798,13 +798,13 @@ static void whole_one(size_t n, unsigned slow, uint64_t *msgs, uint64_t *frags)
     struct whole out = { n, 0x57484f4cull ^ n ^ (uint64_t)th_rank << 40, slow, TH_OK };
     struct whole in = { n, 0x57484f4cull ^ n ^ (uint64_t)left << 40, 0, 1 };
     ovl_stats_t a, b;
-    CHECK_OK(ovl_stats_get(&a));
+    CHECK_OK(ovl_stats_get(&a, sizeof a));
     ovl_request_t q[2];
     ovl_status_t st[2];
     CHECK_OK(ovl_irecv_stream(left, 31, whole_unmarshal, &in, &q[0]));
     CHECK_OK(ovl_isend_stream(right, 31, whole_marshal, &out, &q[1]));
     CHECK_OK(ovl_waitall(2, q, st));
-    CHECK_OK(ovl_stats_get(&b));
+    CHECK_OK(ovl_stats_get(&b, sizeof b));
     CHECKF(in.bad == TH_OK, "%zu-byte stream: byte %zu wrong", n, in.bad);
     CHECKF(st[0].bytes == n && st[1].bytes == n, "%zu-byte stream: status bytes %zu / %zu", n,
            st[0].bytes, st[1].bytes);
@@ -842,13 +842,13 @@ static void whole_streams(void)
     for (int m = 0; m < 3; m++) {
         CHECK_OK(ovl_finalize());
         ovl_config_t c = { .field_mask = OVL_CONFIG_FIELD_STREAM_WHOLE,
-                           .stream_whole = (ovl_stream_whole_t)modes[m] };
+                           .stream.whole = (ovl_stream_whole_t)modes[m] };
         CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
         /* each ovl_init may choose its own fragment size (the model's) */
         CHECK_OK(ovl_config_get(&c));
-        CHECK(c.stream_whole == (ovl_stream_whole_t)modes[m]);
-        w = c.stream_window;
-        p = c.fragment_size - HDR_BYTES;
+        CHECK(c.stream.whole == (ovl_stream_whole_t)modes[m]);
+        w = c.stream.window;
+        p = c.stream.fragment_size - HDR_BYTES;
         x = w * HDR_BYTES < p ? w * HDR_BYTES : p; /* the last fragment's stretch */
         cap = w * p + x;                           /* one message at most */
         const size_t sizes[] = { 0,         1,           p - 1,      p,       p + 1,
@@ -1005,16 +1005,16 @@ static void random_fragment_sizes(void)
         CHECK_OK(ovl_finalize());
         ovl_config_t c = { .field_mask =
                                OVL_CONFIG_FIELD_FRAGMENT_SIZE | OVL_CONFIG_FIELD_STREAM_WINDOW,
-                           .fragment_size = fs,
-                           .stream_window = win };
+                           .stream.fragment_size = fs,
+                           .stream.window = win };
         int rc = ovl_init(MPI_COMM_WORLD, &c);
         CHECKF(rc == OVL_SUCCESS,
                "seed %" PRIu64 " round %d: ovl_init(fragment %zu, window %u): %s", seed, round, fs,
                win, th_code_name(rc));
         CHECK_OK(ovl_config_get(&c));
-        CHECKF(c.fragment_size == fs && c.stream_window == win,
+        CHECKF(c.stream.fragment_size == fs && c.stream.window == win,
                "seed %" PRIu64 ": fragment %zu window %u in force, asked %zu and %u", seed,
-               c.fragment_size, c.stream_window, fs, win);
+               c.stream.fragment_size, c.stream.window, fs, win);
         size_t pl = fs - HDR_BYTES, wp = win * pl;
         size_t x = win * HDR_BYTES < pl ? win * HDR_BYTES : pl; /* the stretch */
         size_t max = pl * (4 * win + 8) < (1u << 20) ? pl * (4 * win + 8) : (1u << 20);
@@ -1084,14 +1084,14 @@ int main(int argc, char **argv)
     CHECKF(th_size % 2 == 0, "needs an even number of ranks, got %d", th_size);
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    thread_mode = cfg.progress == OVL_PROGRESS_THREAD;
-    payload = cfg.fragment_size - HDR_BYTES;
+    thread_mode = cfg.progress.mode == OVL_PROGRESS_THREAD;
+    payload = cfg.stream.fragment_size - HDR_BYTES;
     /* 1500 fragments per stream at most, 16 MB (2M doubles) tops */
     big_budget = payload * 1500 < MAX_DOUBLES * 8 ? payload * 1500 : MAX_DOUBLES * 8;
     mixed_budget = payload * 150 < (512u << 10) ? payload * 150 : (512u << 10);
     if (th_rank == 0)
         printf("test_stream: fragment %zu B, window %u, up to %zu B per big stream\n",
-               cfg.fragment_size, cfg.stream_window, big_budget);
+               cfg.stream.fragment_size, cfg.stream.window, big_budget);
 
     misuse();
     tag_bounds();

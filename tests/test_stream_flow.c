@@ -182,10 +182,10 @@ int main(int argc, char **argv)
     peer = th_rank ^ 1;
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    thread_mode = cfg.progress == OVL_PROGRESS_THREAD;
-    fragment = cfg.fragment_size;
+    thread_mode = cfg.progress.mode == OVL_PROGRESS_THREAD;
+    fragment = cfg.stream.fragment_size;
     payload = fragment - HDR_BYTES;
-    window = cfg.stream_window;
+    window = cfg.stream.window;
     total = payload * 2000 + 12345;
     if (total > (64u << 20))
         total = 64u << 20;
@@ -200,7 +200,7 @@ int main(int argc, char **argv)
 
     /* Fragment counts add up. */
     ovl_stats_t s;
-    CHECK_OK(ovl_stats_get(&s));
+    CHECK_OK(ovl_stats_get(&s, sizeof s));
     unsigned long long mine[2] = { s.fragments_sent, s.fragments_received }, sum[2];
     CHECK_MPI(MPI_Allreduce(mine, sum, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
     CHECKF(sum[0] == sum[1], "%llu fragments sent, %llu received", sum[0], sum[1]);

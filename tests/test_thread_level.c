@@ -44,9 +44,9 @@ int main(int argc, char **argv)
     int env_thread = env && strcmp(env, "thread") == 0;
 
     ovl_config_t thread_cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                                .progress = OVL_PROGRESS_THREAD };
+                                .progress.mode = OVL_PROGRESS_THREAD };
     ovl_config_t inline_cfg = { .field_mask = OVL_CONFIG_FIELD_PROGRESS,
-                                .progress = OVL_PROGRESS_INLINE };
+                                .progress.mode = OVL_PROGRESS_INLINE };
     if (provided < MPI_THREAD_MULTIPLE) {
         EXPECT_ERR(ovl_init(MPI_COMM_WORLD, &thread_cfg), OVL_ERR_THREAD);
         CHECKF(strstr(ovl_error_detail(), "MPI_THREAD_MULTIPLE") != NULL, "detail \"%s\"",
@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &inline_cfg));
     ovl_config_t got;
     CHECK_OK(ovl_config_get(&got));
-    CHECK(got.progress == OVL_PROGRESS_INLINE);
+    CHECK(got.progress.mode == OVL_PROGRESS_INLINE);
     for (int i = 0; i < 3; i++)
         ring_exchange(10 + i);
     CHECK_OK(ovl_finalize());

@@ -48,7 +48,8 @@ static void paged(int down, char *buf, size_t ps)
     size_t n = PAGES * ps;
     if (th_rank == 0) {
         ovl_request_t sr;
-        CHECK_OK(ovl_delta_send_begin_with(buf, (int)n, MPI_BYTE, 1, 7, OVL_MONITOR_EXPLICIT, &sr));
+        CHECK_OK(ovl_delta_send_begin(buf, (int)n, MPI_BYTE, 1, 7, TH_MONITOR(OVL_MONITOR_EXPLICIT),
+                                      &sr));
         for (int k = 0; k < PAGES; k++) {
             int p = down ? PAGES - 1 - k : k;
             memset(buf + (size_t)p * ps, p + 1, ps);
@@ -56,11 +57,11 @@ static void paged(int down, char *buf, size_t ps)
             CHECK_OK(ovl_progress());
             th_sleep_ms(3);
         }
-        CHECK_OK(ovl_delta_send_end(sr));
+        CHECK_OK(ovl_delta_send_end(sr, NULL));
         CHECK_OK(ovl_wait(&sr, NULL));
     } else if (th_rank == 1) {
         ovl_request_t rr;
-        CHECK_OK(ovl_delta_recv(buf, (int)n, MPI_BYTE, 0, 7, &rr));
+        CHECK_OK(ovl_delta_recv(buf, (int)n, MPI_BYTE, 0, 7, NULL, &rr));
         for (int k = 0; k < PAGES; k++) {
             int p = down ? PAGES - 1 - k : k;
             CHECKF(((volatile char *)buf)[(size_t)p * ps + 5] == p + 1, "page %d", p);
@@ -95,15 +96,15 @@ static void rma(size_t ps, int *waited, int *faulted)
             mmap(NULL, 4 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         CHECK(d != MAP_FAILED && e != MAP_FAILED);
         ovl_stats_t s0, s1, s2;
-        CHECK_OK(ovl_stats_get(&s0));
-        CHECK_OK(ovl_get(d, peer, 5, n, seg));
+        CHECK_OK(ovl_stats_get(&s0, sizeof s0));
+        CHECK_OK(ovl_get(d, peer, 5, n, seg, NULL, NULL));
         for (size_t i = 0; i < n; i += 512) /* upwards, at once */
             CHECKF(((volatile unsigned char *)d)[i] == (unsigned char)((i + 5) * 7 + (size_t)peer),
                    "get byte %zu", i);
-        CHECK_OK(ovl_stats_get(&s1));
-        CHECK_OK(ovl_get(e, peer, 0, 4 * ps, seg));
+        CHECK_OK(ovl_stats_get(&s1, sizeof s1));
+        CHECK_OK(ovl_get(e, peer, 0, 4 * ps, seg, NULL, NULL));
         CHECK_OK(ovl_get_need(e, 4 * ps));
-        CHECK_OK(ovl_stats_get(&s2));
+        CHECK_OK(ovl_stats_get(&s2, sizeof s2));
         for (size_t i = 0; i < 4 * ps; i++)
             CHECK(e[i] == (unsigned char)(i * 7 + (size_t)peer));
         *faulted = s1.faults > s0.faults;
@@ -111,7 +112,7 @@ static void rma(size_t ps, int *waited, int *faulted)
         /* put: the bytes as they were at the call reach the peer */
         for (size_t i = 0; i < n; i++)
             d[i] = (unsigned char)(i + 1);
-        CHECK_OK(ovl_put(d, peer, GET_PAGES * ps, n, seg));
+        CHECK_OK(ovl_put(d, peer, GET_PAGES * ps, n, seg, NULL));
         memset(d, 0, n);
         CHECK_OK(ovl_fence(seg));
         munmap(d, mlen);

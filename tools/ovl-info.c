@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     printf("  why: %s\n", why);
     if (want == OVL_MONITOR_EXPLICIT)
         printf("  NOTE: ovl_init refuses OVL_MONITOR=explicit (OVL_ERR_CONFIG): the explicit "
-               "monitor is chosen in code (ovl_config_t.monitor, or a request's _with)\n");
+               "monitor is chosen in code (ovl_config_t.monitor, or a request's ovl_param_t)\n");
     if (works && got == OVL_MONITOR_EXPLICIT && want != OVL_MONITOR_EXPLICIT)
         printf("  WARNING: no fault monitor works here: delta receives and gets complete inside "
                "the call, without overlap, unless the code chooses OVL_MONITOR_EXPLICIT and calls "

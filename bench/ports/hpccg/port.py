@@ -141,7 +141,7 @@ def port_exchange_cpp(src):
         "      // has not arrived waits for it, so HPC_sparsemv overlaps the\n"
         "      // arrival (rows that need no external entry do not wait at all).\n"
         "      ovl_delta_recv(x_external, n_recv, MPI_DOUBLE, neighbors[i], MPI_MY_TAG,\n"
-        "                     ovl_port_recv_req + i);\n",
+        "                     NULL, ovl_port_recv_req + i);\n",
         1, "MPI_Irecv of x_external")
     src.replace(
         "  for (i=0; i<total_to_be_sent; i++) send_buffer[i] = x[elements_to_send[i]];\n",
@@ -167,12 +167,13 @@ def port_exchange_cpp(src):
         "      // MPI call, after its whole HPC_sparsemv, while the neighbour\n"
         "      // waits for it; a delta send's pieces stay within the eager limit\n"
         "      // and leave at once.\n"
-        "      ovl_delta_send_begin_with(send_buffer, n_send, MPI_DOUBLE, neighbors[i],\n"
-        "                                MPI_MY_TAG, OVL_MONITOR_EXPLICIT,\n"
-        "                                ovl_port_send_req + i);\n"
+        "      ovl_param_t ovl_port_explicit = { OVL_PARAM_FIELD_MONITOR, OVL_MONITOR_EXPLICIT };\n"
+        "      ovl_delta_send_begin(send_buffer, n_send, MPI_DOUBLE, neighbors[i],\n"
+        "                           MPI_MY_TAG, &ovl_port_explicit,\n"
+        "                           ovl_port_send_req + i);\n"
         "      ovl_delta_produced(ovl_port_send_req[i], 0,\n"
         "                         (size_t)n_send * sizeof(double));\n"
-        "      ovl_delta_send_end(ovl_port_send_req[i]);\n",
+        "      ovl_delta_send_end(ovl_port_send_req[i], NULL);\n",
         1, "MPI_Send of send_buffer")
     src.replace(
         "  MPI_Status status;\n"

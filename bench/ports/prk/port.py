@@ -130,7 +130,7 @@ def port_transpose(src, irecv=False):
       /* ovl port: was MPI_Irecv; the scatter loop below reads Work_in as
          it arrives (a page not yet here waits) */
       OVL_CHECK(ovl_delta_recv(Work_in_p, (int)Block_size, MPI_DOUBLE,
-                               recv_from, phase, &recv_req));
+                               recv_from, phase, NULL, &recv_req));
 #endif
 """ if not irecv else """#if !SYNCHRONOUS
       /* ovl port (irecv recipe): was MPI_Irecv; waited for before the
@@ -148,7 +148,7 @@ def port_transpose(src, irecv=False):
 """, """        /* ovl port: the send starts before the loop that writes Work_out,
            which writes it in order; pieces leave as pages fill */
         OVL_CHECK(ovl_delta_send_begin(Work_out_p, (int)Block_size, MPI_DOUBLE,
-                                       send_to, phase, &send_req));
+                                       send_to, phase, NULL, &send_req));
 """, "untiled pack loop")
 
     # Tiled pack: within a band of Tile_order columns i..i+Tile_order-1 of
@@ -167,9 +167,10 @@ def port_transpose(src, irecv=False):
 """, """      else {
         /* ovl port: the tiled loop writes Work_out out of order within a
            band, so no fault monitor: it says which part is done */
-        OVL_CHECK(ovl_delta_send_begin_with(Work_out_p, (int)Block_size, MPI_DOUBLE,
-                                            send_to, phase, OVL_MONITOR_EXPLICIT,
-                                            &send_req));
+        const ovl_param_t explicit_monitor = { .field_mask = OVL_PARAM_FIELD_MONITOR,
+                                               .monitor = OVL_MONITOR_EXPLICIT };
+        OVL_CHECK(ovl_delta_send_begin(Work_out_p, (int)Block_size, MPI_DOUBLE,
+                                       send_to, phase, &explicit_monitor, &send_req));
         for (i=0; i<Block_order; i+=Tile_order) {
           for (j=0; j<Block_order; j+=Tile_order)
             for (it=i; it<MIN(Block_order,i+Tile_order); it++)
@@ -203,12 +204,12 @@ def port_transpose(src, irecv=False):
 """, """#if !SYNCHRONOUS
       /* ovl port: was MPI_Isend + MPI_Wait x2: Work_out is written, send
          the rest; the waits are after the scatter loop */
-      OVL_CHECK(ovl_delta_send_end(send_req));
+      OVL_CHECK(ovl_delta_send_end(send_req, NULL));
 #else
 """ if not irecv else """#if !SYNCHRONOUS
       /* ovl port (irecv recipe): was MPI_Isend + MPI_Wait x2: Work_out is
          written, send the rest; Work_in is waited for here, as in PRK */
-      OVL_CHECK(ovl_delta_send_end(send_req));
+      OVL_CHECK(ovl_delta_send_end(send_req, NULL));
       OVL_CHECK(ovl_wait(&recv_req, OVL_STATUS_IGNORE));
 #else
 """, 1, "MPI_Isend and waits")
@@ -297,17 +298,17 @@ def port_stencil_delta(src):
                     "      /* ovl port: was MPI_Irecv; the copy into IN below reads\n"
                     "         %s as it arrives */\n"
                     "      OVL_CHECK(ovl_delta_recv(%s, %s, MPI_DTYPE, %s, %s,\n"
-                    "                               &(request[%s])));\n"
+                    "                               NULL, &(request[%s])));\n"
                     % (d.inb, d.inb, d.count, d.nbr, d.rtag, d.ri), 1, "MPI_Irecv of " + d.inb)
         # The send begins before the pack loop, which writes the buffer in
         # order (kk++), and ends where MPI_Isend was.
         src.insert_before(d.pack,
                           "      /* ovl port: the send starts before the pack loop */\n"
                           "      OVL_CHECK(ovl_delta_send_begin(%s, %s, MPI_DTYPE, %s, %s,\n"
-                          "                                     &(request[%s])));\n"
+                          "                                     NULL, &(request[%s])));\n"
                           % (d.out, d.count, d.nbr, d.stag, d.si), "pack loop of " + d.out)
         src.replace(d.isend,
-                    "      OVL_CHECK(ovl_delta_send_end(request[%s])); /* ovl port: was MPI_Isend */\n"
+                    "      OVL_CHECK(ovl_delta_send_end(request[%s], NULL)); /* ovl port: was MPI_Isend */\n"
                     % d.si, 1, "MPI_Isend of " + d.out)
         # The waits leave the unpack: it reads the halo as it arrives.
         src.replace(d.waits,

@@ -18,7 +18,7 @@
 # Options:
 #   -l PREFIX   launcher; {np} is replaced by RANKS (default "mpiexec -n {np}").
 #               On the emulated cluster (docs/CLUSTER.md), from the ovl tree:
-#               -l "tools/ovl-cluster run --np {np} --pin --timeout 900 --"
+#               -l "testbed/ovl-cluster run --np {np} --pin --timeout 900 --"
 #   -t SECONDS  kill a run after this long (default 900; counts as invalid)
 #   -V LIST     variants, comma-separated (default plain,ovl,ovl-thread)
 #   -k DIR      keep every run's output in DIR (default: a temporary directory,

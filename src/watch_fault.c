@@ -1,0 +1,504 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * watch: the fault handler, one for SIGSEGV (page protection) and SIGBUS
+ * (userfaultfd in SIGBUS mode), and SIGTRAP's for single-stepping over
+ * neighbour data on a guarded edge page. It finds the faulting page's
+ * region in the registry (watch.c) and serves the fault: a receive page
+ * waits for its data, a send page reports how far the program has written.
+ *
+ * Everything here but the installation runs inside a signal handler: it
+ * never allocates and never takes a lock a non-handler path could hold
+ * while faulting, and its messages go out with write(2). To find a region
+ * it scans the registry's fixed array of atomic pointers (watch.c). A
+ * fault that is not ovl's goes to the handler that was installed before
+ * ovl's (the application's, a debugger's, or the default action, which
+ * crashes with the usual signal).
+ *
+ * Waiting in the handler: the faulting thread drives the progress engine
+ * (or, when another thread is driving, yields) until the page is valid. So
+ * a fault costs nothing extra when the data is already there: the engine
+ * installed it when it arrived and there is no fault at all.
+ */
+
+#include "watch_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+/* ---- helpers usable from the handler -------------------------------------- */
+
+static void say(const char *s)
+{
+    ssize_t r = write(2, s, strlen(s));
+    (void)r;
+}
+
+static void say_hex(uintptr_t v)
+{
+    char b[2 + 16 + 1];
+    b[0] = '0';
+    b[1] = 'x';
+    for (int i = 0; i < 16; i++)
+        b[2 + i] = "0123456789abcdef"[(v >> (60 - 4 * i)) & 15];
+    b[18] = 0;
+    say(b);
+}
+
+/* The last fault retried because its region was being released: a fault
+ * at the same address under the same release is a genuine one. */
+static __thread uintptr_t last_recent_fault __attribute__((tls_model("initial-exec")));
+static __thread unsigned long last_recent_gen __attribute__((tls_model("initial-exec")));
+
+/* The pending receive whose buffer holds @addr, or NULL. */
+static struct ovl__watch *pending_buffer_of(uintptr_t addr)
+{
+    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
+        if (w && !w->is_send && addr >= (uintptr_t)w->base && addr < (uintptr_t)w->base + w->len)
+            return w;
+    }
+    return NULL;
+}
+
+/* Neighbour data on a guarded edge page (malloc's own headers, other
+ * variables) must not wait for a message: the access may come from inside
+ * malloc or MPI, where driving progress would deadlock. It is let through
+ * by opening the page for one instruction (x86-64 trap flag) and guarding
+ * it again in the SIGTRAP that follows. Elsewhere it waits like the
+ * buffer's own bytes. */
+#if defined(__x86_64__) && defined(__linux__)
+#define OVL_SINGLE_STEP 1
+/* Pages this thread opened for its current instruction (a string move
+ * can touch four: source and destination, each straddling two pages). */
+#define STEP_MAX 4
+static __thread uintptr_t step_pages[STEP_MAX] __attribute__((tls_model("initial-exec")));
+
+static int step_over(uintptr_t page, void *uc)
+{
+    ucontext_t *u = uc;
+    int k = -1;
+    /* The same page again: another thread's trap guarded it before this
+     * instruction ran. Open it again in the same slot. */
+    for (int j = 0; j < STEP_MAX && k < 0; j++)
+        if (step_pages[j] == page)
+            k = j;
+    for (int j = 0; j < STEP_MAX && k < 0; j++)
+        if (!step_pages[j])
+            k = j;
+    if (k < 0 || !u)
+        return 0;
+    if (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0)
+        return 0;
+    step_pages[k] = page;
+    u->uc_mcontext.gregs[REG_EFL] |= 0x100; /* TF */
+    return 1;
+}
+
+/* Is @page either no region's, or a guarded edge page (which ovl writes
+ * and reads through /proc/self/mem whatever its protection)? */
+static int page_plain_or_edge(uintptr_t page)
+{
+    if (ovl__watch_edge_guarded(page))
+        return 1;
+    size_t ps = ovl__watch_page();
+    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
+        if (w && page >= w->p0 && page < w->p0 + w->npages * ps)
+            return 0;
+    }
+    return 1;
+}
+
+/* Does [lo, hi) hold a byte of a pending receive buffer? */
+static int range_pending(uintptr_t lo, uintptr_t hi)
+{
+    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
+        if (w && !w->is_send && lo < (uintptr_t)w->base + w->len && (uintptr_t)w->base < hi)
+            return 1;
+    }
+    return 0;
+}
+
+/* A string move or store (rep movs, rep stos: glibc's memcpy and memset
+ * for a few KiB and more) single-stepped would trap once per element. Do
+ * the part of it that stays on the pages it is on now through
+ * /proc/self/mem, advance its registers, and let it run on: one trap per
+ * page. Only forward moves whose bytes on these pages are no pending
+ * buffer's; anything else is stepped. 1 if done. */
+static int string_move(void *uc)
+{
+    ucontext_t *u = uc;
+    greg_t *g = u->uc_mcontext.gregs;
+    const unsigned char *ip = (const unsigned char *)g[REG_RIP];
+    int rep = 0, osize = 0, rexw = 0, n = 0;
+    for (; n < 4; n++) {
+        if (ip[n] == 0xf3)
+            rep = 1;
+        else if (ip[n] == 0x66)
+            osize = 1;
+        else if (ip[n] != 0x2e && ip[n] != 0x3e && ip[n] != 0x26 && ip[n] != 0x36)
+            break;
+    }
+    if ((ip[n] & 0xf0) == 0x40) {
+        rexw = (ip[n] & 0x08) != 0;
+        n++;
+    }
+    unsigned char op = ip[n++];
+    if (!rep || ovl__watch_g.mem_fd < 0 || (g[REG_EFL] & 0x400) ||
+        (op != 0xa4 && op != 0xa5 && op != 0xaa && op != 0xab))
+        return 0;
+    size_t sz = (op == 0xa4 || op == 0xaa) ? 1 : rexw ? 8 : osize ? 2 : 4;
+    int move = op == 0xa4 || op == 0xa5;
+    size_t ps = ovl__watch_page();
+    uintptr_t dst = (uintptr_t)g[REG_RDI], src = move ? (uintptr_t)g[REG_RSI] : 0;
+    size_t count = (size_t)g[REG_RCX];
+    size_t k = count, room = (ps - (dst & (ps - 1))) / sz;
+    if (room < k)
+        k = room;
+    if (move && (room = (ps - (src & (ps - 1))) / sz) < k)
+        k = room;
+    size_t bytes = k * sz;
+    if (k == 0 || !page_plain_or_edge(dst & ~(uintptr_t)(ps - 1)) ||
+        range_pending(dst, dst + bytes))
+        return 0;
+    if (move && (!page_plain_or_edge(src & ~(uintptr_t)(ps - 1)) ||
+                 range_pending(src, src + bytes) || (dst > src && dst < src + bytes)))
+        return 0;
+    unsigned char b[4096];
+    if (move) {
+        if (pread(ovl__watch_g.mem_fd, b, bytes, (off_t)src) != (ssize_t)bytes)
+            return 0;
+    } else {
+        uint64_t v = (uint64_t)g[REG_RAX];
+        for (size_t i = 0; i < bytes; i++)
+            b[i] = (unsigned char)(v >> (8 * (i % sz)));
+    }
+    if (pwrite(ovl__watch_g.mem_fd, b, bytes, (off_t)dst) != (ssize_t)bytes)
+        return 0;
+    g[REG_RDI] = (greg_t)(dst + bytes);
+    if (move)
+        g[REG_RSI] = (greg_t)(src + bytes);
+    g[REG_RCX] = (greg_t)(count - k);
+    if (count == k)
+        g[REG_RIP] += n;
+    return 1;
+}
+
+static void on_trap(int sig, siginfo_t *si, void *uc)
+{
+    if (!step_pages[0]) {
+        struct sigaction *old = &ovl__watch_g.old_trap;
+        if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction)
+            old->sa_sigaction(sig, si, uc);
+        else if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler != SIG_DFL &&
+                 old->sa_handler != SIG_IGN)
+            old->sa_handler(sig);
+        else if (old->sa_handler == SIG_DFL) {
+            signal(SIGTRAP, SIG_DFL);
+            raise(SIGTRAP);
+        }
+        return;
+    }
+    int saved = errno;
+    ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~0x100;
+    for (int k = 0; k < STEP_MAX; k++) {
+        uintptr_t page = step_pages[k];
+        step_pages[k] = 0;
+        if (!page)
+            continue;
+        int e = ovl__watch_edge_slot(page);
+        if (e < 0)
+            continue;
+        ovl__spin_lock(&ovl__watch_g.edges[e].busy);
+        if (atomic_load(&ovl__watch_g.edges[e].page) == page &&
+            atomic_load(&ovl__watch_g.edges[e].refs) > 0)
+            mprotect((void *)page, ovl__watch_page(), PROT_NONE);
+        ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
+    }
+    errno = saved;
+}
+#endif
+
+/* ---- the fault handler ---------------------------------------------------- */
+
+static void fatal(const char *what, uintptr_t addr)
+{
+    say("ovl: ");
+    say(what);
+    say(" (address ");
+    say_hex(addr);
+    say(")\n");
+    abort();
+}
+
+struct fault_wait {
+    int (*ready)(const void *, size_t);
+    const void *arg;
+    size_t i;
+    uintptr_t addr;
+};
+
+static int fault_served(const void *p)
+{
+    const struct fault_wait *f = p;
+    if (f->ready(f->arg, f->i))
+        return 1;
+    if (!atomic_load(&ovl__g.initialized))
+        fatal("access to a delta buffer still pending after ovl_finalize", f->addr);
+    return 0;
+}
+
+/* Wait in the faulting thread until @ready(arg) holds. */
+static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t i, uintptr_t addr)
+{
+    uint64_t t0 = ovl__now_ns();
+    atomic_fetch_add_explicit(&ovl__g.st_fault_waits, 1, memory_order_relaxed);
+    if (ovl__engine_driving())
+        fatal("a continuation or progress handler touched a delta-receive buffer whose data "
+              "has not arrived; it would wait for itself forever",
+              addr);
+    struct fault_wait f = { ready, arg, i, addr };
+    ovl__engine_spin(fault_served, &f);
+    uint64_t dt = ovl__now_ns() - t0;
+    ovl__stats_wait_ns(dt);
+    if (ovl__trace_on)
+        ovl__trace_complete("watch", "fault-wait", (double)t0 / 1e3, (double)dt / 1e3, "addr",
+                            (long long)addr, NULL, 0, NULL, 0);
+}
+
+static int page_valid(const void *w, size_t i)
+{
+    return atomic_load(&((const struct ovl__watch *)w)->valid[i]) != 0;
+}
+
+static int edge_open(const void *page, size_t unused)
+{
+    (void)unused;
+    return !ovl__watch_edge_guarded((uintptr_t)page);
+}
+
+static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr);
+
+/* 1 if the fault was ovl's (and the access can be retried). */
+static int handle(int sig, uintptr_t addr, void *uc)
+{
+    size_t ps = ovl__watch_page();
+    uintptr_t page = addr & ~(uintptr_t)(ps - 1);
+
+    uintptr_t probe = atomic_load(&ovl__watch_g.probe);
+    if (probe && page == probe) {
+        if (ovl__watch_g.probe_uffd) { /* a missing page: fill it, as a receive install does */
+            struct uffdio_zeropage z = { .range = { .start = page, .len = ps }, .mode = 0 };
+            ioctl(ovl__uffd_fd(), UFFDIO_ZEROPAGE, &z);
+            return 1;
+        }
+        mprotect((void *)page, ps, PROT_READ | PROT_WRITE);
+        return 1;
+    }
+    atomic_fetch_add_explicit(&ovl__g.st_faults, 1, memory_order_relaxed);
+    if (ovl__watch_edge_guarded(page)) {
+#ifdef OVL_SINGLE_STEP
+        /* A byte of a pending buffer on a page another buffer still guards
+         * (two buffers share it): once its own bytes there are in, the
+         * access is let through like a neighbour's. Waiting for the page
+         * to open would wait for the other buffer too, which may never
+         * come before this access is done. */
+        struct ovl__watch *own = pending_buffer_of(addr);
+        if (own && own->p0 <= page) {
+            size_t i = (page - own->p0) / ps;
+            if (i < own->npages && !atomic_load(&own->valid[i]))
+                wait_for(page_valid, own, i, addr);
+            if (!ovl__watch_edge_guarded(page))
+                return 1; /* opened meanwhile: retry */
+        }
+        if (string_move(uc) || step_over(page, uc)) {
+            int e = ovl__watch_edge_slot(page);
+            atomic_fetch_add_explicit(&ovl__g.st_edge_steps, 1, memory_order_relaxed);
+            if (e >= 0)
+                atomic_fetch_add_explicit(&ovl__watch_g.edges[e].steps, 1, memory_order_relaxed);
+            return 1;
+        }
+#else
+        (void)uc;
+#endif
+        wait_for(edge_open, (const void *)page, 0, addr);
+        return 1;
+    }
+    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
+        if (!w || page < w->p0 || page >= w->p0 + w->npages * ps)
+            continue;
+        size_t i = (page - w->p0) / ps;
+        if (ovl__trace_on)
+            ovl__trace_instant("watch", w->is_send ? "fault-send" : "fault-recv", "page",
+                               (long long)i, "addr", (long long)addr);
+        if (w->is_send == OVL__WATCH_HOLD) {
+            /* a hold region never guards its edge pages: not this one's */
+            if (i < w->ilo || i >= w->ihi)
+                continue;
+            if (!atomic_load(&w->valid[i]))
+                wait_for(page_valid, w, i, addr);
+            return 1;
+        }
+        if (w->is_send) {
+            send_fault(w, i, addr);
+            return 1;
+        }
+        if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
+            w->touch[atomic_fetch_add(&w->ntouch, 1)] = (uint32_t)i;
+        if (!atomic_load(&w->valid[i]))
+            wait_for(page_valid, w, i, addr);
+        return 1;
+    }
+    (void)sig;
+    /* Released while this fault was on its way: retry once per release
+     * (a buffer used again and again faults at the same address each time
+     * it races with its region's release). */
+    for (int k = 0; k < OVL__WATCH_RECENT; k++) {
+        uintptr_t hi = atomic_load(&ovl__watch_g.recent[k].hi),
+                  lo = atomic_load(&ovl__watch_g.recent[k].lo);
+        unsigned long g = atomic_load(&ovl__watch_g.recent[k].gen);
+        if (page >= lo && page < hi && (last_recent_fault != addr || last_recent_gen != g)) {
+            last_recent_fault = addr;
+            last_recent_gen = g;
+            return 1;
+        }
+    }
+    atomic_fetch_sub_explicit(&ovl__g.st_faults, 1, memory_order_relaxed);
+    return 0;
+}
+
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+    struct sigaction *old = sig == SIGBUS ? &ovl__watch_g.old_bus : &ovl__watch_g.old_segv;
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    /* Default action: uninstall for this signal and return; the access
+     * faults again and the kernel applies the default (crash, core). */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    if (si->si_code <= 0) /* sent with kill(): deliver it again */
+        raise(sig);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+    int saved = errno;
+    int handled = 0;
+    if (si && si->si_code > 0) { /* a real fault, not kill() */
+        atomic_fetch_add(&ovl__watch_g.in_handler, 1);
+        handled = handle(sig, (uintptr_t)si->si_addr, uc);
+        atomic_fetch_sub(&ovl__watch_g.in_handler, 1);
+    }
+    if (!handled)
+        chain(sig, si, uc);
+    errno = saved;
+}
+
+static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
+{
+    ovl__spin_lock(&w->busy);
+    const struct ovl__watch_backend *b = ovl__watch_backend_of(w);
+    if ((i >= w->s_lo && i < w->s_hi) || i < w->ilo || i >= w->ihi) {
+        /* already writable (raced with another thread's fault): retry */
+    } else if (i < w->s_lo) {
+        /* A write into a part already sent. */
+        size_t off = addr - (uintptr_t)w->base;
+        size_t expect = (size_t)-1;
+        atomic_compare_exchange_strong(&w->stale, &expect, off);
+        if (expect == (size_t)-1) {
+            say("ovl: delta send buffer ");
+            say_hex((uintptr_t)w->base);
+            say(" written at offset ");
+            say_hex(off);
+            say(" after that part was sent (OS-triggered delta send needs the buffer written "
+                "in order; choose OVL_MONITOR_EXPLICIT in code and call ovl_delta_produced for "
+                "other orders); "
+                "the message is marked stale (OVL_ERR_STALE)\n");
+        }
+        b->send_protect(w, i, i + 1, 0);
+    } else {
+        /* A store may straddle pages i-1 and i and fault on page i before
+         * writing anything: the last bytes of page i-1 are not final yet.
+         * Send up to SLACK bytes before page i, and leave page i-1 writable
+         * until the next delta. */
+        enum { SLACK = 64 };
+        size_t upto = (size_t)((uintptr_t)ovl__watch_page_addr(w, i) - (uintptr_t)w->base);
+        upto = upto > SLACK ? upto - SLACK : 0;
+        if (ovl__engine_driving())
+            fatal("a continuation wrote a delta-send buffer that is being monitored", addr);
+        size_t d = w->produced(w->ctx, upto);
+        size_t dp = d / ovl__watch_page();
+        if (dp < 1)
+            dp = 1;
+        size_t hi = i + dp > w->ihi ? w->ihi : i + dp;
+        size_t lo = i > w->s_lo ? i - 1 : i;
+        /* Open the next delta first, then write-protect what was sent. */
+        if (b->send_protect(w, i, hi, 0) != 0)
+            b->send_protect(w, i, w->ihi, 0); /* coarser: stop monitoring */
+        if (lo > w->s_lo)
+            b->send_protect(w, w->s_lo, lo, 1);
+        w->s_lo = lo;
+        w->s_hi = hi;
+    }
+    ovl__spin_unlock(&w->busy);
+}
+
+/* ---- installing ---------------------------------------------------------------- */
+
+int ovl__watch_handler_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, &ovl__watch_g.old_segv) != 0 ||
+        sigaction(SIGBUS, &sa, &ovl__watch_g.old_bus) != 0)
+        return ovl__error(OVL_ERR_MONITOR, "ovl_init", "cannot install the fault handler: %s",
+                          strerror(errno));
+#ifdef OVL_SINGLE_STEP
+    sa.sa_sigaction = on_trap;
+    sigaction(SIGTRAP, &sa, &ovl__watch_g.old_trap);
+#endif
+    ovl__watch_g.installed = 1;
+    return OVL_SUCCESS;
+}
+
+void ovl__watch_handler_remove(void)
+{
+    if (!ovl__watch_g.installed)
+        return;
+    /* Put back the previous handlers, unless someone replaced ours. */
+    struct sigaction cur;
+    if (sigaction(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == on_fault)
+        sigaction(SIGSEGV, &ovl__watch_g.old_segv, NULL);
+    if (sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == on_fault)
+        sigaction(SIGBUS, &ovl__watch_g.old_bus, NULL);
+#ifdef OVL_SINGLE_STEP
+    if (sigaction(SIGTRAP, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == on_trap)
+        sigaction(SIGTRAP, &ovl__watch_g.old_trap, NULL);
+#endif
+    ovl__watch_g.installed = 0;
+}
