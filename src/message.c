@@ -8,7 +8,7 @@
  * receive goes to match.c, which either hands it to MPI at once as a real
  * receive (pre-posting, when safe) or matches it itself: a plain message is
  * then received with MPI_Imrecv straight into the user's buffer, a delta
- * header hands the request to delta.c, which assembles the pieces.
+ * header hands the request to delta_recv.c, which assembles the pieces.
  */
 #include "ovl_internal.h"
 
@@ -93,7 +93,7 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
         return;
     }
     if (delta) {
-        /* delta.c writes a delta message's pieces through watch itself */
+        /* delta_recv.c writes a delta message's pieces through watch itself */
         if (r->bounce) {
             MPI_Aint tlb = 0, text = 0;
             MPI_Type_get_true_extent(r->dt, &tlb, &text);

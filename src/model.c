@@ -2,8 +2,8 @@
 /*
  * The performance model: what ovl knows about the link and the machine, and
  * the choices it derives from them. Inputs:
- *   - latency and bandwidth, measured at ovl_init by a short ping-pong
- *     between rank 0 and one peer (measuring_peer) on ovl's delta
+ *   - latency and bandwidth, measured at ovl_init (measure.c) by a short
+ *     ping-pong between rank 0 and one peer (measuring_peer) on ovl's delta
  *     communicator, when any rank leaves OVL_DELTA_SIZE automatic
  *     (OVL_CALIBRATE=0 skips it and keeps the defaults below);
  *   - the cost of one access fault, measured on this process;
@@ -52,7 +52,7 @@
  * and takes the minimum.
  * P, the production rate, is that of the last delta sends of the same size,
  * peer and triggering (the median of the last five), else of the last of any, from begin to
- * ovl_delta_send_end (the caller, delta.c's ovl__delta_rate_for, passes it; 0 =
+ * ovl_delta_send_end (the caller, delta_send.c's ovl__delta_rate_for, passes it; 0 =
  * unknown, taken equal to B); the size is chosen once per send.
  */
 #include "ovl_internal.h"
@@ -62,9 +62,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/prctl.h>
-#include <time.h>
 
 /* Defaults: a 1 Gbit/s Ethernet link and a typical x86 Linux node. */
 #define MODEL_DEFAULTS                                                                            \
@@ -158,206 +155,6 @@ size_t ovl__model_detect_eager(void)
     return 65536;
 }
 
-/* One-way time of a @bytes message between this rank and @peer (best of
- * @reps round trips, halved). */
-static double pingpong(int peer, char *buf, int bytes, int reps)
-{
-    double best = 1e30;
-    for (int k = 0; k < reps; k++) {
-        double t0 = ovl__now_us();
-        if (ovl__g.rank < peer) {
-            MPI_Send(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta);
-            MPI_Recv(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
-            MPI_Send(buf, bytes, MPI_BYTE, peer, 1, ovl__g.comm_delta);
-        }
-        double t = (ovl__now_us() - t0) / 2;
-        if (t < best)
-            best = t;
-    }
-    return best;
-}
-
-/* Ascending, in place (a few dozen values). */
-static void sort_up(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double x = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = x;
-        }
-}
-
-/* Sorts @v and returns its median (the upper one for even @n). */
-static double median(double *v, int n)
-{
-    sort_up(v, n);
-    return v[n / 2];
-}
-
-/* The switch detector's test: whether the one-way time jumps between
- * sizes @a and @b and stays up. It jumps when t[b] exceeds t[a] by more
- * than four typical steps @ty for the width plus @fl. It stays up when the
- * next size's excess over the trend from @a is more than the smaller of
- * half of b's excess and that jump threshold: one slow sample is no
- * switch, and neither does one slow sample at a real switch hide it. */
-static int jumps(const size_t *sz, const double *t, int n, int a, int b, double ty, double fl)
-{
-    size_t ps = ovl__watch_page();
-    double w = (double)((sz[b] - sz[a]) / ps), thr = 4 * ty * w + fl;
-    if (t[b] - t[a] <= thr)
-        return 0;
-    if (b + 1 >= n)
-        return 1;
-    double ex = t[b] - t[a] - ty * w;
-    double ex_next = t[b + 1] - t[a] - ty * (double)((sz[b + 1] - sz[a]) / ps);
-    return ex_next > (ex / 2 < thr ? ex / 2 : thr);
-}
-
-/* The smallest message size below the eager limit where the one-way time
- * jumps: a change of protocol inside the MPI library (UCX over TCP, for
- * one, switches from copying to zero-copy sends near 16 KiB, and a delta
- * just above that costs far more than one just below). The typical step
- * is the lower quartile of the steps (per page) below the candidate, at
- * least 0.5 us; the floor is max(5 us, L): a switch to a rendezvous adds a
- * handshake, and a smaller step (seen: +10 us from 8 to 12 KiB, then
- * flat up to the real switch) is noise or no worse per byte than the
- * sizes below it. A jump is taken in one step, or in two when the size
- * in between is partway up (fast in some samples, slow in others). Noise,
- * one slow sample and a smooth rise do not count. */
-size_t ovl__model_find_switch(const size_t *sz, const double *t, int n, double lat)
-{
-    size_t ps = ovl__watch_page();
-    double step[32], sorted[32];
-    if (n < 3 || n > 32)
-        return 0;
-    for (int i = 1; i < n; i++) {
-        size_t w = sz[i] > sz[i - 1] ? (sz[i] - sz[i - 1]) / ps : 0;
-        if (!w)
-            return 0;
-        step[i] = (t[i] - t[i - 1]) / (double)w;
-    }
-    double fl = lat > 5 ? lat : 5;
-    for (int i = 2; i < n; i++) {
-        /* the typical step: the lower quartile of the steps below; a
-         * level shift below the switch must not hide it */
-        memcpy(sorted, step + 1, (size_t)(i - 1) * sizeof *step);
-        sort_up(sorted, i - 1);
-        double ty = sorted[(i - 2) / 4];
-        if (ty < 0.5)
-            ty = 0.5;
-        int one = jumps(sz, t, n, i - 1, i, ty, fl);
-        int two = i + 1 < n && t[i] > t[i - 1] && !jumps(sz, t, n, i, i + 1, ty, fl) &&
-                  jumps(sz, t, n, i - 1, i + 1, ty, fl);
-        if (one || two)
-            return sz[i - 1] + ps;
-    }
-    return 0;
-}
-
-size_t ovl__model_switch_sizes(size_t *sz, int max, size_t limit)
-{
-    size_t ps = ovl__watch_page();
-    int n = 0;
-    for (size_t s = ps; n < max && s < ovl__m.eager && s <= limit; s += s < 8 * ps ? ps : 2 * ps)
-        sz[n++] = s;
-    return (size_t)n;
-}
-
-static size_t measure_piece_switch(int peer, char *buf, size_t buflen, double lat, double *oneway)
-{
-    size_t sz[16];
-    double t[16];
-    int n = (int)ovl__model_switch_sizes(sz, 16, buflen);
-    /* Best of six per size, taken in three rounds over all sizes: a burst
-     * of noise then slows one sample of many sizes rather than every sample
-     * of a few (which once hid the switch and gave 40 KiB deltas). */
-    for (int i = 0; i < n; i++)
-        t[i] = 1e30;
-    for (int round = 0; round < 3; round++)
-        for (int i = 0; i < n; i++) {
-            double x = pingpong(peer, buf, (int)sz[i], 2);
-            if (x < t[i])
-                t[i] = x;
-        }
-    for (int i = 0; i < n; i++)
-        oneway[i] = t[i];
-    size_t sw = ovl__model_find_switch(sz, t, n, lat);
-    if (ovl__g.rank == 0 && ovl__g.cfg.report.verbose >= 2) {
-        char line[512] = "";
-        int len = 0;
-        for (int i = 0; i < n && len < (int)sizeof line - 32; i++)
-            len += snprintf(line + len, sizeof line - (size_t)len, " %zuK:%.1f", sz[i] >> 10, t[i]);
-        ovl__info("model: one-way us by size (KiB):%s; protocol switch %zu B", line, sw);
-    }
-    return sw;
-}
-
-/* How long the progress thread's sleep between polls really lasts, timer
- * slack and scheduling included: median of 5 sleeps of @us. A message that
- * arrives while the thread sleeps waits half of that on average before
- * ovl takes it in. */
-static double measure_poll_sleep_us(unsigned us)
-{
-    double t[5];
-    /* with the progress thread's timer slack (progress.c) */
-    int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    for (int i = 0; i < 5; i++) {
-        struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000 };
-        double t0 = ovl__now_us();
-        nanosleep(&ts, NULL);
-        t[i] = ovl__now_us() - t0;
-    }
-    if (old > 0)
-        prctl(PR_SET_TIMERSLACK, (unsigned long)old, 0, 0, 0);
-    return median(t, 5);
-}
-
-/* Copy rate from beyond the core's private caches into them, microseconds
- * per byte: a lower bound on the time any computation on received data
- * takes. The source is twice the L2 cache (4 to 32 MiB), read in 256 KiB
- * chunks into one 256 KiB buffer; a copy within L2 (both buffers 256 KiB)
- * ran three times faster on an AMD EPYC (117 against 38-48 GB/s) and made
- * the model refuse splits that pay (docs/PERFORMANCE.md, "The split
- * model"). About 2 ms. */
-static double quick_copy_rate(void)
-{
-    enum { CHUNK = 256 << 10 };
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    size_t n = l2 > 0 ? 2 * (size_t)l2 : (size_t)4 << 20;
-    if (n < ((size_t)4 << 20))
-        n = (size_t)4 << 20;
-    if (n > ((size_t)32 << 20))
-        n = (size_t)32 << 20;
-    n = n / CHUNK * CHUNK;
-    /* mapped, not malloc'd: freeing a block this large would raise glibc's
-     * mmap threshold for the rest of the program (ovl__page_alloc) */
-    char *a = ovl__page_alloc(n), *b = ovl__page_alloc(CHUNK);
-    double best = 0;
-    if (a && b) {
-        memset(a, 1, n);
-        memset(b, 2, CHUNK);
-        best = 1e30;
-        for (int k = 0; k < 3; k++) {
-            double t0 = ovl__now_us();
-            for (size_t off = 0; off < n; off += CHUNK) {
-                memcpy(b, a + off, CHUNK);
-                __asm__ __volatile__("" ::"r"(b) : "memory");
-            }
-            double t = ovl__now_us() - t0;
-            if (t < best)
-                best = t;
-        }
-        best /= (double)n;
-    }
-    ovl__page_free(a);
-    ovl__page_free(b);
-    return best > 0 ? best : model_defaults.compute_us_per_B;
-}
-
 /* The first rank on another node than rank @of (ovl__g.node_of), or -1. */
 static int off_node_peer(int of)
 {
@@ -394,96 +191,30 @@ int ovl__model_direct(int peer)
     return ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer);
 }
 
-/* Wait for @req sleeping between tests: a rank that is not measuring must
- * leave the cores to the two that are (MPI's own waits spin, and on an
- * oversubscribed node a spinning rank turns a 15 us round trip into
- * milliseconds). */
-static void wait_sleeping(MPI_Request *req)
-{
-    int done = 0;
-    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-        struct timespec ts = { 0, 50000 };
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* The quick estimate at ovl_init: one warm-up, then ping-pongs of 1 byte,
- * of page multiples below the eager limit (a protocol switch), and of
- * 128 KiB and 256 KiB between rank 0 and measuring_peer(), the fault and
- * protection cost of this process, and the copy rate. One pair measures,
- * every other rank waits asleep, and rank 0 tells everyone: with all pairs
- * at once, ranks that share cores measured each other's time slices
- * (latencies of 4-6 ms and a third of the bandwidth on 4 emulated hosts
- * sharing 2 cores). The latency is the 1-byte one-way time, the bandwidth
- * the slope between the two large sizes: a fit through a small size would
- * absorb a link's burst allowance (a token bucket passes its first tens of
- * KiB at line rate) and give a negative latency. Budget: a few milliseconds
- * on shared memory, about 35 ms on a 1 Gbit/s link (docs/ENV.md,
- * OVL_CALIBRATE). */
+/* The quick estimate at ovl_init: the link between rank 0 and
+ * measuring_peer() (ovl__measure_link: 1 byte, page multiples below the
+ * eager limit for a protocol switch, 128 KiB and 256 KiB for the
+ * bandwidth), the fault and protection cost of this process, and the copy
+ * rate. Budget: a few milliseconds on shared memory, about 35 ms on a
+ * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
 static int quick_estimate(void)
 {
-    int peer = measuring_peer();
-    /* what rank 0 measured, broadcast: latency, inverse bandwidth, protocol
-     * switch, the one-way times of the switch sizes, the link's burst */
-    enum { Q_LAT, Q_G, Q_SW, Q_ONEWAY, Q_BURST = Q_ONEWAY + 16, Q_N };
-    double lat = 0, bw = 0, burst = 0, out[Q_N] = { 0 };
-    size_t sw = 0;
-    if (peer > 0 && (ovl__g.rank == 0 || ovl__g.rank == peer)) {
-        int other = ovl__g.rank == 0 ? peer : 0;
-        enum { MID = 131072, BIG = 262144 };
-        char *buf = ovl__page_alloc(BIG); /* zeroed; never malloc'd (quick_copy_rate) */
-        if (!buf)
-            return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
-        pingpong(other, buf, 1, 2); /* warm up the connection */
-        double t1 = pingpong(other, buf, 1, 8);
-        lat = t1 < 1 ? 1 : t1;
-        /* before the large sizes: a link with a burst allowance has it back */
-        sw = measure_piece_switch(other, buf, BIG, lat, out + Q_ONEWAY);
-        /* A descheduled rank (more ranks than cores) can make the middle
-         * size look as slow as the large one: measure again, up to four
-         * times, rather than fall back to the built-in figures. Rank 0's
-         * figures are the ones broadcast, so rank 0 says when to stop. */
-        for (int again = 1, attempt = 0; again && attempt < 4; attempt++) {
-            double tm = pingpong(other, buf, MID, 3);
-            double tb = pingpong(other, buf, BIG, 3);
-            if (tb > tm)
-                bw = (double)(BIG - MID) / (tb - tm);
-            else if (tm > t1)
-                bw = (double)MID / (tm - t1);
-            /* the link's burst: what of MID arrived sooner than the
-             * long-run rate allows (a token bucket refills during the
-             * pingpong's reply) */
-            burst = bw > 0 && tm > lat ? MID - (tm - lat) * bw : 0;
-            again = bw <= 0;
-            if (ovl__g.rank == 0)
-                MPI_Send(&again, 1, MPI_INT, other, 1, ovl__g.comm_delta);
-            else
-                MPI_Recv(&again, 1, MPI_INT, other, 1, ovl__g.comm_delta, MPI_STATUS_IGNORE);
-        }
-        ovl__page_free(buf);
-    }
-    MPI_Request rq;
-    if (MPI_Ibarrier(ovl__g.comm_delta, &rq) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Ibarrier failed");
-    wait_sleeping(&rq);
-    out[Q_LAT] = lat;
-    out[Q_G] = bw > 0 ? 1.0 / bw : 0;
-    out[Q_SW] = (double)sw;
-    out[Q_BURST] = burst > 0 ? burst : 0;
-    if (MPI_Bcast(out, Q_N, MPI_DOUBLE, 0, ovl__g.comm_delta) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Bcast failed");
-    _Static_assert(sizeof ovl__m.oneway_us == 16 * sizeof(double), "Q_ONEWAY holds 16");
-    ovl__m.piece_switch = (size_t)out[Q_SW];
-    memcpy(ovl__m.oneway_us, out + Q_ONEWAY, sizeof ovl__m.oneway_us);
-    ovl__m.burst_B = (size_t)out[Q_BURST] / ovl__watch_page() * ovl__watch_page();
-    if (out[Q_LAT] > 0 && out[Q_G] > 0) {
-        ovl__m.lat_us = out[Q_LAT];
-        ovl__m.bw_Bpus = 1.0 / out[Q_G];
-        ovl__m.rtt_us = 2 * out[Q_LAT];
+    struct ovl__link_figures lf;
+    int rc = ovl__measure_link(ovl__g.comm_delta, measuring_peer(), &lf);
+    if (rc != OVL_SUCCESS)
+        return rc;
+    _Static_assert(sizeof ovl__m.oneway_us == sizeof lf.oneway_us, "one table of switch sizes");
+    ovl__m.piece_switch = lf.piece_switch;
+    memcpy(ovl__m.oneway_us, lf.oneway_us, sizeof ovl__m.oneway_us);
+    ovl__m.burst_B = (size_t)lf.burst_B / ovl__watch_page() * ovl__watch_page();
+    if (lf.lat_us > 0 && lf.G_us_per_B > 0) {
+        ovl__m.lat_us = lf.lat_us;
+        ovl__m.bw_Bpus = 1.0 / lf.G_us_per_B;
+        ovl__m.rtt_us = 2 * lf.lat_us;
         /* No separate measurement of o and g here: take the one-way time as
          * the per-message cost (pessimistic) and half of it as the gap. */
-        ovl__m.o_us = out[Q_LAT];
-        ovl__m.gap_us = out[Q_LAT] / 2;
+        ovl__m.o_us = lf.lat_us;
+        ovl__m.gap_us = lf.lat_us / 2;
         ovl__m.calibrated = 1;
     }
     double f = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);
@@ -505,7 +236,9 @@ static int quick_estimate(void)
     } else if (p1 < 0) {
         ovl__m.uffd_wp_base_us = ovl__m.uffd_wp_page_us = -1; /* unavailable */
     }
-    ovl__m.compute_us_per_B = quick_copy_rate();
+    /* from beyond L2 into it, in 256 KiB chunks: about 2 ms */
+    double c = ovl__measure_copy_rate(0, 256 << 10);
+    ovl__m.compute_us_per_B = c > 0 ? c : model_defaults.compute_us_per_B;
     return OVL_SUCCESS;
 }
 
@@ -588,7 +321,7 @@ int ovl__model_calibrate(void)
             fprintf(stderr, "ovl: performance database ignored: %s; using the %s\n", why, fallback);
     }
     ovl__m.poll_sleep_us = ovl__g.cfg.progress.mode == OVL_PROGRESS_THREAD
-                               ? measure_poll_sleep_us(ovl__sched_poll_us())
+                               ? ovl__measure_sleep_us(ovl__sched_poll_us())
                                : 0;
     ovl__m.fault_us = ovl__m.fault_mprotect_us;
     if (ovl__watch_resolve(OVL_MONITOR_AUTO) == OVL_MONITOR_UFFD && ovl__m.fault_uffd_us > 0)
@@ -987,7 +720,7 @@ int ovl__model_copy_piece(size_t len)
  * long-run rate applies). */
 static size_t burst_part(size_t bytes, size_t *sz, size_t *n)
 {
-    *n = ovl__model_switch_sizes(sz, 16, (size_t)-1);
+    *n = ovl__measure_switch_sizes(sz, 16, (size_t)-1);
     if (*n < 2)
         return 0;
     for (size_t i = 0; i < *n; i++)
@@ -1104,7 +837,7 @@ size_t ovl__model_delta_size(size_t bytes, double rate, int faults)
      * at begin (register + protect), opens each next delta and re-protects
      * the one sent (two protection calls per piece), seals the buffer at
      * send_end and drops the protection at completion; one piece needs none
-     * of it (delta.c sends it at send_end, unwatched). The receiver installs
+     * of it (delta_send.c sends it at send_end, unwatched). The receiver installs
      * each piece (one call). */
     c.pb = 0;
     if (faults) {

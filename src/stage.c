@@ -3,7 +3,7 @@
  * Staging buffers: where MPI receives bytes that cannot go straight to
  * their place (a guarded page that only the access monitor may fill).
  * Used by get/put (rma.c) and by plain messages into a delta receive
- * (delta.c).
+ * (delta_recv.c).
  */
 #include "ovl_internal.h"
 

@@ -175,8 +175,9 @@ static void neighbours(void)
         sum += lo[i];
     b = stats();
     unsigned long long steps = b.edge_steps - a.edge_steps;
-#if !defined(__SANITIZE_ADDRESS__)
-    /* (under ASan, memcpy and memset are its byte-wise interceptors) */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* (under ASan and TSan, memcpy and memset are the sanitizer's
+     * instrumented interceptors, which access byte by byte) */
     CHECKF(steps < (nlo + nhi) / 8, "string functions over %zu bytes took %llu steps", nlo + nhi,
            steps);
 #else

@@ -410,13 +410,13 @@ static void test_split(void)
  * link: the case where a fit through a burst-inflated small ping-pong
  * once gave a 1 us latency and 4 KiB pieces). */
 /* The model terms of a link as the quick estimate measures it: one-way
- * times of ovl__model_switch_sizes' sizes (@n of them), L = o, bandwidth,
+ * times of ovl__measure_switch_sizes' sizes (@n of them), L = o, bandwidth,
  * fault, poll sleep and protection cost. Returns how many sizes there are. */
 static size_t set_link(const double *oneway, size_t n, double lat, double bw, double fault,
                        double poll, double prot)
 {
     size_t sz[16];
-    size_t nsz = ovl__model_switch_sizes(sz, 16, (size_t)-1);
+    size_t nsz = ovl__measure_switch_sizes(sz, 16, (size_t)-1);
     for (size_t i = 0; i < 16; i++)
         ovl__m.oneway_us[i] = i < nsz && i < n ? oneway[i] : 0;
     ovl__m.lat_us = ovl__m.o_us = lat;
@@ -552,35 +552,35 @@ static void test_delta_size(void)
     {
         size_t sz[16];
         double t[16];
-        int n = (int)ovl__model_switch_sizes(sz, 16, (size_t)1 << 20);
+        int n = (int)ovl__measure_switch_sizes(sz, 16, (size_t)1 << 20);
         CHECKF(n >= 8 && sz[0] == ps && sz[n - 1] < ovl__m.eager, "%d sizes", n);
         for (int i = 0; i < n; i++)
             t[i] = 10 + 0.03 * (double)sz[i] / 4.096; /* 30 us per page */
-        CHECK(ovl__model_find_switch(sz, t, n, 10) == 0);
+        CHECK(ovl__measure_find_switch(sz, t, n, 10) == 0);
         for (int i = 0; i < n; i++)
             t[i] = 15 + (i % 2 ? 2.5 : 0) + (double)sz[i] / 4096 * 0.8;
-        CHECK(ovl__model_find_switch(sz, t, n, 15) == 0);
+        CHECK(ovl__measure_find_switch(sz, t, n, 15) == 0);
         for (int i = 0; i < n; i++)
             t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] > 16384 ? 45 : 0);
-        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
-               "jump after 16 KiB: %zu", ovl__model_find_switch(sz, t, n, 15));
+        CHECKF(ps != 4096 || ovl__measure_find_switch(sz, t, n, 15) == 20480,
+               "jump after 16 KiB: %zu", ovl__measure_find_switch(sz, t, n, 15));
         for (int i = 0; i < n; i++)
             t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] == 3 * ps ? 60 : 0);
-        CHECK(ovl__model_find_switch(sz, t, n, 15) == 0);
-        CHECK(ovl__model_find_switch(sz, t, 2, 15) == 0);
+        CHECK(ovl__measure_find_switch(sz, t, n, 15) == 0);
+        CHECK(ovl__measure_find_switch(sz, t, 2, 15) == 0);
         /* the first size past the jump slower still, the next one less so
          * (measured on the emulated link: 16 KiB 41.6 us, 20 KiB 191.4,
          * 24 KiB 81.5): still the jump after 16 KiB */
         for (int i = 0; i < n; i++)
             t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] > 16384 ? 45 : 0) +
                    (sz[i] == 20480 ? 110 : 0);
-        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
-               "outlier at the jump: %zu", ovl__model_find_switch(sz, t, n, 15));
+        CHECKF(ps != 4096 || ovl__measure_find_switch(sz, t, n, 15) == 20480,
+               "outlier at the jump: %zu", ovl__measure_find_switch(sz, t, n, 15));
         /* the jump taken in two steps, 16 KiB partway up: below 16 KiB */
         for (int i = 0; i < n; i++)
             t[i] = 15 + (double)sz[i] / 4096 * 0.8 + (sz[i] == 16384 ? 15 : sz[i] > 16384 ? 30 : 0);
-        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 16384, "two-step jump: %zu",
-               ovl__model_find_switch(sz, t, n, 15));
+        CHECKF(ps != 4096 || ovl__measure_find_switch(sz, t, n, 15) == 16384, "two-step jump: %zu",
+               ovl__measure_find_switch(sz, t, n, 15));
         /* ... but a size barely above its neighbour before a one-step jump
          * does not move the switch down */
         for (int i = 0; i < n; i++)
@@ -588,8 +588,8 @@ static void test_delta_size(void)
                    (sz[i] == 16384  ? 1.5
                     : sz[i] > 16384 ? 45
                                     : 0);
-        CHECKF(ps != 4096 || ovl__model_find_switch(sz, t, n, 15) == 20480,
-               "one-step jump after a small rise: %zu", ovl__model_find_switch(sz, t, n, 15));
+        CHECKF(ps != 4096 || ovl__measure_find_switch(sz, t, n, 15) == 20480,
+               "one-step jump after a small rise: %zu", ovl__measure_find_switch(sz, t, n, 15));
     }
     /* The figures the quick estimate gave on the emulated cluster with the
      * progress thread (2026-11-22), but no one-way times measured: a 16

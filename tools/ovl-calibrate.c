@@ -112,20 +112,11 @@ static void check_budget(double frac)
 
 /* ---- point-to-point ------------------------------------------------------ */
 
-/* One-way time of @bytes (round trip / 2), @reps samples into @out. */
+/* One-way time of @bytes (round trip / 2) between ranks 0 and 1, @reps
+ * samples into @out (the library's ping-pong, measure.c). */
 static void pingpong(int bytes, int reps, double *out)
 {
-    for (int k = 0; k < reps; k++) {
-        double t0 = now();
-        if (rank == 0) {
-            MPI_Send(buf, bytes, MPI_BYTE, 1, 1, comm);
-            MPI_Recv(buf, bytes, MPI_BYTE, 1, 1, comm, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(buf, bytes, MPI_BYTE, 0, 1, comm, MPI_STATUS_IGNORE);
-            MPI_Send(buf, bytes, MPI_BYTE, 0, 1, comm);
-        }
-        out[k] = (now() - t0) / 2;
-    }
+    ovl__measure_pingpong(comm, 1 - rank, buf, bytes, reps, out);
 }
 
 /* Send and receive overhead of @bytes: the time in MPI_Isend on the
@@ -295,37 +286,6 @@ static void rma(const int *sizes, int ns, int reps, double *get_us, double *put_
     MPI_Bcast(put_us, ns, MPI_DOUBLE, 0, comm);
 }
 
-/* ---- this process --------------------------------------------------------- */
-
-/* Copy a buffer far larger than the caches into a small one, chunk by
- * chunk: the memory-to-cache rate in microseconds per byte. */
-static double copy_rate(size_t total)
-{
-    enum { CHUNK = 64 << 10 };
-    char *src = malloc(total), *dst = malloc(CHUNK);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return -1;
-    }
-    memset(src, 3, total);
-    memset(dst, 0, CHUNK);
-    double best = 1e30;
-    for (int k = 0; k < 3; k++) {
-        double t0 = now();
-        for (size_t off = 0; off + CHUNK <= total; off += CHUNK) {
-            memcpy(dst, src + off, CHUNK);
-            __asm__ __volatile__("" ::"r"(dst) : "memory");
-        }
-        double t = now() - t0;
-        if (t < best)
-            best = t;
-    }
-    free(src);
-    free(dst);
-    return best / (double)total;
-}
-
 /* ---- output ---------------------------------------------------------------- */
 
 static int mkdirs(char *path)
@@ -451,22 +411,18 @@ int main(int argc, char **argv)
         G = b > 0 ? b : (oneway[ns - 1] - lat) / sizes[ns - 1];
         if (G <= 0)
             G = 1e-4;
-        /* A protocol switch below the eager limit (the rule is model.c's) */
-        size_t swz[16];
+        /* A protocol switch below the eager limit (the library's sizes and
+         * rule, measure.c): best of a run of pingpongs per size; rank 0's
+         * is written */
         double swt[16];
-        int nsw = (int)ovl__model_switch_sizes(swz, 16, BUF_MAX), swreps = light ? 5 : 20;
-        for (int i = 0; i < nsw; i++) {
-            pingpong((int)swz[i], swreps, tmp);
-            swt[i] = minimum(tmp, swreps);
-        }
-        MPI_Bcast(swt, nsw, MPI_DOUBLE, 0, comm);
-        piece_switch = ovl__model_find_switch(swz, swt, nsw, lat);
+        piece_switch =
+            ovl__measure_switch(comm, 1 - rank, buf, BUF_MAX, 1, light ? 5 : 20, lat, swt);
         /* The link's burst: what of the largest size up to 128 KiB (from 64
          * KiB) arrived sooner than the long-run rate allows */
         for (int i = 0; i < ns; i++)
             if (sizes[i] >= 65536 && sizes[i] <= 131072 && oneway[i] > lat) {
-                double early = sizes[i] - (oneway[i] - lat) / G;
-                link_burst = early > 0 ? (size_t)early / 4096 * 4096 : 0;
+                double early = ovl__measure_burst_B(sizes[i], oneway[i], lat, 1.0 / G);
+                link_burst = (size_t)early / 4096 * 4096;
             }
         for (int i = 0; i < ns; i++) {
             check_budget(0.3 + 0.25 * i / ns);
@@ -526,7 +482,9 @@ int main(int argc, char **argv)
         mp_a = 0;
     if (uf_a < 0 && m_uf[0] >= 0)
         uf_a = 0;
-    double copy = copy_rate(quick ? (16u << 20) : (128u << 20));
+    /* Copy a buffer far larger than the caches into a small one, chunk by
+     * chunk: the memory-to-cache rate in microseconds per byte. */
+    double copy = ovl__measure_copy_rate(quick ? (16u << 20) : (128u << 20), 64 << 10);
     /* RMA fit */
     double ga = -1, gb = -1, pa = -1, pb = -1;
     if (rank == 0 && get_us[0] > 0) {

@@ -1,31 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Delta send/receive: a message sent while it is being computed, and used
- * while it is still arriving.
- *
- * Wire protocol. A delta send first sends a 24-byte header on comm_msg
- * with tag (user tag + tag_ub + 1), which match.c pairs with a receive like
- * any other message, in order. The header names a delta id (sid) and the
- * largest piece. The data then follows on comm_delta, tag = sid, as pieces
- * of [24-byte piece header | bytes]: a piece under the MPI library's
- * protocol switch is copied behind its header and sent as one contiguous
- * block (MPICH sends a two-block struct datatype of 4-16 KiB 1.5-4x slower
- * than the copy and send together); a larger one goes straight from the
- * user's buffer with a two-block struct datatype (no copy). The piece
- * header says where the bytes go, so pieces may be produced in any order;
- * the last piece carries the final size (which may be below the buffer's)
- * and whether the sender saw a write after send (stale). A send that fails
- * once part of its message has left (no memory for a piece, MPI refusing
- * one) sends nothing more of it but an abort marker, an empty last piece
- * kept in the send's own state (it needs no memory): the receiver then
- * completes with OVL_ERR_CANCELLED instead of waiting for pieces that will
- * never come, and so does a send forwarding that receive.
- *
- * The receiver keeps a few piece receives posted into staging buffers and
- * installs each piece through the access monitor (watch.c), which makes
- * every page that is complete accessible at once. ovl_irecv receives a
- * delta message the same way with no monitor; ovl_delta_recv receives a
- * plain message whole and installs it.
+ * Delta send/receive, the send side: ovl_delta_send_begin, the pieces as
+ * the program produces them, ovl_delta_send_end, and forwarding's send
+ * half. The wire protocol and what both sides share are in delta_wire.c.
  *
  * Sender: with a fault monitor, the first write into a page past the
  * current delta sends everything before it (watch.c calls `produced`);
@@ -36,34 +13,10 @@
  * A send whose buffer is a pending delta receive forwards it: every piece
  * that arrives is sent on at once (cascades and broadcast trees).
  */
-#include "ovl_internal.h"
+#include "delta_internal.h"
 
-#include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#define HDR_MAGIC 0x6f766c44u /* "ovlD" */
-#define NSLOTS    8
-#define NFWD      8 /* sends that may forward one arriving buffer */
-
-enum { P_LAST = 1u, P_STALE = 2u, P_ABORT = 4u };
-
-struct delta_hdr {
-    uint32_t magic, sid;
-    uint64_t cap;
-    uint32_t max_piece, flags;
-};
-
-struct piece_hdr {
-    uint64_t off, total;
-    uint32_t len, flags;
-};
-
-struct range {
-    size_t lo, hi;
-};
 
 struct send_piece {
     struct ovl__op op;
@@ -71,68 +24,6 @@ struct send_piece {
     int paged; /* a copy, from ovl__page_alloc; else malloc'd */
     struct piece_hdr h;
     char data[]; /* a copied piece: the bytes right after h */
-};
-
-struct slot {
-    struct ovl__op op;
-    struct ovl__delta *d;
-    uint64_t seq;
-    int posted;
-    char *buf;
-};
-
-struct ovl__delta {
-    struct ovl__req *req;
-    int is_send;
-    char *buf;
-    size_t cap;
-    int peer;
-    uint32_t sid;
-    ovl_monitor_t mon;
-    struct ovl__watch *w;
-    _Atomic size_t dsize, max_piece; /* ovl_delta_size reads them from any thread */
-    ovl__spin_t lock; /* not a mutex: a futex word on a guarded page would fail (EFAULT) */
-    struct ovl__delta *next, *prev; /* active list */
-    int active;
-
-    /* send */
-    struct delta_hdr hdr;
-    struct ovl__op hdr_op;
-    size_t sent_prefix;         /* fault mode, forwarding: [0, sent_prefix) is sent */
-    struct range *ready, *sent; /* explicit mode: produced-unsent, sent (sorted, merged) */
-    int nready, capready, nsent, capsent;
-    int inflight;
-    atomic_int ended;
-    int last_sent, finished;
-    size_t total;
-    int err;
-    int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
-    double t_begin;
-    double t_ovl;     /* sender: ovl's own time while the program produces (pieces, faults) */
-    double t_trace;   /* OVL_TRACE / stats: creation time */
-    unsigned npieces; /* pieces sent or received */
-    struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
-    int forwarding;             /* fwd_src was set at begin (never changes after) */
-    unsigned fail_in;           /* ovl__delta_fail_piece: the piece that fails (0: none) */
-    int last_left;              /* a piece flagged P_LAST (or the abort marker) went to MPI */
-    struct piece_hdr end_h;     /* the abort marker */
-    struct ovl__op end_op;
-
-    /* receive */
-    int plain; /* ovl_irecv of a delta message */
-    struct slot slots[NSLOTS];
-    int posted;
-    uint64_t seq, last_seq;
-    int last_seen, stale;
-    int aborted; /* the sender's error, from its abort marker (0: none) */
-    size_t total_r, arrived;
-    char *landing; /* a plain message received where the monitor lets MPI write */
-    char *staging; /* a plain message received into a guarded buffer */
-    size_t staging_len, staging_cap;
-    size_t plain_bytes; /* the plain message's size, from its probe */
-    struct ovl__op plain_op;
-    atomic_int done;
-    struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
 };
 
 /* Production rates remembered per kind of message: a program sends the
@@ -173,14 +64,11 @@ static double rate_median_locked(const struct rate_seen *k)
 }
 
 static struct {
-    pthread_mutex_t lock;
-    struct ovl__delta *head;
-    atomic_uint next_sid;
     _Atomic double rate; /* last observed production rate, bytes/us (any thread) */
     pthread_mutex_t rlock;
     struct rate_seen rates[NRATES];
     unsigned rnext; /* the slot a new kind replaces */
-} D = { .lock = PTHREAD_MUTEX_INITIALIZER, .rlock = PTHREAD_MUTEX_INITIALIZER };
+} D = { .rlock = PTHREAD_MUTEX_INITIALIZER };
 
 /* The slot of kind (@cap, @peer, @faults), or -1 (rlock held). */
 static int rate_slot_locked(size_t cap, int peer, int faults)
@@ -217,144 +105,6 @@ static void rate_store(size_t cap, int peer, int faults, double rate)
     pthread_mutex_unlock(&D.rlock);
 }
 
-static void active_add(struct ovl__delta *d)
-{
-    pthread_mutex_lock(&D.lock);
-    d->prev = NULL;
-    d->next = D.head;
-    if (D.head)
-        D.head->prev = d;
-    D.head = d;
-    d->active = 1;
-    pthread_mutex_unlock(&D.lock);
-}
-
-static void active_remove(struct ovl__delta *d)
-{
-    pthread_mutex_lock(&D.lock);
-    if (d->active) {
-        if (d->prev)
-            d->prev->next = d->next;
-        else
-            D.head = d->next;
-        if (d->next)
-            d->next->prev = d->prev;
-        d->active = 0;
-    }
-    pthread_mutex_unlock(&D.lock);
-}
-
-int ovl__delta_active(int sends_only)
-{
-    int n = 0;
-    pthread_mutex_lock(&D.lock);
-    for (struct ovl__delta *d = D.head; d; d = d->next)
-        if (!sends_only || d->is_send)
-            n++;
-    pthread_mutex_unlock(&D.lock);
-    return n;
-}
-
-void ovl__delta_free(struct ovl__delta *d)
-{
-    ovl__watch_destroy(d->w);
-    free(d->ready);
-    free(d->sent);
-    free(d);
-}
-
-/* ---- argument checks ----------------------------------------------------- */
-
-/* Bytes of @count elements of @dt if they are one contiguous block, else
- * OVL_ERR_ARG (nothing recorded). */
-static int contiguous(int count, MPI_Datatype dt, size_t *bytes)
-{
-    int size = 0;
-    MPI_Aint lb, extent, tlb, textent;
-    if (MPI_Type_size(dt, &size) != MPI_SUCCESS || MPI_Type_get_extent(dt, &lb, &extent) ||
-        MPI_Type_get_true_extent(dt, &tlb, &textent))
-        return OVL_ERR_ARG;
-    if (size > 0 && (tlb != 0 || textent != size || (count > 1 && extent != size)))
-        return OVL_ERR_ARG;
-    *bytes = (size_t)count * (size_t)size;
-    return OVL_SUCCESS;
-}
-
-/* The argument checks both delta calls share; @cap gets the buffer bytes. */
-static int check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int peer, int tag,
-                      int any_ok, ovl_monitor_t monitor, ovl_request_t *req, size_t *cap)
-{
-    int rc;
-    if ((rc = ovl__check_init(fn)))
-        return rc;
-    if (!req)
-        return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
-    if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
-        return ovl__error(OVL_ERR_ARG, fn, "unknown monitor %d", (int)monitor);
-    if (count < 0)
-        return ovl__error(OVL_ERR_ARG, fn, "negative count %d", count);
-    if (dt == MPI_DATATYPE_NULL)
-        return ovl__error(OVL_ERR_ARG, fn, "datatype is MPI_DATATYPE_NULL");
-    int size = 0;
-    if (MPI_Type_size(dt, &size) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_ARG, fn, "invalid or uncommitted datatype");
-    if (contiguous(count, dt, cap) != OVL_SUCCESS) {
-        MPI_Aint lb, extent, tlb, textent;
-        MPI_Type_get_extent(dt, &lb, &extent);
-        MPI_Type_get_true_extent(dt, &tlb, &textent);
-        return ovl__error(OVL_ERR_ARG, fn,
-                          "datatype is not contiguous (size %d, extent %ld, true lb %ld): delta "
-                          "send/receive works on contiguous buffers",
-                          size, (long)extent, (long)tlb);
-    }
-    if (!buf && *cap > 0)
-        return ovl__error(OVL_ERR_ARG, fn, "buffer is NULL with count %d", count);
-    if (peer == MPI_PROC_NULL)
-        return ovl__error(OVL_ERR_RANK, fn,
-                          "MPI_PROC_NULL: a delta transfer needs a real peer (ovl_isend and "
-                          "ovl_irecv accept MPI_PROC_NULL)");
-    if ((rc = ovl__check_peer(fn, peer, any_ok)) || (rc = ovl__check_tag(fn, tag, any_ok)))
-        return rc;
-    return OVL_SUCCESS;
-}
-
-static int check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_t len)
-{
-    if (mon != OVL_MONITOR_EXPLICIT && ovl__watch_on_my_stack(buf, len))
-        return ovl__error(OVL_ERR_ARG, fn,
-                          "buffer %p is on the thread's stack: the %s monitor cannot guard stack "
-                          "pages; use heap memory or OVL_MONITOR_EXPLICIT",
-                          buf, ovl_monitor_name(mon));
-    return OVL_SUCCESS;
-}
-
-/* A fault monitor asked for by name (not auto) that cannot work in this
- * process (ovl__watch_resolve gave explicit: no /proc/self/mem): an
- * error, not a silent switch to annotations the program does not make. */
-static int check_monitor(const char *fn, ovl_monitor_t asked, ovl_monitor_t got)
-{
-    if (got != OVL_MONITOR_EXPLICIT || asked == OVL_MONITOR_AUTO || asked == OVL_MONITOR_EXPLICIT)
-        return OVL_SUCCESS;
-    ovl_monitor_t c;
-    char why[480] = "";
-    int prc = ovl_monitor_probe(asked, &c, why, sizeof why);
-    (void)prc; /* only the reason is wanted */
-    return ovl__error(OVL_ERR_MONITOR, fn, "the %s monitor cannot work in this process: %s",
-                      ovl_monitor_name(asked), why);
-}
-
-static int lookup(const char *fn, ovl_request_t h, int kind, struct ovl__req **out)
-{
-    struct ovl__req *r = NULL;
-    if (ovl__req_lookup(h, &r) != OVL_SUCCESS || r->detached)
-        return ovl__error(OVL_ERR_REQUEST, fn, "invalid or released request handle %p", (void *)h);
-    if (r->kind != kind || !r->delta)
-        return ovl__error(OVL_ERR_REQUEST, fn, "request %p is not a delta %s", (void *)h,
-                          kind == OVL__REQ_DSEND ? "send" : "receive");
-    *out = r;
-    return OVL_SUCCESS;
-}
-
 /* ---- send side --------------------------------------------------------------- */
 
 static void finish_send(struct ovl__delta *d)
@@ -375,7 +125,7 @@ static void finish_send(struct ovl__delta *d)
     if (ovl__trace_on)
         ovl__trace_complete("delta", "delta-send", d->t_trace, ovl__now_us() - d->t_trace, "bytes",
                             (long long)d->total, "pieces", d->npieces, "peer", d->peer);
-    active_remove(d);
+    ovl__delta_active_remove(d);
     ovl__req_complete(r);
 }
 
@@ -811,7 +561,7 @@ static int end_send(struct ovl__delta *d, size_t total, int observed, const char
     return rc;
 }
 
-static void implied_end(struct ovl__req *r)
+void ovl__delta_implied_end(struct ovl__req *r)
 {
     struct ovl__delta *d = r->delta;
     if (d && !atomic_load(&d->ended))
@@ -822,13 +572,13 @@ void ovl__delta_end_all(void)
 {
     for (;;) {
         struct ovl__delta *todo = NULL;
-        pthread_mutex_lock(&D.lock);
-        for (struct ovl__delta *d = D.head; d; d = d->next)
+        pthread_mutex_lock(&ovl__delta_g.lock);
+        for (struct ovl__delta *d = ovl__delta_g.head; d; d = d->next)
             if (d->is_send && !atomic_load(&d->ended)) {
                 todo = d;
                 break;
             }
-        pthread_mutex_unlock(&D.lock);
+        pthread_mutex_unlock(&ovl__delta_g.lock);
         if (!todo)
             return;
         end_send(todo, todo->cap, 0, "ovl_finalize");
@@ -845,13 +595,13 @@ static struct ovl__delta *find_recv(void *buf, size_t len)
     struct ovl__delta *hit = NULL;
     if (len == 0)
         return NULL;
-    pthread_mutex_lock(&D.lock);
-    for (struct ovl__delta *d = D.head; d; d = d->next)
+    pthread_mutex_lock(&ovl__delta_g.lock);
+    for (struct ovl__delta *d = ovl__delta_g.head; d; d = d->next)
         if (!d->is_send && !d->plain && d->buf == buf && len <= d->cap && !atomic_load(&d->done)) {
             hit = d;
             break;
         }
-    pthread_mutex_unlock(&D.lock);
+    pthread_mutex_unlock(&ovl__delta_g.lock);
     return hit;
 }
 
@@ -866,11 +616,11 @@ static int overlaps_recv(const void *buf, size_t len)
 {
     uintptr_t lo = (uintptr_t)buf, hi = lo + len;
     int hit = 0;
-    pthread_mutex_lock(&D.lock);
-    for (struct ovl__delta *d = D.head; d && !hit; d = d->next)
+    pthread_mutex_lock(&ovl__delta_g.lock);
+    for (struct ovl__delta *d = ovl__delta_g.head; d && !hit; d = d->next)
         hit = !d->is_send && !d->plain && d->mon != OVL_MONITOR_EXPLICIT && d->cap > 0 &&
               !atomic_load(&d->done) && (uintptr_t)d->buf < hi && lo < (uintptr_t)d->buf + d->cap;
-    pthread_mutex_unlock(&D.lock);
+    pthread_mutex_unlock(&ovl__delta_g.lock);
     return hit;
 }
 
@@ -894,57 +644,6 @@ static int check_pending(const char *fn, const void *buf, size_t len)
                       buf, len);
 }
 
-/* The request table's hooks (struct ovl__req_ops): a recycled slot frees
- * the delta state; a send waited on, tested or freed before its end is
- * ended first. */
-static void req_release(struct ovl__req *r)
-{
-    if (r->delta) {
-        ovl__delta_free(r->delta);
-        r->delta = NULL;
-    }
-}
-
-static const struct ovl__req_ops recv_ops = { .release = req_release };
-static const struct ovl__req_ops send_ops = { .release = req_release, .unfinished = implied_end };
-
-static struct ovl__delta *new_delta(struct ovl__req *r, int is_send, void *buf, size_t cap)
-{
-    struct ovl__delta *d = calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
-    atomic_flag_clear(&d->lock.f);
-    d->req = r;
-    d->is_send = is_send;
-    d->buf = buf;
-    d->cap = cap;
-    d->t_trace = ovl__now_us();
-    r->delta = d;
-    /* atomic: an ovl_irecv matched to a delta header gets its ops here, on
-     * the driver, while its owner may be testing it (request.c) */
-    __atomic_store_n(&r->ops, is_send ? &send_ops : &recv_ops, __ATOMIC_RELEASE);
-    return d;
-}
-
-unsigned ovl__delta_new_sid(void)
-{
-    return atomic_fetch_add(&D.next_sid, 1) % ((unsigned)ovl__g.mpi_tag_ub + 1u);
-}
-
-void ovl__delta_return_sid(unsigned sid)
-{
-    unsigned cur = atomic_load(&D.next_sid);
-    if ((cur - 1u) % ((unsigned)ovl__g.mpi_tag_ub + 1u) == sid)
-        atomic_compare_exchange_strong(&D.next_sid, &cur, cur - 1u);
-}
-
-/* The monitor a request asked for in its param (AUTO: the process's). */
-static ovl_monitor_t param_monitor(const ovl_param_t *param)
-{
-    return param && (param->field_mask & OVL_PARAM_FIELD_MONITOR) ? param->monitor
-                                                                  : OVL_MONITOR_AUTO;
-}
-
 int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int tag,
                          const ovl_param_t *param, ovl_request_t *req)
 {
@@ -953,18 +652,18 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
     int rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR);
     if (rc)
         return rc;
-    const ovl_monitor_t monitor = param_monitor(param);
-    if ((rc = check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap)))
+    const ovl_monitor_t monitor = ovl__delta_param_monitor(param);
+    if ((rc = ovl__delta_check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap)))
         return rc;
     const ovl_monitor_t mon = ovl__watch_resolve(monitor);
-    if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
+    if ((rc = ovl__delta_check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
         return rc;
 
     struct ovl__req *r = NULL;
     ovl_request_t h;
     if (ovl__req_alloc(OVL__REQ_DSEND, &r, &h) != OVL_SUCCESS)
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
-    struct ovl__delta *d = new_delta(r, 1, buf, cap);
+    struct ovl__delta *d = ovl__delta_new(r, 1, buf, cap);
     if (!d) {
         ovl__req_release(r);
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory");
@@ -1003,7 +702,7 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
     d->fwd_src = find_recv(buf, cap);
     d->forwarding = d->fwd_src != NULL;
     if (!d->fwd_src && ((rc = check_pending(fn, buf, cap)) != OVL_SUCCESS ||
-                        (rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS)) {
+                        (rc = ovl__delta_check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS)) {
         r->delta = NULL;
         ovl__delta_free(d);
         ovl__req_release(r);
@@ -1056,7 +755,7 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
     d->hdr_op.done = piece_sent;
     d->hdr_op.kind = OVL__OP_SEND;
     d->hdr_op.peer = -2; /* marks the header for piece_sent */
-    active_add(d);
+    ovl__delta_active_add(d);
     rc = MPI_Isend(&d->hdr, (int)sizeof d->hdr, MPI_BYTE, dest, ovl__delta_tag(tag),
                    ovl__g.comm_msg, &d->hdr_op.mreq);
     if (rc == MPI_SUCCESS) {
@@ -1071,7 +770,7 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
             OVL_SUCCESS) {
         if (rc == MPI_SUCCESS)
             MPI_Wait(&d->hdr_op.mreq, MPI_STATUS_IGNORE);
-        active_remove(d);
+        ovl__delta_active_remove(d);
         if (d->w)
             ovl__watch_send_finish(d->w);
         if (d->fwd_src) {
@@ -1086,7 +785,7 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
                                  : ovl__error(OVL_ERR_NOMEM, fn, "no memory");
     }
     if (d->forwarding) {
-        /* under the lock: the driver (forward_one) clears fwd_src once the
+        /* under the lock: the driver (ovl__delta_forward_one) clears fwd_src once the
          * receive has completed, possibly since it was published above */
         ovl__spin_lock(&d->lock);
         if (d->fwd_src) {
@@ -1107,7 +806,7 @@ int ovl_delta_send_end(ovl_request_t req, const ovl_param_t *param)
     int rc;
     struct ovl__req *r = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_COUNT)) ||
-        (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
+        (rc = ovl__delta_lookup(fn, req, OVL__REQ_DSEND, &r)))
         return rc;
     struct ovl__delta *d = r->delta;
     if (!param || !(param->field_mask & OVL_PARAM_FIELD_COUNT))
@@ -1124,7 +823,7 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
     static const char *fn = "ovl_delta_produced";
     int rc;
     struct ovl__req *r = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DSEND, &r)))
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__delta_lookup(fn, req, OVL__REQ_DSEND, &r)))
         return rc;
     struct ovl__delta *d = r->delta;
     if (offset > d->cap || bytes > d->cap - offset)
@@ -1173,9 +872,7 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
     return rc;
 }
 
-/* ---- receive side ------------------------------------------------------------- */
-
-static void forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
+void ovl__delta_forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
 {
     int done = atomic_load(&src->done);
     ovl__spin_lock(&f->lock);
@@ -1200,431 +897,15 @@ static void forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
         finish_send(f);
 }
 
-static void forward_from(struct ovl__delta *src)
-{
-    for (int k = 0; k < NFWD; k++) {
-        ovl__engine_lock();
-        struct ovl__delta *f = src->fwd_dst[k];
-        ovl__engine_unlock();
-        if (f)
-            forward_one(src, f, k);
-    }
-}
-
-static void finish_recv(struct ovl__delta *d, int err)
-{
-    struct ovl__req *r = d->req;
-    if (d->w)
-        ovl__watch_recv_finish(d->w);
-    for (int i = 0; i < NSLOTS; i++) {
-        ovl__page_free(d->slots[i].buf);
-        d->slots[i].buf = NULL;
-    }
-    ovl__stage_put(d->staging, d->staging_cap);
-    d->staging = NULL;
-    if (!err)
-        err = d->err;
-    if (!err && d->aborted)
-        err = ovl__error(OVL_ERR_CANCELLED, d->plain ? "ovl_irecv" : "ovl_delta_recv",
-                         "the sender aborted the message after part of it had left: %s",
-                         ovl_strerror(d->aborted));
-    if (!err && d->stale)
-        err = ovl__error(OVL_ERR_STALE, "ovl_delta_recv",
-                         "the sender wrote its buffer after sending part of it");
-    if (!err && d->total_r > d->cap)
-        err = ovl__error(OVL_ERR_TRUNCATE, d->plain ? "ovl_irecv" : "ovl_delta_recv",
-                         "message of %zu bytes, buffer of %zu", d->total_r, d->cap);
-    r->status.bytes = d->total_r > d->cap ? d->cap : d->total_r;
-    r->status.error = err;
-    ovl__stats_transfer(r->status.bytes, d->npieces);
-    if (ovl__trace_on)
-        ovl__trace_complete("delta", "delta-recv", d->t_trace, ovl__now_us() - d->t_trace, "bytes",
-                            (long long)r->status.bytes, "pieces", d->npieces, "peer", d->peer);
-    atomic_store(&d->done, 1);
-    forward_from(d);
-    active_remove(d);
-    ovl__req_complete(r);
-}
-
-static int post_slot(struct ovl__delta *d, struct slot *s);
-
-static void maybe_finish(struct ovl__delta *d)
-{
-    if (d->last_seen && d->arrived >= d->total_r && d->posted == 0 && !atomic_load(&d->done))
-        finish_recv(d, OVL_SUCCESS);
-}
-
-static void slot_done(struct ovl__op *op, MPI_Status *st)
-{
-    struct slot *s = op->ctx;
-    struct ovl__delta *d = s->d;
-    int cancelled = 0;
-    s->posted = 0;
-    d->posted--;
-    MPI_Test_cancelled(st, &cancelled);
-    if (cancelled) {
-        maybe_finish(d);
-        return;
-    }
-    if (st->MPI_ERROR != MPI_SUCCESS) {
-        int err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "piece transfer");
-        /* stop: cancel the others, complete with the error once they are back */
-        for (int i = 0; i < NSLOTS; i++)
-            if (d->slots[i].posted)
-                MPI_Cancel(&d->slots[i].op.mreq);
-        d->last_seen = 1;
-        d->total_r = d->arrived;
-        if (d->posted == 0)
-            finish_recv(d, err);
-        return;
-    }
-    struct piece_hdr h;
-    memcpy(&h, s->buf, sizeof h);
-    atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
-    d->npieces++;
-    if (ovl__trace_on)
-        ovl__trace_instant("delta", "piece-recv", "offset", (long long)h.off, "bytes",
-                           (long long)h.len);
-    if (h.len && h.off < d->cap && d->w) {
-        size_t n = h.len;
-        if (n > d->cap - h.off)
-            n = d->cap - h.off;
-        ovl__watch_recv_install(d->w, h.off, s->buf + sizeof h, n);
-    }
-    d->arrived += h.len;
-    if (h.flags & P_LAST) {
-        d->last_seen = 1;
-        d->total_r = h.total;
-        d->stale = (h.flags & P_STALE) != 0;
-        if (h.flags & P_ABORT) { /* no more comes: complete with what is posted */
-            d->aborted = -(int)(int64_t)h.off;
-            if (d->aborted >= 0)
-                d->aborted = OVL_ERR_INTERNAL;
-            d->total_r = 0;
-        }
-        d->last_seq = s->seq;
-        for (int i = 0; i < NSLOTS; i++)
-            if (d->slots[i].posted && d->slots[i].seq > s->seq)
-                MPI_Cancel(&d->slots[i].op.mreq);
-    } else if (!d->last_seen) {
-        post_slot(d, s);
-    }
-    forward_from(d);
-    maybe_finish(d);
-}
-
-/* A piece receive may be polled slowly (struct ovl__op, `patient`) while
- * only the program waits for this message and it waits by touching the
- * buffer or calling ovl_delta_need, both of which drive progress. Not for
- * an ovl_irecv of a delta message, a message with a continuation or one
- * forwarded onward as it arrives (their callbacks and sends must not lag),
- * nor for pieces above the eager limit: the sender's rendezvous would wait
- * for this rank's polls. Engine lock held (fwd_dst, cont_registered). */
-static int slot_patient(const struct ovl__op *op)
-{
-    const struct slot *s = op->ctx;
-    const struct ovl__delta *d = s->d;
-    if (d->plain || d->req->cont_registered)
-        return 0;
-    for (int k = 0; k < NFWD; k++)
-        if (d->fwd_dst[k])
-            return 0;
-    return ovl__m.eager == 0 ||
-           atomic_load(&d->max_piece) + sizeof(struct piece_hdr) <= ovl__m.eager;
-}
-
-static int post_slot(struct ovl__delta *d, struct slot *s)
-{
-    size_t len = sizeof(struct piece_hdr) + d->max_piece;
-    if (!s->buf && !(s->buf = ovl__page_alloc(len)))
-        return OVL_ERR_NOMEM;
-    s->d = d;
-    s->seq = ++d->seq;
-    s->op.ctx = s;
-    s->op.done = slot_done;
-    s->op.kind = OVL__OP_FRAG;
-    s->op.peer = d->peer;
-    int rc =
-        MPI_Irecv(s->buf, (int)len, MPI_BYTE, d->peer, (int)d->sid, ovl__g.comm_delta, &s->op.mreq);
-    if (rc != MPI_SUCCESS)
-        return ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of a piece");
-    s->posted = 1;
-    d->posted++;
-    if (ovl__engine_post(&s->op, &(struct ovl__post){ .patient = slot_patient }) != OVL_SUCCESS) {
-        MPI_Cancel(&s->op.mreq);
-        MPI_Wait(&s->op.mreq, MPI_STATUS_IGNORE);
-        s->posted = 0;
-        d->posted--;
-        return OVL_ERR_NOMEM;
-    }
-    return OVL_SUCCESS;
-}
-
-/* The header of a delta message matched receive @r (driver, no lock). */
-static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
-{
-    struct ovl__req *r = d->req;
-    struct delta_hdr h;
-    MPI_Status st2;
-    int rc = MPI_Mrecv(&h, (int)sizeof h, MPI_BYTE, &msg, &st2);
-    r->status.source = st->MPI_SOURCE;
-    r->status.tag = st->MPI_TAG - ovl__g.tag_ub - 1;
-    if (rc != MPI_SUCCESS || h.magic != HDR_MAGIC) {
-        finish_recv(d, rc != MPI_SUCCESS
-                           ? ovl__mpi_error(rc, "ovl_delta_recv", "header")
-                           : ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv", "bad delta header"));
-        return;
-    }
-    d->peer = st->MPI_SOURCE;
-    d->sid = h.sid;
-    d->max_piece = h.max_piece ? h.max_piece : 1;
-    size_t npieces = h.cap / d->max_piece + 2;
-    int n = npieces < NSLOTS ? (int)npieces : NSLOTS;
-    for (int i = 0; i < n; i++) {
-        if ((rc = post_slot(d, &d->slots[i])) != OVL_SUCCESS) {
-            if (d->posted == 0) {
-                finish_recv(d, ovl__error(rc, "ovl_delta_recv", "cannot post piece receives"));
-                return;
-            }
-            break;
-        }
-    }
-}
-
-static void plain_done(struct ovl__op *op, MPI_Status *st)
-{
-    struct ovl__delta *d = op->ctx;
-    int err = OVL_SUCCESS;
-    MPI_Count n = 0;
-    if (st->MPI_ERROR != MPI_SUCCESS) {
-        err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
-    } else {
-        /* as probed: the receive took all of it (its buffer is that size;
-         * over 2 GiB its datatype is not MPI_BYTE, ovl__imrecv_bytes) */
-        n = (MPI_Count)d->plain_bytes;
-        const char *src = d->staging ? d->staging : d->landing;
-        if (src)
-            ovl__watch_recv_install(d->w, 0, src, (size_t)n > d->cap ? d->cap : (size_t)n);
-    }
-    d->total_r = (size_t)n;
-    d->last_seen = 1;
-    finish_recv(d, err);
-}
-
-/* Receive the matched message @msg of @n bytes into @buf. MPI counts are
- * int: a message of 2 GiB or more is received as one element of a type of
- * exactly @n bytes (blocks of 1 GiB and the rest), which every MPI library
- * has, MPI-4's large-count calls or not. */
-int ovl__imrecv_bytes(void *buf, size_t n, MPI_Message *msg, MPI_Request *rq)
-{
-    if (n <= INT_MAX)
-        return MPI_Imrecv(buf, (int)n, MPI_BYTE, msg, rq);
-    const size_t blk = (size_t)1 << 30;
-    MPI_Datatype gib = MPI_DATATYPE_NULL, blocks = MPI_DATATYPE_NULL, t = MPI_DATATYPE_NULL;
-    int bl[2] = { 1, (int)(n % blk) };
-    MPI_Aint disp[2] = { 0, (MPI_Aint)(n - n % blk) };
-    int rc = MPI_Type_contiguous((int)blk, MPI_BYTE, &gib);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Type_contiguous((int)(n / blk), gib, &blocks);
-    if (rc == MPI_SUCCESS) {
-        MPI_Datatype ty[2] = { blocks, MPI_BYTE };
-        rc = MPI_Type_create_struct(bl[1] ? 2 : 1, bl, disp, ty, &t);
-    }
-    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&t)) == MPI_SUCCESS)
-        rc = MPI_Imrecv(buf, 1, t, msg, rq); /* the type may go: the receive keeps it */
-    if (t != MPI_DATATYPE_NULL)
-        MPI_Type_free(&t);
-    if (blocks != MPI_DATATYPE_NULL)
-        MPI_Type_free(&blocks);
-    if (gib != MPI_DATATYPE_NULL)
-        MPI_Type_free(&gib);
-    return rc;
-}
-
-/* A plain message (ovl_isend) matched an ovl_delta_recv. */
-static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
-{
-    struct ovl__req *r = d->req;
-    MPI_Count n = 0;
-    MPI_Get_elements_x(st, MPI_BYTE, &n);
-    r->status.source = st->MPI_SOURCE;
-    r->status.tag = st->MPI_TAG;
-    d->staging_len = (size_t)n;
-    d->plain_bytes = (size_t)n;
-    d->plain_op.ctx = d;
-    d->plain_op.done = plain_done;
-    d->plain_op.kind = OVL__OP_FRAG;
-    int rc;
-    if ((size_t)n <= d->cap && (d->landing = ovl__watch_recv_landing(d->w)) != NULL) {
-        /* straight into the buffer (explicit) or the monitor's shadow */
-        d->staging_len = 0;
-        rc = ovl__imrecv_bytes(d->landing, (size_t)n, &msg, &d->plain_op.mreq);
-    } else {
-        d->staging = ovl__stage_get((size_t)n, &d->staging_cap);
-        if (!d->staging) {
-            MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-            finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer"));
-            return;
-        }
-        rc = ovl__imrecv_bytes(d->staging, (size_t)n, &msg, &d->plain_op.mreq);
-    }
-    if (rc != MPI_SUCCESS) {
-        finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Imrecv"));
-        return;
-    }
-    if (ovl__engine_post(&d->plain_op, NULL) != OVL_SUCCESS) {
-        MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
-        finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
-    }
-}
-
-static void drecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta)
-{
-    struct ovl__req *r = ovl__req_of_match(m);
-    struct ovl__delta *d = r->delta;
-    if (!st) {
-        d->last_seen = 1;
-        finish_recv(d, OVL_ERR_CANCELLED);
-        return;
-    }
-    if (delta)
-        header_matched(d, msg, st);
-    else
-        plain_matched(d, msg, st);
-}
-
-void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st)
-{
-    /* ovl_irecv met a delta message: assemble it into the user's buffer with
-     * no monitor (the request completes when all of it is there). */
-    size_t cap = 0;
-    int is_contiguous = contiguous(r->count, r->dt, &cap) == OVL_SUCCESS;
-    if (!is_contiguous)
-        cap = 0;
-    ovl__dt_release(r);
-    struct ovl__delta *d = new_delta(r, 0, r->buf, cap);
-    if (!d || ovl__watch_recv_create("ovl_delta_recv", OVL_MONITOR_EXPLICIT, r->buf, cap, &d->w) !=
-                  OVL_SUCCESS) {
-        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-        if (d) {
-            r->delta = NULL;
-            ovl__delta_free(d);
-        }
-        r->status.error = ovl__error(OVL_ERR_NOMEM, "ovl_irecv", "no memory for a delta message");
-        ovl__req_complete(r);
-        return;
-    }
-    d->plain = 1;
-    d->mon = OVL_MONITOR_EXPLICIT;
-    if (!is_contiguous)
-        d->err = ovl__error(OVL_ERR_UNSUPPORTED, "ovl_irecv",
-                            "a delta message can only be received into a contiguous datatype");
-    active_add(d);
-    header_matched(d, msg, st);
-}
-
-struct need_arg {
-    struct ovl__delta *d;
-    size_t offset, bytes;
-};
-
-static int need_served(const void *p)
-{
-    const struct need_arg *a = p;
-    return atomic_load(&a->d->done) || ovl__watch_recv_ready(a->d->w, a->offset, a->bytes);
-}
-
-int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag,
-                   const ovl_param_t *param, ovl_request_t *req)
-{
-    static const char *fn = "ovl_delta_recv";
-    size_t cap = 0;
-    int rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR);
-    if (rc)
-        return rc;
-    const ovl_monitor_t monitor = param_monitor(param);
-    if ((rc = check_args(fn, buf, count, dt, source, tag, 1, monitor, req, &cap)))
-        return rc;
-    const ovl_monitor_t mon = ovl__watch_resolve(monitor);
-    if ((rc = check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
-        return rc;
-    const int degraded = ovl__watch_degraded(fn, monitor, mon);
-    if (degraded && (rc = ovl__check_not_in_callback(fn)))
-        return rc;
-    struct ovl__req *r = NULL;
-    ovl_request_t h;
-    if (ovl__req_alloc(OVL__REQ_DRECV, &r, &h) != OVL_SUCCESS)
-        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
-    struct ovl__delta *d = new_delta(r, 0, buf, cap);
-    if (!d) {
-        ovl__req_release(r);
-        return ovl__error(OVL_ERR_NOMEM, fn, "no memory");
-    }
-    r->count = count;
-    d->mon = mon;
-    if ((rc = check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS ||
-        (rc = ovl__watch_recv_create("ovl_delta_recv", d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
-        ovl__req_release(r);
-        return rc;
-    }
-    active_add(d);
-    r->match.source = source;
-    r->match.tag = tag;
-    r->match.matched = drecv_matched;
-    r->match.prepost = NULL;
-    r->match.patient = 1; /* the program's access or wait drives it */
-    *req = h;
-    ovl__match_post(&r->match);
-    if (degraded)
-        ovl__engine_spin(need_served, &(struct need_arg){ d, 0, cap });
-    return OVL_SUCCESS;
-}
-
-int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
-{
-    static const char *fn = "ovl_delta_need";
-    int rc;
-    struct ovl__req *r = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, req, OVL__REQ_DRECV, &r)))
-        return rc;
-    struct ovl__delta *d = r->delta;
-    if (offset > d->cap || bytes > d->cap - offset)
-        return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) outside the %zu-byte buffer", offset,
-                          offset + bytes, d->cap);
-    if (!atomic_load(&d->done) && !ovl__watch_recv_ready(d->w, offset, bytes)) {
-        if ((rc = ovl__check_not_in_callback(fn)))
-            return rc;
-        ovl__engine_spin(need_served, &(struct need_arg){ d, offset, bytes });
-    }
-    if (atomic_load(&d->done) && atomic_load(&r->done))
-        return r->status.error;
-    return OVL_SUCCESS;
-}
-
 int ovl__delta_fail_piece(ovl_request_t req, unsigned n)
 {
     struct ovl__req *r = NULL;
-    int rc = lookup("ovl__delta_fail_piece", req, OVL__REQ_DSEND, &r);
+    int rc = ovl__delta_lookup("ovl__delta_fail_piece", req, OVL__REQ_DSEND, &r);
     if (rc)
         return rc;
     struct ovl__delta *d = r->delta;
     ovl__spin_lock(&d->lock);
     d->fail_in = n;
     ovl__spin_unlock(&d->lock);
-    return OVL_SUCCESS;
-}
-
-int ovl_delta_size(ovl_request_t req, size_t *bytes)
-{
-    static const char *fn = "ovl_delta_size";
-    int rc;
-    struct ovl__req *r = NULL;
-    if ((rc = ovl__check_init(fn)))
-        return rc;
-    if (!bytes)
-        return ovl__error(OVL_ERR_ARG, fn, "bytes is NULL");
-    if (ovl__req_lookup(req, &r) != OVL_SUCCESS || !r->delta)
-        return ovl__error(OVL_ERR_REQUEST, fn, "not a pending delta request");
-    *bytes = r->delta->is_send ? r->delta->dsize : r->delta->max_piece;
     return OVL_SUCCESS;
 }

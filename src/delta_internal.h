@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Private to delta send/receive: delta_wire.c (the wire protocol these
+ * structs carry, the active list, delta ids, argument checks, the request
+ * hooks), delta_send.c (the send side) and delta_recv.c (the receive
+ * side). One struct ovl__delta is one transfer, send or receive; both
+ * sides read a receive's fields when a send forwards it.
+ */
+#ifndef OVL_DELTA_INTERNAL_H
+#define OVL_DELTA_INTERNAL_H
+
+#include "ovl_internal.h"
+
+#define HDR_MAGIC 0x6f766c44u /* "ovlD" */
+#define NSLOTS    8
+#define NFWD      8 /* sends that may forward one arriving buffer */
+
+enum { P_LAST = 1u, P_STALE = 2u, P_ABORT = 4u };
+
+struct delta_hdr {
+    uint32_t magic, sid;
+    uint64_t cap;
+    uint32_t max_piece, flags;
+};
+
+struct piece_hdr {
+    uint64_t off, total;
+    uint32_t len, flags;
+};
+
+struct range {
+    size_t lo, hi;
+};
+
+struct slot {
+    struct ovl__op op;
+    struct ovl__delta *d;
+    uint64_t seq;
+    int posted;
+    char *buf;
+};
+
+struct ovl__delta {
+    struct ovl__req *req;
+    int is_send;
+    char *buf;
+    size_t cap;
+    int peer;
+    uint32_t sid;
+    ovl_monitor_t mon;
+    struct ovl__watch *w;
+    _Atomic size_t dsize, max_piece; /* ovl_delta_size reads them from any thread */
+    ovl__spin_t lock; /* not a mutex: a futex word on a guarded page would fail (EFAULT) */
+    struct ovl__delta *next, *prev; /* active list */
+    int active;
+
+    /* send */
+    struct delta_hdr hdr;
+    struct ovl__op hdr_op;
+    size_t sent_prefix;         /* fault mode, forwarding: [0, sent_prefix) is sent */
+    struct range *ready, *sent; /* explicit mode: produced-unsent, sent (sorted, merged) */
+    int nready, capready, nsent, capsent;
+    int inflight;
+    atomic_int ended;
+    int last_sent, finished;
+    size_t total;
+    int err;
+    int use_ranges; /* explicit mode (not forwarding): ready/sent range lists */
+    double t_begin;
+    double t_ovl;     /* sender: ovl's own time while the program produces (pieces, faults) */
+    double t_trace;   /* OVL_TRACE / stats: creation time */
+    unsigned npieces; /* pieces sent or received */
+    struct ovl__delta *fwd_src; /* forwarding: the receive this send follows */
+    int forwarding;             /* fwd_src was set at begin (never changes after) */
+    unsigned fail_in;           /* ovl__delta_fail_piece: the piece that fails (0: none) */
+    int last_left;              /* a piece flagged P_LAST (or the abort marker) went to MPI */
+    struct piece_hdr end_h;     /* the abort marker */
+    struct ovl__op end_op;
+
+    /* receive */
+    int plain; /* ovl_irecv of a delta message */
+    struct slot slots[NSLOTS];
+    int posted;
+    uint64_t seq, last_seq;
+    int last_seen, stale;
+    int aborted; /* the sender's error, from its abort marker (0: none) */
+    size_t total_r, arrived;
+    char *landing; /* a plain message received where the monitor lets MPI write */
+    char *staging; /* a plain message received into a guarded buffer */
+    size_t staging_len, staging_cap;
+    size_t plain_bytes; /* the plain message's size, from its probe */
+    struct ovl__op plain_op;
+    atomic_int done;
+    struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
+};
+
+/* The transfers in progress (the active list) and the next delta id
+ * (delta_wire.c defines it). */
+struct ovl__delta_state {
+    pthread_mutex_t lock;
+    struct ovl__delta *head;
+    atomic_uint next_sid;
+};
+extern struct ovl__delta_state ovl__delta_g;
+
+/* ---- delta_wire.c ---------------------------------------------------------- */
+
+/* Add @d to the active list, take it off (once). */
+void ovl__delta_active_add(struct ovl__delta *d);
+void ovl__delta_active_remove(struct ovl__delta *d);
+/* A new delta state for request @r, which gets it and its hooks. */
+struct ovl__delta *ovl__delta_new(struct ovl__req *r, int is_send, void *buf, size_t cap);
+int ovl__delta_contiguous(int count, MPI_Datatype dt, size_t *bytes);
+int ovl__delta_check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int peer, int tag,
+                          int any_ok, ovl_monitor_t monitor, ovl_request_t *req, size_t *cap);
+int ovl__delta_check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_t len);
+int ovl__delta_check_monitor(const char *fn, ovl_monitor_t asked, ovl_monitor_t got);
+/* The pending delta request @h of @kind (OVL__REQ_DSEND, OVL__REQ_DRECV),
+ * or OVL_ERR_REQUEST. */
+int ovl__delta_lookup(const char *fn, ovl_request_t h, int kind, struct ovl__req **out);
+ovl_monitor_t ovl__delta_param_monitor(const ovl_param_t *param);
+
+/* ---- delta_send.c ---------------------------------------------------------- */
+
+/* The request hook of a send waited on, tested or freed before its end:
+ * ends it. */
+void ovl__delta_implied_end(struct ovl__req *r);
+/* Forwarding: send on to @f, the k-th send forwarding receive @src
+ * (src->fwd_dst[k]), what @src holds now; once @src is done, unlink them
+ * and, if the program has ended @f, send its last piece. */
+void ovl__delta_forward_one(struct ovl__delta *src, struct ovl__delta *f, int k);
+
+#endif

@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Delta send/receive, the receive side: ovl_delta_recv, its pieces, a
+ * plain message it matches, an ovl_irecv that meets a delta message,
+ * ovl_delta_need. The wire protocol is in delta_wire.c.
+ *
+ * The receiver keeps a few piece receives posted into staging buffers and
+ * installs each piece through the access monitor (watch.c), which makes
+ * every page that is complete accessible at once. ovl_irecv receives a
+ * delta message the same way with no monitor; ovl_delta_recv receives a
+ * plain message whole and installs it.
+ */
+#include "delta_internal.h"
+
+#include <limits.h>
+#include <string.h>
+
+/* ---- receive side ------------------------------------------------------------- */
+
+static void forward_from(struct ovl__delta *src)
+{
+    for (int k = 0; k < NFWD; k++) {
+        ovl__engine_lock();
+        struct ovl__delta *f = src->fwd_dst[k];
+        ovl__engine_unlock();
+        if (f)
+            ovl__delta_forward_one(src, f, k);
+    }
+}
+
+static void finish_recv(struct ovl__delta *d, int err)
+{
+    struct ovl__req *r = d->req;
+    if (d->w)
+        ovl__watch_recv_finish(d->w);
+    for (int i = 0; i < NSLOTS; i++) {
+        ovl__page_free(d->slots[i].buf);
+        d->slots[i].buf = NULL;
+    }
+    ovl__stage_put(d->staging, d->staging_cap);
+    d->staging = NULL;
+    if (!err)
+        err = d->err;
+    if (!err && d->aborted)
+        err = ovl__error(OVL_ERR_CANCELLED, d->plain ? "ovl_irecv" : "ovl_delta_recv",
+                         "the sender aborted the message after part of it had left: %s",
+                         ovl_strerror(d->aborted));
+    if (!err && d->stale)
+        err = ovl__error(OVL_ERR_STALE, "ovl_delta_recv",
+                         "the sender wrote its buffer after sending part of it");
+    if (!err && d->total_r > d->cap)
+        err = ovl__error(OVL_ERR_TRUNCATE, d->plain ? "ovl_irecv" : "ovl_delta_recv",
+                         "message of %zu bytes, buffer of %zu", d->total_r, d->cap);
+    r->status.bytes = d->total_r > d->cap ? d->cap : d->total_r;
+    r->status.error = err;
+    ovl__stats_transfer(r->status.bytes, d->npieces);
+    if (ovl__trace_on)
+        ovl__trace_complete("delta", "delta-recv", d->t_trace, ovl__now_us() - d->t_trace, "bytes",
+                            (long long)r->status.bytes, "pieces", d->npieces, "peer", d->peer);
+    atomic_store(&d->done, 1);
+    forward_from(d);
+    ovl__delta_active_remove(d);
+    ovl__req_complete(r);
+}
+
+static int post_slot(struct ovl__delta *d, struct slot *s);
+
+static void maybe_finish(struct ovl__delta *d)
+{
+    if (d->last_seen && d->arrived >= d->total_r && d->posted == 0 && !atomic_load(&d->done))
+        finish_recv(d, OVL_SUCCESS);
+}
+
+static void slot_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct slot *s = op->ctx;
+    struct ovl__delta *d = s->d;
+    int cancelled = 0;
+    s->posted = 0;
+    d->posted--;
+    MPI_Test_cancelled(st, &cancelled);
+    if (cancelled) {
+        maybe_finish(d);
+        return;
+    }
+    if (st->MPI_ERROR != MPI_SUCCESS) {
+        int err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "piece transfer");
+        /* stop: cancel the others, complete with the error once they are back */
+        for (int i = 0; i < NSLOTS; i++)
+            if (d->slots[i].posted)
+                MPI_Cancel(&d->slots[i].op.mreq);
+        d->last_seen = 1;
+        d->total_r = d->arrived;
+        if (d->posted == 0)
+            finish_recv(d, err);
+        return;
+    }
+    struct piece_hdr h;
+    memcpy(&h, s->buf, sizeof h);
+    atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
+    d->npieces++;
+    if (ovl__trace_on)
+        ovl__trace_instant("delta", "piece-recv", "offset", (long long)h.off, "bytes",
+                           (long long)h.len);
+    if (h.len && h.off < d->cap && d->w) {
+        size_t n = h.len;
+        if (n > d->cap - h.off)
+            n = d->cap - h.off;
+        ovl__watch_recv_install(d->w, h.off, s->buf + sizeof h, n);
+    }
+    d->arrived += h.len;
+    if (h.flags & P_LAST) {
+        d->last_seen = 1;
+        d->total_r = h.total;
+        d->stale = (h.flags & P_STALE) != 0;
+        if (h.flags & P_ABORT) { /* no more comes: complete with what is posted */
+            d->aborted = -(int)(int64_t)h.off;
+            if (d->aborted >= 0)
+                d->aborted = OVL_ERR_INTERNAL;
+            d->total_r = 0;
+        }
+        d->last_seq = s->seq;
+        for (int i = 0; i < NSLOTS; i++)
+            if (d->slots[i].posted && d->slots[i].seq > s->seq)
+                MPI_Cancel(&d->slots[i].op.mreq);
+    } else if (!d->last_seen) {
+        post_slot(d, s);
+    }
+    forward_from(d);
+    maybe_finish(d);
+}
+
+/* A piece receive may be polled slowly (struct ovl__op, `patient`) while
+ * only the program waits for this message and it waits by touching the
+ * buffer or calling ovl_delta_need, both of which drive progress. Not for
+ * an ovl_irecv of a delta message, a message with a continuation or one
+ * forwarded onward as it arrives (their callbacks and sends must not lag),
+ * nor for pieces above the eager limit: the sender's rendezvous would wait
+ * for this rank's polls. Engine lock held (fwd_dst, cont_registered). */
+static int slot_patient(const struct ovl__op *op)
+{
+    const struct slot *s = op->ctx;
+    const struct ovl__delta *d = s->d;
+    if (d->plain || d->req->cont_registered)
+        return 0;
+    for (int k = 0; k < NFWD; k++)
+        if (d->fwd_dst[k])
+            return 0;
+    return ovl__m.eager == 0 ||
+           atomic_load(&d->max_piece) + sizeof(struct piece_hdr) <= ovl__m.eager;
+}
+
+static int post_slot(struct ovl__delta *d, struct slot *s)
+{
+    size_t len = sizeof(struct piece_hdr) + d->max_piece;
+    if (!s->buf && !(s->buf = ovl__page_alloc(len)))
+        return OVL_ERR_NOMEM;
+    s->d = d;
+    s->seq = ++d->seq;
+    s->op.ctx = s;
+    s->op.done = slot_done;
+    s->op.kind = OVL__OP_FRAG;
+    s->op.peer = d->peer;
+    int rc =
+        MPI_Irecv(s->buf, (int)len, MPI_BYTE, d->peer, (int)d->sid, ovl__g.comm_delta, &s->op.mreq);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of a piece");
+    s->posted = 1;
+    d->posted++;
+    if (ovl__engine_post(&s->op, &(struct ovl__post){ .patient = slot_patient }) != OVL_SUCCESS) {
+        MPI_Cancel(&s->op.mreq);
+        MPI_Wait(&s->op.mreq, MPI_STATUS_IGNORE);
+        s->posted = 0;
+        d->posted--;
+        return OVL_ERR_NOMEM;
+    }
+    return OVL_SUCCESS;
+}
+
+/* The header of a delta message matched receive @r (driver, no lock). */
+static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
+{
+    struct ovl__req *r = d->req;
+    struct delta_hdr h;
+    MPI_Status st2;
+    int rc = MPI_Mrecv(&h, (int)sizeof h, MPI_BYTE, &msg, &st2);
+    r->status.source = st->MPI_SOURCE;
+    r->status.tag = st->MPI_TAG - ovl__g.tag_ub - 1;
+    if (rc != MPI_SUCCESS || h.magic != HDR_MAGIC) {
+        finish_recv(d, rc != MPI_SUCCESS
+                           ? ovl__mpi_error(rc, "ovl_delta_recv", "header")
+                           : ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv", "bad delta header"));
+        return;
+    }
+    d->peer = st->MPI_SOURCE;
+    d->sid = h.sid;
+    d->max_piece = h.max_piece ? h.max_piece : 1;
+    size_t npieces = h.cap / d->max_piece + 2;
+    int n = npieces < NSLOTS ? (int)npieces : NSLOTS;
+    for (int i = 0; i < n; i++) {
+        if ((rc = post_slot(d, &d->slots[i])) != OVL_SUCCESS) {
+            if (d->posted == 0) {
+                finish_recv(d, ovl__error(rc, "ovl_delta_recv", "cannot post piece receives"));
+                return;
+            }
+            break;
+        }
+    }
+}
+
+static void plain_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__delta *d = op->ctx;
+    int err = OVL_SUCCESS;
+    MPI_Count n = 0;
+    if (st->MPI_ERROR != MPI_SUCCESS) {
+        err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
+    } else {
+        /* as probed: the receive took all of it (its buffer is that size;
+         * over 2 GiB its datatype is not MPI_BYTE, ovl__imrecv_bytes) */
+        n = (MPI_Count)d->plain_bytes;
+        const char *src = d->staging ? d->staging : d->landing;
+        if (src)
+            ovl__watch_recv_install(d->w, 0, src, (size_t)n > d->cap ? d->cap : (size_t)n);
+    }
+    d->total_r = (size_t)n;
+    d->last_seen = 1;
+    finish_recv(d, err);
+}
+
+/* Receive the matched message @msg of @n bytes into @buf. MPI counts are
+ * int: a message of 2 GiB or more is received as one element of a type of
+ * exactly @n bytes (blocks of 1 GiB and the rest), which every MPI library
+ * has, MPI-4's large-count calls or not. */
+int ovl__imrecv_bytes(void *buf, size_t n, MPI_Message *msg, MPI_Request *rq)
+{
+    if (n <= INT_MAX)
+        return MPI_Imrecv(buf, (int)n, MPI_BYTE, msg, rq);
+    const size_t blk = (size_t)1 << 30;
+    MPI_Datatype gib = MPI_DATATYPE_NULL, blocks = MPI_DATATYPE_NULL, t = MPI_DATATYPE_NULL;
+    int bl[2] = { 1, (int)(n % blk) };
+    MPI_Aint disp[2] = { 0, (MPI_Aint)(n - n % blk) };
+    int rc = MPI_Type_contiguous((int)blk, MPI_BYTE, &gib);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_contiguous((int)(n / blk), gib, &blocks);
+    if (rc == MPI_SUCCESS) {
+        MPI_Datatype ty[2] = { blocks, MPI_BYTE };
+        rc = MPI_Type_create_struct(bl[1] ? 2 : 1, bl, disp, ty, &t);
+    }
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&t)) == MPI_SUCCESS)
+        rc = MPI_Imrecv(buf, 1, t, msg, rq); /* the type may go: the receive keeps it */
+    if (t != MPI_DATATYPE_NULL)
+        MPI_Type_free(&t);
+    if (blocks != MPI_DATATYPE_NULL)
+        MPI_Type_free(&blocks);
+    if (gib != MPI_DATATYPE_NULL)
+        MPI_Type_free(&gib);
+    return rc;
+}
+
+/* A plain message (ovl_isend) matched an ovl_delta_recv. */
+static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
+{
+    struct ovl__req *r = d->req;
+    MPI_Count n = 0;
+    MPI_Get_elements_x(st, MPI_BYTE, &n);
+    r->status.source = st->MPI_SOURCE;
+    r->status.tag = st->MPI_TAG;
+    d->staging_len = (size_t)n;
+    d->plain_bytes = (size_t)n;
+    d->plain_op.ctx = d;
+    d->plain_op.done = plain_done;
+    d->plain_op.kind = OVL__OP_FRAG;
+    int rc;
+    if ((size_t)n <= d->cap && (d->landing = ovl__watch_recv_landing(d->w)) != NULL) {
+        /* straight into the buffer (explicit) or the monitor's shadow */
+        d->staging_len = 0;
+        rc = ovl__imrecv_bytes(d->landing, (size_t)n, &msg, &d->plain_op.mreq);
+    } else {
+        d->staging = ovl__stage_get((size_t)n, &d->staging_cap);
+        if (!d->staging) {
+            MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer"));
+            return;
+        }
+        rc = ovl__imrecv_bytes(d->staging, (size_t)n, &msg, &d->plain_op.mreq);
+    }
+    if (rc != MPI_SUCCESS) {
+        finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Imrecv"));
+        return;
+    }
+    if (ovl__engine_post(&d->plain_op, NULL) != OVL_SUCCESS) {
+        MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
+        finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
+    }
+}
+
+static void drecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st, int delta)
+{
+    struct ovl__req *r = ovl__req_of_match(m);
+    struct ovl__delta *d = r->delta;
+    if (!st) {
+        d->last_seen = 1;
+        finish_recv(d, OVL_ERR_CANCELLED);
+        return;
+    }
+    if (delta)
+        header_matched(d, msg, st);
+    else
+        plain_matched(d, msg, st);
+}
+
+void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st)
+{
+    /* ovl_irecv met a delta message: assemble it into the user's buffer with
+     * no monitor (the request completes when all of it is there). */
+    size_t cap = 0;
+    int is_contiguous = ovl__delta_contiguous(r->count, r->dt, &cap) == OVL_SUCCESS;
+    if (!is_contiguous)
+        cap = 0;
+    ovl__dt_release(r);
+    struct ovl__delta *d = ovl__delta_new(r, 0, r->buf, cap);
+    if (!d || ovl__watch_recv_create("ovl_delta_recv", OVL_MONITOR_EXPLICIT, r->buf, cap, &d->w) !=
+                  OVL_SUCCESS) {
+        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        if (d) {
+            r->delta = NULL;
+            ovl__delta_free(d);
+        }
+        r->status.error = ovl__error(OVL_ERR_NOMEM, "ovl_irecv", "no memory for a delta message");
+        ovl__req_complete(r);
+        return;
+    }
+    d->plain = 1;
+    d->mon = OVL_MONITOR_EXPLICIT;
+    if (!is_contiguous)
+        d->err = ovl__error(OVL_ERR_UNSUPPORTED, "ovl_irecv",
+                            "a delta message can only be received into a contiguous datatype");
+    ovl__delta_active_add(d);
+    header_matched(d, msg, st);
+}
+
+struct need_arg {
+    struct ovl__delta *d;
+    size_t offset, bytes;
+};
+
+static int need_served(const void *p)
+{
+    const struct need_arg *a = p;
+    return atomic_load(&a->d->done) || ovl__watch_recv_ready(a->d->w, a->offset, a->bytes);
+}
+
+int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag,
+                   const ovl_param_t *param, ovl_request_t *req)
+{
+    static const char *fn = "ovl_delta_recv";
+    size_t cap = 0;
+    int rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR);
+    if (rc)
+        return rc;
+    const ovl_monitor_t monitor = ovl__delta_param_monitor(param);
+    if ((rc = ovl__delta_check_args(fn, buf, count, dt, source, tag, 1, monitor, req, &cap)))
+        return rc;
+    const ovl_monitor_t mon = ovl__watch_resolve(monitor);
+    if ((rc = ovl__delta_check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
+        return rc;
+    const int degraded = ovl__watch_degraded(fn, monitor, mon);
+    if (degraded && (rc = ovl__check_not_in_callback(fn)))
+        return rc;
+    struct ovl__req *r = NULL;
+    ovl_request_t h;
+    if (ovl__req_alloc(OVL__REQ_DRECV, &r, &h) != OVL_SUCCESS)
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a request");
+    struct ovl__delta *d = ovl__delta_new(r, 0, buf, cap);
+    if (!d) {
+        ovl__req_release(r);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory");
+    }
+    r->count = count;
+    d->mon = mon;
+    if ((rc = ovl__delta_check_stack(fn, d->mon, buf, cap)) != OVL_SUCCESS ||
+        (rc = ovl__watch_recv_create("ovl_delta_recv", d->mon, buf, cap, &d->w)) != OVL_SUCCESS) {
+        ovl__req_release(r);
+        return rc;
+    }
+    ovl__delta_active_add(d);
+    r->match.source = source;
+    r->match.tag = tag;
+    r->match.matched = drecv_matched;
+    r->match.prepost = NULL;
+    r->match.patient = 1; /* the program's access or wait drives it */
+    *req = h;
+    ovl__match_post(&r->match);
+    if (degraded)
+        ovl__engine_spin(need_served, &(struct need_arg){ d, 0, cap });
+    return OVL_SUCCESS;
+}
+
+int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
+{
+    static const char *fn = "ovl_delta_need";
+    int rc;
+    struct ovl__req *r = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__delta_lookup(fn, req, OVL__REQ_DRECV, &r)))
+        return rc;
+    struct ovl__delta *d = r->delta;
+    if (offset > d->cap || bytes > d->cap - offset)
+        return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) outside the %zu-byte buffer", offset,
+                          offset + bytes, d->cap);
+    if (!atomic_load(&d->done) && !ovl__watch_recv_ready(d->w, offset, bytes)) {
+        if ((rc = ovl__check_not_in_callback(fn)))
+            return rc;
+        ovl__engine_spin(need_served, &(struct need_arg){ d, offset, bytes });
+    }
+    if (atomic_load(&d->done) && atomic_load(&r->done))
+        return r->status.error;
+    return OVL_SUCCESS;
+}
