@@ -1123,6 +1123,9 @@ void ovl__engine_stop(void)
     ovl__page_free(e->batch);
     ovl__page_free(e->batch_sts);
     ovl__page_free(e->deferred);
+    ovl__page_free(e->sched_ops);
+    e->sched_ops = NULL;
+    e->sched_cap_n = 0;
     e->mreqs = NULL;
     e->ops = NULL;
     e->idx = NULL;
