@@ -107,6 +107,9 @@ extern struct ovl__delta_state ovl__delta_g;
 
 /* Add @d to the active list, take it off (once). */
 void ovl__delta_active_add(struct ovl__delta *d);
+/* ovl_finalize (the source's close hook): end delta sends the program
+ * never ended. */
+void ovl__delta_end_all(void);
 void ovl__delta_active_remove(struct ovl__delta *d);
 /* A new delta state for request @r, which gets it and its hooks. */
 struct ovl__delta *ovl__delta_new(struct ovl__req *r, int is_send, void *buf, size_t cap);

@@ -57,7 +57,7 @@ void ovl__delta_active_remove(struct ovl__delta *d)
     pthread_mutex_unlock(&ovl__delta_g.lock);
 }
 
-int ovl__delta_active(int sends_only)
+static int delta_count(int sends_only)
 {
     int n = 0;
     pthread_mutex_lock(&ovl__delta_g.lock);
@@ -67,6 +67,25 @@ int ovl__delta_active(int sends_only)
     pthread_mutex_unlock(&ovl__delta_g.lock);
     return n;
 }
+
+static int delta_sending(void)
+{
+    return delta_count(1);
+}
+
+static int delta_active(void)
+{
+    return delta_count(0);
+}
+
+/* Delta messages run as ops and match entries: this source ends the
+ * sends the program left open at ovl_finalize and says what is in flight. */
+const struct ovl__source ovl__delta_source = {
+    .name = "delta",
+    .close = ovl__delta_end_all,
+    .sending = delta_sending,
+    .active = delta_active,
+};
 
 void ovl__delta_free(struct ovl__delta *d)
 {

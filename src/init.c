@@ -242,8 +242,12 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         goto fail_watch;
     /* the front ends' work besides their ops in flight, which the engine
      * polls without knowing whose it is */
+    /* (in the order ovl_finalize's steps take them: segments are freed
+     * before delta sends are ended) */
     if ((rc = ovl__engine_add_source(&ovl__match_source)) != OVL_SUCCESS ||
-        (rc = ovl__engine_add_source(&ovl__rma_source)) != OVL_SUCCESS) {
+        (rc = ovl__engine_add_source(&ovl__rma_source)) != OVL_SUCCESS ||
+        (rc = ovl__engine_add_source(&ovl__stream_source)) != OVL_SUCCESS ||
+        (rc = ovl__engine_add_source(&ovl__delta_source)) != OVL_SUCCESS) {
         rc = ovl__error(rc, fn, "too many progress sources");
         goto fail_table;
     }
@@ -356,8 +360,7 @@ static void print_stats(void)
 static int sends_done(const void *unused)
 {
     OVL__UNUSED(unused);
-    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__stream_active_sends() &&
-           !ovl__delta_active(1);
+    return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__engine_sources_sending();
 }
 
 static unsigned long long *expected_from;
@@ -367,7 +370,7 @@ static int receives_matched(const void *unused)
     OVL__UNUSED(unused);
     /* Nothing posted could take a missing message: stop waiting for it
      * (the program sent a message nobody receives). */
-    if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__stream_active() && !ovl__match_posted())
+    if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__engine_sources_active())
         return 1;
     for (int p = 0; p < ovl__g.size; p++)
         if (atomic_load(&ovl__g.recvd_from[p]) + (unsigned long long)ovl__match_unexpected_from(p) <
@@ -379,8 +382,7 @@ static int receives_matched(const void *unused)
 static int nothing_in_flight(const void *unused)
 {
     OVL__UNUSED(unused);
-    return ovl__engine_count(-1) == 0 && !ovl__stream_active() && !ovl__delta_active(0) &&
-           !ovl__match_posted();
+    return ovl__engine_count(-1) == 0 && !ovl__engine_sources_active();
 }
 
 int ovl_finalize(void)
@@ -389,11 +391,10 @@ int ovl_finalize(void)
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
-    /* 0. Segments left over (collective, like their creation). */
-    ovl__rma_finalize();
-    /* 1. Everything this rank sends has left (delta sends the program did
-     *    not end are ended here). */
-    ovl__delta_end_all();
+    /* 1. What the program left open is ended: segments are freed
+     *    (collective, like their creation), delta sends ended. Then
+     *    everything this rank sends has left. */
+    ovl__engine_sources_close();
     ovl__engine_spin(sends_done, NULL);
     /* 2. Learn how many messages each peer sent here; receive them all. */
     unsigned long long *sent = malloc((size_t)ovl__g.size * sizeof *sent);
@@ -421,12 +422,13 @@ int ovl_finalize(void)
     /* 3. Receives still posted can no longer match: cancel them. Their
      *    requests complete with OVL_ERR_CANCELLED and continuations run. */
     ovl__engine_cancel_receives();
-    ovl__match_cancel_all();
+    ovl__engine_sources_cancel();
     ovl__engine_spin(nothing_in_flight, NULL);
-    ovl__match_drop_unexpected();
 
     print_stats();
-    ovl__rma_serving_forget();
+    /* 4. What is left is dropped: unexpected messages nobody received,
+     *    the serving decision (made again at the next ovl_init). */
+    ovl__engine_sources_forget();
     ovl__engine_stop();
     ovl__trace_fini();
     atomic_store(&ovl__g.initialized, 0);

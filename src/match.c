@@ -164,13 +164,6 @@ int ovl__match_urgent(void)
            atomic_load_explicit(&M.npatient, memory_order_relaxed);
 }
 
-const struct ovl__source ovl__match_source = {
-    .name = "match",
-    .poll = ovl__match_poll,
-    .posted = ovl__match_posted,
-    .urgent = ovl__match_urgent,
-};
-
 /* Decode an MPI tag on comm_msg: the user's tag, and whether it marks a
  * delta header. */
 static int user_tag(int mpitag, int *delta)
@@ -557,14 +550,14 @@ int ovl__match_poll(void)
 
 /* Cancellation completes requests, which only the driver may do: leave
  * the work to the next ovl__match_poll. */
-void ovl__match_cancel_all(void)
+static void cancel_all(void)
 {
     atomic_store(&M.closing, 1);
     atomic_store(&M.cancel, 1);
     ovl__engine_wake();
 }
 
-void ovl__match_drop_unexpected(void)
+static void drop_unexpected(void)
 {
     pthread_mutex_lock(&M.lock);
     atomic_store(&M.cancel, 0); /* not to cancel the next ovl_init's receives */
@@ -591,6 +584,16 @@ void ovl__match_drop_unexpected(void)
         u = next;
     }
 }
+
+const struct ovl__source ovl__match_source = {
+    .name = "match",
+    .poll = ovl__match_poll,
+    .posted = ovl__match_posted,
+    .urgent = ovl__match_urgent,
+    .active = ovl__match_posted,
+    .cancel = cancel_all,
+    .forget = drop_unexpected,
+};
 
 int ovl__dt_keep(MPI_Datatype dt, MPI_Datatype *out, int *owned)
 {

@@ -16,9 +16,8 @@ unsigned ovl__delta_new_sid(void);
 void ovl__delta_return_sid(unsigned sid);
 /* A receive posted by ovl_irecv / ovl_delta_recv matched a delta header. */
 void ovl__delta_matched_header(struct ovl__req *r, MPI_Message msg, MPI_Status *st);
-/* ovl_finalize: end delta sends the program never ended. */
-void ovl__delta_end_all(void);
-int ovl__delta_active(int sends_only);
+/* What ovl_finalize ends and waits for (struct ovl__source). */
+extern const struct ovl__source ovl__delta_source;
 /* Free a delta state (its request's release hook, and failed posts). */
 void ovl__delta_free(struct ovl__delta *d);
 /* Fault injection, for tests only (no public call or variable reaches

@@ -107,14 +107,20 @@ void ovl__engine_schedule_coro(struct ovl__coro *c);
 /* A progress source: work a front end has besides its ops in flight,
  * which the engine runs on every pass and weighs when it decides how long
  * the progress thread may sleep (as a UCX worker's progress callbacks).
- * init.c registers each before ovl__engine_start; every hook but @poll may
- * be NULL. */
+ * init.c registers each before ovl__engine_start; every hook may be NULL.
+ * The last five are ovl_finalize's drain, each step taken over every
+ * source in the order they were registered (init.c says the order). */
 struct ovl__source {
     const char *name;
     int (*poll)(void);    /* each pass, before the ops are tested: the completions it made */
     int (*posted)(void);  /* receives posted that a message may match at any moment */
     int (*urgent)(void);  /* of those, the ones that need the usual pace */
     int (*serving)(void); /* MPI needs polls here for other ranks' transfers */
+    void (*close)(void);  /* finalize 1: end what the program left open (collective) */
+    int (*sending)(void); /* finalize 2: its messages not yet gone from this rank */
+    int (*active)(void);  /* finalize 3: anything of it in flight, receives included */
+    void (*cancel)(void); /* finalize 4: receives that can no longer match: cancel */
+    void (*forget)(void); /* finalize 5: drop what is left, ready for another ovl_init */
 };
 /* ---- sched.c: the progress thread's sleep, a pure function ----------- */
 
@@ -158,6 +164,14 @@ unsigned ovl__sched_longest_us(void);
 /* OVL_ERR_NOMEM past OVL__MAX_SOURCES. */
 #define OVL__MAX_SOURCES 8
 int ovl__engine_add_source(const struct ovl__source *src);
+/* ovl_finalize's steps over every source (struct ovl__source): run each
+ * one's close, cancel or forget hook; whether any one's sending or active
+ * hook says yes. */
+void ovl__engine_sources_close(void);
+int ovl__engine_sources_sending(void);
+int ovl__engine_sources_active(void);
+void ovl__engine_sources_cancel(void);
+void ovl__engine_sources_forget(void);
 int ovl__engine_start(void);
 void ovl__engine_stop(void);
 /* Number of ops in flight of a kind (-1: all, plus deferred continuations

@@ -40,8 +40,6 @@ void ovl__match_hurry(struct ovl__match *m);
 int ovl__match_unexpected_from(int source);
 /* Finalize: cancel every posted receive; receive and drop probed messages
  * nobody took. */
-void ovl__match_cancel_all(void);
-void ovl__match_drop_unexpected(void);
 /* The MPI tag of a delta header carrying user tag @t. */
 static inline int ovl__delta_tag(int t);
 /* Helpers for receives matched by match.c: keep a derived datatype alive. */

@@ -37,11 +37,11 @@ int ovl__rma_wants_progress(void);
  * lives (segment.c's probe, or OVL_SERVE_US set); 0 before the first
  * segment. */
 int ovl__rma_serving(void);
-/* That decision in words for OVL_STATS; forget clears it, and the
- * decision itself, at the end of ovl_finalize. */
+/* That decision in words for OVL_STATS; the source's forget hook clears
+ * it, and the decision itself, at the end of ovl_finalize. */
 const char *ovl__rma_serving_said(void);
-void ovl__rma_serving_forget(void);
-/* ovl_finalize: free leftover segments, print OVL_STATS. */
+/* ovl_finalize (the source's close hook): free leftover segments
+ * (collective), reset the counters. */
 void ovl__rma_finalize(void);
 void ovl__rma_stats(ovl_stats_t *s);
 void ovl__segment_free_all(void);

@@ -8,9 +8,9 @@
 
 /* ---- stream.c --------------------------------------------------------- */
 
-int ovl__stream_active(void);
-/* Send streams not yet complete (finalize's first step waits for these). */
-int ovl__stream_active_sends(void);
+/* What ovl_finalize waits for (struct ovl__source: its send streams,
+ * then every stream). */
+extern const struct ovl__source ovl__stream_source;
 /* Every how many fragments a stream asks for a poll (its
  * checkpoints; the fragments between them are quiet), with @window
  * fragments in flight of @frag_bytes at @bw_Bpus: half the window for a
@@ -20,6 +20,5 @@ int ovl__stream_active_sends(void);
  * (every fragment) without a model or with a window below 4. */
 unsigned ovl__stream_stride(unsigned window, size_t frag_bytes, double bw_Bpus, int is_send,
                             double age_us);
-/* Per-peer message counts for finalize's drain. */
 
 #endif /* OVL_INTERNAL_STREAM_H */

@@ -142,9 +142,23 @@ static int sources_poll(struct ovl__engine *e)
 {
     int n = 0;
     for (int i = 0; i < e->nsources; i++)
-        n += e->sources[i]->poll();
+        if (e->sources[i]->poll)
+            n += e->sources[i]->poll();
     return n;
 }
+
+/* ovl__engine_sources_close() etc.: run that hook of every source. */
+#define SOURCES_RUN(hook)                     \
+    void ovl__engine_sources_##hook(void)     \
+    {                                         \
+        struct ovl__engine *e = &engine0;     \
+        for (int i = 0; i < e->nsources; i++) \
+            if (e->sources[i]->hook)          \
+                e->sources[i]->hook();        \
+    }
+SOURCES_RUN(close)
+SOURCES_RUN(cancel)
+SOURCES_RUN(forget)
 
 /* sources_posted() etc.: whether any source's hook of that name says yes. */
 #define SOURCES_ANY(hook)                                     \
@@ -158,6 +172,18 @@ static int sources_poll(struct ovl__engine *e)
 SOURCES_ANY(posted)
 SOURCES_ANY(urgent)
 SOURCES_ANY(serving)
+SOURCES_ANY(sending)
+SOURCES_ANY(active)
+
+int ovl__engine_sources_sending(void)
+{
+    return sources_sending(&engine0);
+}
+
+int ovl__engine_sources_active(void)
+{
+    return sources_active(&engine0);
+}
 
 void ovl__engine_lock(void)
 {
@@ -376,9 +402,7 @@ void ovl__engine_start_polls(void)
  * contended MPI lock, and a poll that finds nothing: about 10 us per post
  * on a pinned host; docs/PERFORMANCE.md, "Posting without a wake-up"), and
  * a stream posting its window woke it once a fragment ("Streams at the
- * pace of their window"). That is for sends, get/put strips and stream
- * fragments; anything else (a receive, a request handed over) wakes it at
- * once. Patient work, and work posted gently, wakes an idle thread only,
+ * pace of their window"). Patient work, and work posted gently, wakes an idle thread only,
  * gently (start_polls_locked). */
 int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
 {
@@ -395,13 +419,6 @@ int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
             e->grace = 1;
             if (e->thread_on)
                 e->sig = 1;
-        } else if (op->kind != OVL__OP_SEND && op->kind != OVL__OP_RMA && !how->follows &&
-                   how->slack_us <= 0) {
-            /* a receive or a request handed over: at once (waking these
-             * only when no poll was due within their budget lost a
-             * delta receive's continuation for 10 s in 1 of 6 runs of
-             * test_continue under ASan) */
-            ovl__engine_wake_locked();
         } else {
             wake_unless_polled_by_locked(e, op->hs_until ? 0 : op->due_us);
         }
@@ -940,10 +957,11 @@ static void *progress_thread(void *arg)
                 struct timespec ts;
                 deadline_in(grace_us, &ts);
                 e->sleep_until_us = ovl__now_us() + grace_us;
-                e->awake = 0;
-                while (!e->stop && !e->posted &&
-                       pthread_cond_timedwait(&e->cond, &e->lock, &ts) != ETIMEDOUT)
-                    ;
+                int rc = 0;
+                while (!e->stop && !e->posted && rc != ETIMEDOUT) {
+                    e->awake = 0;
+                    rc = pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+                }
                 e->awake = 1;
                 e->sleep_until_us = 0;
             }
@@ -966,9 +984,15 @@ static void *progress_thread(void *arg)
             double t0 = ovl__trace_on ? ovl__now_us() : 0;
             ovl__rt_leave();
             e->idle = 1;
-            e->awake = 0;
-            while (!e->stop && !e->posted && !has_work_locked(e))
+            /* awake is cleared before every wait: a wake-up for work a
+             * spinner completed before this thread ran set it
+             * (unlock_engine), and left set while the thread waits again
+             * it told every later poster that a poll was due (a post
+             * that wakes no thread then waited for the next wake-up) */
+            while (!e->stop && !e->posted && !has_work_locked(e)) {
+                e->awake = 0;
                 pthread_cond_wait(&e->cond, &e->lock);
+            }
             e->awake = 1;
             e->idle = 0;
             after_idle_locked(e);

@@ -101,13 +101,6 @@ const char *ovl__rma_serving_said(void)
     return S.said[0] ? S.said : "no segment created";
 }
 
-void ovl__rma_serving_forget(void)
-{
-    S.probed = 0; /* measured again after the next ovl_init */
-    atomic_store(&S.serving, 0);
-    S.said[0] = 0;
-}
-
 /* Where @rank keeps its lock word (after its own bytes). */
 static MPI_Aint lock_disp(const struct ovl__seg *s, int rank)
 {
@@ -235,10 +228,19 @@ int ovl__rma_poll(void)
     return 0;
 }
 
+static void serving_forget(void)
+{
+    S.probed = 0; /* measured again after the next ovl_init */
+    atomic_store(&S.serving, 0);
+    S.said[0] = 0;
+}
+
 const struct ovl__source ovl__rma_source = {
     .name = "rma",
     .poll = ovl__rma_poll,
     .serving = ovl__rma_wants_progress,
+    .close = ovl__rma_finalize,
+    .forget = serving_forget,
 };
 
 /* Agree on failure before the next collective, so that no rank returns

@@ -212,15 +212,23 @@ static void ropen(struct ovl__stream *s)
 static atomic_uint next_sid;
 static atomic_int active_send, active_recv;
 
-int ovl__stream_active(void)
+static int stream_active(void)
 {
     return atomic_load(&active_send) + atomic_load(&active_recv);
 }
 
-int ovl__stream_active_sends(void)
+static int stream_sending(void)
 {
     return atomic_load(&active_send);
 }
+
+/* Streams run as coroutines the engine schedules and as ops: this source
+ * only tells ovl_finalize what is still in flight. */
+const struct ovl__source ovl__stream_source = {
+    .name = "stream",
+    .sending = stream_sending,
+    .active = stream_active,
+};
 
 /* ---- scheduling ----------------------------------------------------------- */
 

@@ -539,6 +539,10 @@ static void test_delta_size(void)
         ovl__m.eager = 65536;
         ovl__m.piece_switch = 0;
         ovl__m.compute_us_per_B = 1.0 / 10000;
+        /* the protection cost measured at init (slow and noisy under
+         * TSan) moved the near-tie too */
+        ovl__m.prot_base_us = ovl__m.uffd_wp_base_us = 2;
+        ovl__m.prot_page_us = ovl__m.uffd_wp_page_us = 0.2;
         ovl__m.poll_sleep_us = 0;
         size_t dnone = ovl__model_delta_size(400 << 10, 117, 1);
         ovl__m.poll_sleep_us = 150;
