@@ -2,8 +2,9 @@
 #   make demo   install what is missing, build, run the headline demonstration
 #   make test   install what is missing, build with -Werror, run the whole suite
 #               (normal build, then ASan+UBSan build, then under Open MPI where
-#               it is installed), and check formatting
-# Other targets: build, bench, test-tsan, build-openmpi, format, format-check, clean,
+#               it is installed, then under MPICH 5 where `OVL_MPI=mpich5
+#               scripts/install-deps` installed it), and check formatting
+# Other targets: build, bench, test-tsan, build-openmpi, build-mpich5, format, format-check, clean,
 #   stress (the randomized stress test over its matrix: SEEDS="1 2 3" MINUTES=30
 #   STRESS_BUILD=build-asan; see scripts/stress).
 BUILD      ?= build
@@ -12,7 +13,8 @@ BUILD_TSAN ?= build-tsan
 JOBS       ?= 2
 CTEST_ARGS ?= --output-on-failure -j2
 
-.PHONY: all deps build demo test test-default test-asan test-tsan test-openmpi build-openmpi format \
+.PHONY: all deps build demo test test-default test-asan test-tsan test-openmpi build-openmpi \
+        test-mpich5 build-mpich5 format \
         format-check clean stress
 
 all: build
@@ -27,7 +29,7 @@ build: deps
 demo: build
 	@scripts/demo $(BUILD)
 
-test: deps format-check test-default test-asan test-openmpi
+test: deps format-check test-default test-asan test-openmpi test-mpich5
 
 test-default:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DOVL_WERROR=ON
@@ -62,6 +64,25 @@ build-openmpi:
 	  $(OPENMPI_CMAKE) && cmake --build build-openmpi -j$(JOBS) && echo "build-openmpi: ok"; \
 	else echo "build-openmpi: skipped (mpicc.openmpi not installed)"; fi
 
+# MPICH 5 from the package index (the `mpich` wheel), in the virtual
+# environment `OVL_MPI=mpich5 scripts/install-deps` makes: the suite runs
+# under it too (but the emulated cluster's tests, which use Debian's MPICH).
+MPICH5_DIR ?= .deps/mpich5
+MPICH5_CMAKE = cmake -S . -B build-mpich5 -DCMAKE_BUILD_TYPE=Release -DOVL_WERROR=ON \
+	-DMPI_C_COMPILER=$(abspath $(MPICH5_DIR))/bin/mpicc \
+	-DMPIEXEC_EXECUTABLE=$(abspath $(MPICH5_DIR))/bin/mpiexec
+
+test-mpich5:
+	@if [ -x $(MPICH5_DIR)/bin/mpicc ]; then \
+	  $(MPICH5_CMAKE) -DOVL_BUILD_TESTS=ON && cmake --build build-mpich5 -j$(JOBS) && \
+	  ctest --test-dir build-mpich5 $(CTEST_ARGS) -LE cluster; \
+	else echo "test-mpich5: skipped (OVL_MPI=mpich5 scripts/install-deps installs it)"; fi
+
+build-mpich5:
+	@if [ -x $(MPICH5_DIR)/bin/mpicc ]; then \
+	  $(MPICH5_CMAKE) && cmake --build build-mpich5 -j$(JOBS) && echo "build-mpich5: ok"; \
+	else echo "build-mpich5: skipped (OVL_MPI=mpich5 scripts/install-deps installs it)"; fi
+
 # The randomized stress test over ranks x progress x monitor (scripts/stress):
 # SEEDS (default: 3 random), MINUTES (default 5), STRESS_BUILD (default
 # build-stress, Release; a directory named *asan* or *tsan* gets that build).
@@ -79,4 +100,4 @@ format-check:
 	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: ok"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-openmpi
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-openmpi build-mpich5

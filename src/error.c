@@ -173,6 +173,12 @@ int ovl__mpi_error(int mpierr, const char *fn, const char *what)
     int len = 0;
     if (MPI_Error_string(mpierr, msg, &len) != MPI_SUCCESS)
         snprintf(msg, sizeof msg, "MPI error %d", mpierr);
+    /* one line: MPICH 5 appends its error stack on lines of their own */
+    for (char *c = msg; *c; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
+    for (size_t n = strlen(msg); n > 0 && msg[n - 1] == ' ';)
+        msg[--n] = 0;
     int cls = mpierr;
     MPI_Error_class(mpierr, &cls);
     int code = cls == MPI_ERR_TRUNCATE ? OVL_ERR_TRUNCATE : OVL_ERR_MPI;

@@ -77,6 +77,12 @@ int main(int argc, char **argv)
 #else
     printf("MPI-4 partitioned communication: no (MPI %d.%d)\n", MPI_VERSION, MPI_SUBVERSION);
 #endif
+#if defined(OVL_HAVE_MPIX_STREAM)
+    printf("MPIX streams (MPICH): yes (MPIX_Stream_create; reserve them with "
+           "MPIR_CVAR_CH4_RESERVE_VCIS)\n");
+#else
+    printf("MPIX streams (MPICH): no\n");
+#endif
     printf("\nAccess monitor (OVL_MONITOR=%s): %s\n", env && *env ? env : "auto, the default",
            works ? ovl_monitor_name(got) : "UNAVAILABLE (ovl_init fails with OVL_ERR_MONITOR)");
     printf("  why: %s\n", why);
