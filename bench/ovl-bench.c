@@ -29,6 +29,8 @@ static const struct bench_cmd cmds[] = {
       bench_wire_cost },
     { "wakeup-cost", "what one wake-up on the computing core costs it (thread, signal, ovl)",
       bench_wakeup_cost },
+    { "domains", "threads vs processes: bidirectional latency and message rate per worker",
+      bench_domains },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * ovl-bench domains: threads against processes, the experiment of the
+ * communication-domains paper (Ibrahim and Yelick): bidirectional latency
+ * (each worker posts a receive and a send to its partner and waits for
+ * both) and, with --window W, a message rate (W of each in flight).
+ *
+ * A worker is one thread of one rank: --threads T threads per rank. Worker
+ * (r, t) pairs with worker ((r + np/2) mod np, t), so the same program
+ * measures processes (np = 2P ranks, --threads 1) and threads (np = 2
+ * ranks, --threads P) with the same pairs; bench/domains.sh alternates the
+ * two launches. With one rank, thread t pairs with thread t xor 1 of the
+ * same process (2 threads against 2 processes on one host, with no wire).
+ * The variants, alternated within a launch:
+ *   mpi    plain MPI, MPI_THREAD_MULTIPLE, a communicator per thread (the
+ *          paper's MPI case)
+ *   mpix   MPICH's MPIX streams: a stream communicator per thread, each its
+ *          own endpoint (built where mpi.h has MPIX_Stream_create; needs
+ *          MPIR_CVAR_CH4_RESERVE_VCIS >= T)
+ *   ovl    ovl_isend/ovl_irecv/ovl_waitall, every thread through the one
+ *          engine ovl has today (tag t)
+ * Latency: the slowest worker's time per iteration, median over --reps.
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { V_MPI, V_MPIX, V_OVL, NVARIANTS };
+static const char *const vname[NVARIANTS] = { "mpi", "mpix", "ovl" };
+
+struct dom_cfg {
+    int threads, iters, window, reps;
+    size_t *sizes;
+    int nsizes;
+    int variant;
+    size_t bytes;
+};
+
+struct worker {
+    int t, pt;     /* this thread, its partner thread (the receive's tag) */
+    int comm_of;   /* whose communicator it uses (a pair shares one) */
+    MPI_Comm comm; /* mpi: a duplicate per thread; mpix: a stream communicator */
+#if defined(OVL_HAVE_MPIX_STREAM)
+    MPIX_Stream stream;
+#endif
+    char *sbuf, *rbuf;
+    double secs; /* the last run's time */
+    pthread_t th;
+};
+
+static struct dom_cfg C;
+static struct worker *W;
+static pthread_barrier_t bar;
+static int partner;
+
+/* One iteration: --window receives and sends, then wait for all of them. */
+static void run_iters(struct worker *w, int iters)
+{
+    const int win = C.window, n = (int)C.bytes;
+    MPI_Request rq[2 * 64];
+    MPI_Status sts[2 * 64];
+    ovl_request_t oq[2 * 64];
+    for (int k = 0; k < iters; k++) {
+        for (int i = 0; i < win; i++) {
+            char *rb = w->rbuf + (size_t)i * C.bytes, *sb = w->sbuf + (size_t)i * C.bytes;
+            if (C.variant == V_OVL) {
+                BENCH_OVL(ovl_irecv(rb, n, MPI_BYTE, partner, w->pt, &oq[2 * i]));
+                BENCH_OVL(ovl_isend(sb, n, MPI_BYTE, partner, w->t, &oq[2 * i + 1]));
+            } else {
+                BENCH_MPI(MPI_Irecv(rb, n, MPI_BYTE, partner, w->pt, w->comm, &rq[2 * i]));
+                BENCH_MPI(MPI_Isend(sb, n, MPI_BYTE, partner, w->t, w->comm, &rq[2 * i + 1]));
+            }
+        }
+        if (C.variant == V_OVL)
+            BENCH_OVL(ovl_waitall(2 * win, oq, OVL_STATUS_IGNORE));
+        else
+            BENCH_MPI(MPI_Waitall(2 * win, rq, sts));
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    /* warm-up, then the timed run; thread 0 lines the ranks up between */
+    pthread_barrier_wait(&bar);
+    run_iters(w, C.iters / 10 + 1);
+    pthread_barrier_wait(&bar);
+    if (w->t == 0)
+        BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    pthread_barrier_wait(&bar);
+    double t0 = bench_now();
+    run_iters(w, C.iters);
+    w->secs = bench_now() - t0;
+    pthread_barrier_wait(&bar);
+    return NULL;
+}
+
+/* One run of the current variant and size over every thread: the slowest
+ * worker's seconds, the same on every rank. */
+static double run_once(void)
+{
+    for (int t = 1; t < C.threads; t++)
+        if (pthread_create(&W[t].th, NULL, worker_main, &W[t]) != 0)
+            bench_fail("domains: pthread_create failed");
+    worker_main(&W[0]);
+    double mine = 0, all = 0;
+    for (int t = 1; t < C.threads; t++)
+        pthread_join(W[t].th, NULL);
+    for (int t = 0; t < C.threads; t++)
+        if (W[t].secs > mine)
+            mine = W[t].secs;
+    BENCH_MPI(MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return all;
+}
+
+/* Set up the variant's communicators; 0 if it cannot run here (every rank
+ * agrees). */
+static int variant_setup(int v, char *why, size_t len)
+{
+    int ok = 1;
+    why[0] = 0;
+    for (int t = 0; t < C.threads; t++)
+        W[t].comm = MPI_COMM_NULL;
+    for (int t = 0; t < C.threads; t++) {
+        if (v == V_MPI && W[t].comm_of == t &&
+            MPI_Comm_dup(MPI_COMM_WORLD, &W[t].comm) != MPI_SUCCESS)
+            ok = 0;
+        if (v == V_MPI && W[t].comm_of != t)
+            W[t].comm = W[W[t].comm_of].comm;
+#if defined(OVL_HAVE_MPIX_STREAM)
+        if (v == V_MPIX && bench_size == 1) {
+            snprintf(why, len, "a stream serves one thread: no pairs within a process");
+            ok = 0;
+        }
+        if (v == V_MPIX) {
+            W[t].stream = MPIX_STREAM_NULL;
+            if (ok && MPIX_Stream_create(MPI_INFO_NULL, &W[t].stream) != MPI_SUCCESS) {
+                snprintf(why, len, "MPIX_Stream_create failed (set MPIR_CVAR_CH4_RESERVE_VCIS=%d)",
+                         C.threads);
+                ok = 0;
+            }
+            int all = 0;
+            BENCH_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+            ok = all;
+            if (ok &&
+                MPIX_Stream_comm_create(MPI_COMM_WORLD, W[t].stream, &W[t].comm) != MPI_SUCCESS) {
+                snprintf(why, len, "MPIX_Stream_comm_create failed");
+                ok = 0;
+            }
+        }
+#else
+        if (v == V_MPIX) {
+            snprintf(why, len, "this MPI has no MPIX streams");
+            ok = 0;
+        }
+#endif
+    }
+    int all = 0;
+    BENCH_MPI(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!all && !why[0])
+        snprintf(why, len, "another rank could not set it up");
+    return all;
+}
+
+static void variant_teardown(void)
+{
+    for (int t = 0; t < C.threads; t++) {
+        if (W[t].comm != MPI_COMM_NULL && W[t].comm_of == t)
+            MPI_Comm_free(&W[t].comm);
+        W[t].comm = MPI_COMM_NULL;
+#if defined(OVL_HAVE_MPIX_STREAM)
+        if (W[t].stream != MPIX_STREAM_NULL)
+            MPIX_Stream_free(&W[t].stream);
+        W[t].stream = MPIX_STREAM_NULL;
+#endif
+    }
+}
+
+int bench_domains(int argc, char **argv)
+{
+    static const char *cmd = "domains";
+    const char *csv = NULL, *variants = "mpi,mpix,ovl";
+    C = (struct dom_cfg){ .threads = 1, .iters = 2000, .window = 1, .reps = 5 };
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads"))
+            C.threads =
+                (int)bench_parse_long(cmd, "--threads", bench_optarg(cmd, argc, argv, &i), 1, 64);
+        else if (!strcmp(argv[i], "--sizes"))
+            C.nsizes =
+                bench_parse_size_list(cmd, "--sizes", bench_optarg(cmd, argc, argv, &i), &C.sizes);
+        else if (!strcmp(argv[i], "--iters"))
+            C.iters = (int)bench_parse_long(cmd, "--iters", bench_optarg(cmd, argc, argv, &i), 1,
+                                            10000000);
+        else if (!strcmp(argv[i], "--window"))
+            C.window =
+                (int)bench_parse_long(cmd, "--window", bench_optarg(cmd, argc, argv, &i), 1, 64);
+        else if (!strcmp(argv[i], "--reps"))
+            C.reps =
+                (int)bench_parse_long(cmd, "--reps", bench_optarg(cmd, argc, argv, &i), 1, 1000);
+        else if (!strcmp(argv[i], "--variants"))
+            variants = bench_optarg(cmd, argc, argv, &i);
+        else if (!strcmp(argv[i], "--csv"))
+            csv = bench_optarg(cmd, argc, argv, &i);
+        else if (!strcmp(argv[i], "--help"))
+            bench_help_exit(
+                "ovl-bench domains [--threads T] [--sizes LIST] [--iters N] [--window W]\n"
+                "                  [--reps R] [--variants LIST] [--csv FILE]\n"
+                "Threads against processes (the communication-domains paper): worker (rank r,\n"
+                "thread t) exchanges with worker (r + np/2 mod np, t): each iteration posts W\n"
+                "receives and W sends (default 1) and waits for all. Processes: np = 2P,\n"
+                "--threads 1; threads: np = 2, --threads P (bench/domains.sh alternates the\n"
+                "two launches). Variants (default mpi,mpix,ovl), alternated: mpi (plain MPI,\n"
+                "a communicator per thread), mpix (MPICH's MPIX streams, a stream\n"
+                "communicator per thread; needs MPIR_CVAR_CH4_RESERVE_VCIS >= T), ovl\n"
+                "(ovl_isend/ovl_irecv, tag t). Prints the slowest worker's time per iteration\n"
+                "(us) and messages per second per worker, medians of --reps (default 5) runs of\n"
+                "--iters (default 2000). Sizes default 8,64,512,2k,16k,128k,2m.\n");
+        else
+            bench_usage_error(cmd, "unknown option %s", argv[i]);
+    }
+    int use[NVARIANTS] = { 0 };
+    {
+        char *dup = strdup(variants), *save = NULL;
+        if (!dup)
+            bench_fail("out of memory");
+        for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            int found = 0;
+            for (int v = 0; v < NVARIANTS; v++)
+                if (!strcmp(tok, vname[v]))
+                    use[v] = found = 1;
+            if (!found)
+                bench_usage_error(cmd, "--variants: unknown variant '%s' (mpi, mpix, ovl)", tok);
+        }
+        free(dup);
+    }
+    if (C.nsizes == 0) {
+        static const size_t def[] = { 8, 64, 512, 2048, 16384, 131072, 2097152 };
+        C.nsizes = (int)(sizeof def / sizeof *def);
+        C.sizes = malloc(sizeof def);
+        if (!C.sizes)
+            bench_fail("out of memory");
+        memcpy(C.sizes, def, sizeof def);
+    }
+    if (bench_size > 1 && bench_size % 2)
+        bench_usage_error(cmd, "needs one rank or an even number (got %d)", bench_size);
+    if (bench_size == 1 && C.threads % 2)
+        bench_usage_error(cmd, "one rank needs an even --threads (pairs of threads)");
+    if (C.threads > 1 && bench_thread_level < MPI_THREAD_MULTIPLE)
+        bench_usage_error(cmd, "--threads %d needs MPI_THREAD_MULTIPLE", C.threads);
+    partner = (bench_rank + bench_size / 2) % bench_size;
+    size_t maxsz = 0;
+    for (int s = 0; s < C.nsizes; s++)
+        if (C.sizes[s] > maxsz)
+            maxsz = C.sizes[s];
+    if (maxsz == 0 || maxsz > (size_t)1 << 30)
+        bench_usage_error(cmd, "--sizes: each must be in [1, 1g]");
+    W = calloc((size_t)C.threads, sizeof *W);
+    if (!W || pthread_barrier_init(&bar, NULL, (unsigned)C.threads) != 0)
+        bench_fail("out of memory");
+    for (int t = 0; t < C.threads; t++) {
+        W[t].t = t;
+        W[t].pt = bench_size == 1 ? t ^ 1 : t;
+        W[t].comm_of = bench_size == 1 ? (t & ~1) : t;
+        W[t].sbuf = malloc(maxsz * (size_t)C.window);
+        W[t].rbuf = malloc(maxsz * (size_t)C.window);
+        if (!W[t].sbuf || !W[t].rbuf)
+            bench_fail("out of memory");
+        memset(W[t].sbuf, bench_rank + 1, maxsz * (size_t)C.window);
+#if defined(OVL_HAVE_MPIX_STREAM)
+        W[t].stream = MPIX_STREAM_NULL;
+#endif
+    }
+    ovl_config_t eff;
+    bench_ovl_start(0, &eff);
+
+    FILE *f = bench_csv_open(cmd, csv);
+    if (f)
+        fprintf(f,
+                "bench,variant,ranks,threads,window,msg_bytes,iters,reps,progress,us_per_iter_med,"
+                "us_per_iter_min,us_per_iter_max,msgs_per_s_med\n");
+    if (bench_rank == 0)
+        printf("ovl-bench domains: %d ranks x %d thread%s, window %d, %d iterations, medians of %d "
+               "runs; ovl progress %s\n%-6s %10s %12s %12s %14s\n",
+               bench_size, C.threads, C.threads > 1 ? "s" : "", C.window, C.iters, C.reps,
+               eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline", "variant", "message",
+               "us/iter", "(min-max)", "msgs/s/worker");
+    int can[NVARIANTS];
+    char why[NVARIANTS][160];
+    for (int v = 0; v < NVARIANTS; v++) {
+        can[v] = use[v] && variant_setup(v, why[v], sizeof why[v]);
+        variant_teardown();
+        if (use[v] && !can[v] && bench_rank == 0)
+            printf("%-6s skipped: %s\n", vname[v], why[v]);
+    }
+    double *t = calloc((size_t)NVARIANTS * (size_t)C.reps, sizeof *t);
+    if (!t)
+        bench_fail("out of memory");
+    for (int s = 0; s < C.nsizes; s++) {
+        C.bytes = C.sizes[s];
+        for (int r = 0; r < C.reps; r++)
+            for (int k = 0; k < NVARIANTS; k++) {
+                int v = (k + r) % NVARIANTS; /* a new first variant each rep */
+                if (!can[v])
+                    continue;
+                char w[160];
+                if (!variant_setup(v, w, sizeof w))
+                    bench_fail("domains: %s could not be set up again: %s", vname[v], w);
+                C.variant = v;
+                t[v * C.reps + r] = run_once() / C.iters;
+                variant_teardown();
+            }
+        for (int v = 0; v < NVARIANTS; v++) {
+            if (!can[v] || bench_rank != 0)
+                continue;
+            struct bench_stat st = bench_stat_of(&t[v * C.reps], C.reps);
+            double rate = 2.0 * C.window / st.med;
+            char sz[32];
+            printf("%-6s %10s %12.2f %5.2f-%-6.2f %14.0f\n", vname[v],
+                   bench_fmt_size(C.bytes, sz, sizeof sz), st.med * 1e6, st.min * 1e6, st.max * 1e6,
+                   rate);
+            if (f)
+                fprintf(f, "domains,%s,%d,%d,%d,%zu,%d,%d,%s,%.3f,%.3f,%.3f,%.0f\n", vname[v],
+                        bench_size, C.threads, C.window, C.bytes, C.iters, C.reps,
+                        eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
+                        st.med * 1e6, st.min * 1e6, st.max * 1e6, rate);
+        }
+    }
+    bench_csv_close(f, csv);
+    bench_ovl_finalize();
+    for (int i = 0; i < C.threads; i++) {
+        free(W[i].sbuf);
+        free(W[i].rbuf);
+    }
+    free(W);
+    free(t);
+    free(C.sizes);
+    pthread_barrier_destroy(&bar);
+    return 0;
+}
