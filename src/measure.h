@@ -54,6 +54,9 @@ int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out);
  * L2 cache, 4 to 32 MiB) copied @chunk bytes at a time into one buffer of
  * @chunk bytes, best of 3; -1 without memory. */
 double ovl__measure_copy_rate(size_t bytes, size_t chunk);
+/* The chunk both ovl_init's estimate and ovl-calibrate copy in: the model
+ * reads one figure, so it is measured one way. */
+#define OVL__COPY_CHUNK ((size_t)256 << 10)
 
 /* How long a sleep of @us lasts, with the progress thread's timer slack:
  * the median of 5. */

@@ -237,7 +237,7 @@ static int quick_estimate(void)
         ovl__m.uffd_wp_base_us = ovl__m.uffd_wp_page_us = -1; /* unavailable */
     }
     /* from beyond L2 into it, in 256 KiB chunks: about 2 ms */
-    double c = ovl__measure_copy_rate(0, 256 << 10);
+    double c = ovl__measure_copy_rate(0, OVL__COPY_CHUNK);
     ovl__m.compute_us_per_B = c > 0 ? c : model_defaults.compute_us_per_B;
     return OVL_SUCCESS;
 }

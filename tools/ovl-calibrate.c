@@ -484,7 +484,7 @@ int main(int argc, char **argv)
         uf_a = 0;
     /* Copy a buffer far larger than the caches into a small one, chunk by
      * chunk: the memory-to-cache rate in microseconds per byte. */
-    double copy = ovl__measure_copy_rate(quick ? (16u << 20) : (128u << 20), 64 << 10);
+    double copy = ovl__measure_copy_rate(quick ? (16u << 20) : (128u << 20), OVL__COPY_CHUNK);
     /* RMA fit */
     double ga = -1, gb = -1, pa = -1, pb = -1;
     if (rank == 0 && get_us[0] > 0) {
