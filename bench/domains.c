@@ -261,6 +261,7 @@ int bench_domains(int argc, char **argv)
         bench_fail("out of memory");
     for (int t = 0; t < C.threads; t++) {
         W[t].t = t;
+        W[t].comm = MPI_COMM_NULL;
         W[t].pt = bench_size == 1 ? t ^ 1 : t;
         W[t].comm_of = bench_size == 1 ? (t & ~1) : t;
         W[t].sbuf = malloc(maxsz * (size_t)C.window);
