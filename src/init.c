@@ -66,6 +66,68 @@ int ovl__check_not_in_callback(const char *fn)
     return OVL_SUCCESS;
 }
 
+static atomic_int probe_hits;
+
+static void probe_hit(MPI_Comm *comm, int *code, ...)
+{
+    OVL__UNUSED(comm);
+    OVL__UNUSED(code);
+    atomic_fetch_add(&probe_hits, 1);
+}
+
+/* Whether this MPI raises a completed request's error on MPI_COMM_WORLD's
+ * or MPI_COMM_SELF's error handler rather than on its communicator's
+ * (MPICH 4.0 does): a receive truncated by a send to this process, on a
+ * duplicate of MPI_COMM_SELF whose handler returns, tested with
+ * MPI_Testsome as the engine tests, while a recording handler is on WORLD
+ * and SELF. Local. Anything failing answers yes, the safe side (the
+ * engine then swaps the handlers around every MPI_Testsome). */
+static int errors_raised_on_world(void)
+{
+    MPI_Comm pc = MPI_COMM_NULL;
+    MPI_Errhandler rec = MPI_ERRHANDLER_NULL, world = MPI_ERRHANDLER_NULL,
+                   self = MPI_ERRHANDLER_NULL;
+    int yes = 1;
+    if (MPI_Comm_dup(MPI_COMM_SELF, &pc) != MPI_SUCCESS)
+        return 1;
+    MPI_Comm_set_errhandler(pc, MPI_ERRORS_RETURN);
+    if (MPI_Comm_create_errhandler(probe_hit, &rec) == MPI_SUCCESS &&
+        MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world) == MPI_SUCCESS &&
+        MPI_Comm_get_errhandler(MPI_COMM_SELF, &self) == MPI_SUCCESS) {
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, rec);
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, rec);
+        atomic_store(&probe_hits, 0);
+        char out[16] = { 0 }, in[8];
+        MPI_Request rq[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
+        int ok = MPI_Irecv(in, (int)sizeof in, MPI_BYTE, 0, 0, pc, &rq[0]) == MPI_SUCCESS &&
+                 MPI_Isend(out, (int)sizeof out, MPI_BYTE, 0, 0, pc, &rq[1]) == MPI_SUCCESS;
+        for (int left = ok ? 2 : 0, spins = 0; left > 0 && spins < 1000000; spins++) {
+            int n = 0, idx[2];
+            MPI_Status st[2];
+            MPI_Testsome(2, rq, &n, idx, st);
+            if (n == MPI_UNDEFINED)
+                break;
+            left -= n;
+        }
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+        if (ok && rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL)
+            yes = atomic_load(&probe_hits) > 0;
+        for (int i = 0; i < 2; i++)
+            if (rq[i] != MPI_REQUEST_NULL) { /* not completed: leave it be */
+                MPI_Cancel(&rq[i]);
+                MPI_Request_free(&rq[i]);
+            }
+    }
+    MPI_Errhandler *h[] = { &world, &self, &rec };
+    for (int i = 0; i < 3; i++)
+        if (*h[i] != MPI_ERRHANDLER_NULL && *h[i] != MPI_ERRORS_ARE_FATAL &&
+            *h[i] != MPI_ERRORS_RETURN)
+            MPI_Errhandler_free(h[i]);
+    MPI_Comm_free(&pc);
+    return yes;
+}
+
 static void free_comms(void)
 {
     MPI_Comm *c[] = { &ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag,
@@ -141,6 +203,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     MPI_Comm_set_errhandler(ovl__g.comm_stream, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ovl__g.comm_frag, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ovl__g.comm_delta, MPI_ERRORS_RETURN);
+    ovl__g.errors_on_world = errors_raised_on_world();
     MPI_Comm_rank(comm, &ovl__g.rank);
     MPI_Comm_size(comm, &ovl__g.size);
     int *ub = NULL;
@@ -257,9 +320,12 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         rc = ovl__error(rc, fn, "cannot start the progress thread");
         goto fail_table;
     }
-    ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u", ovl__g.size,
-              c.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
-              ovl__g.cfg.stream.fragment_size, c.stream.window);
+    ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u; MPI raises a "
+              "request's error on %s",
+              ovl__g.size, c.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
+              ovl__g.cfg.stream.fragment_size, c.stream.window,
+              ovl__g.errors_on_world ? "MPI_COMM_WORLD's handler (swapped around each poll)"
+                                     : "its communicator's");
     return OVL_SUCCESS;
 
 fail_table:

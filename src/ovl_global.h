@@ -18,6 +18,11 @@ struct ovl__global {
     int rank, size;
     int tag_ub;
     int thread_level;
+    /* MPI raises a completed request's error on MPI_COMM_WORLD's or
+     * MPI_COMM_SELF's handler, not its communicator's (MPICH 4.0): the
+     * engine then makes both return around its MPI_Testsome (init.c
+     * probes it) */
+    int errors_on_world;
     ovl_config_t cfg;
     int serve_auto; /* OVL_SERVE_US left 0: serve only where the probe says so */
     /* finalize's drain: messages sent to / received from each peer */

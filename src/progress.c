@@ -564,9 +564,14 @@ static int grow_batch(struct ovl__engine *e, int need)
  * statuses. MPICH 4.0 raises them on MPI_COMM_WORLD's error handler (MPI-4
  * says MPI_COMM_SELF) whatever the request's communicator, so with the
  * default handler a truncated receive would abort the program instead of
- * completing with OVL_ERR_TRUNCATE. Engine lock held. */
+ * completing with OVL_ERR_TRUNCATE: where ovl_init found that
+ * (errors_on_world), both handlers return around the call. Elsewhere the
+ * requests' own communicators return, and MPI_COMM_WORLD, which the
+ * program's other threads may be using, is left alone. Engine lock held. */
 static int testsome_errors_return(struct ovl__engine *e, int *outcount)
 {
+    if (!ovl__g.errors_on_world)
+        return MPI_Testsome(e->n, e->mreqs, outcount, e->idx, e->sts);
     MPI_Errhandler world = MPI_ERRHANDLER_NULL, self = MPI_ERRHANDLER_NULL;
     MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
     MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
