@@ -114,14 +114,15 @@ void ovl__delta_active_remove(struct ovl__delta *d);
 /* A new delta state for request @r, which gets it and its hooks. */
 struct ovl__delta *ovl__delta_new(struct ovl__req *r, int is_send, void *buf, size_t cap);
 int ovl__delta_contiguous(int count, MPI_Datatype dt, size_t *bytes);
+/* The checks ovl_delta_send_begin and ovl_delta_recv share, param
+ * included; @mon gets the monitor that will work, @asked the one asked for. */
 int ovl__delta_check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int peer, int tag,
-                          int any_ok, ovl_monitor_t monitor, ovl_request_t *req, size_t *cap);
+                          int any_ok, const ovl_param_t *param, ovl_request_t *req, size_t *cap,
+                          ovl_monitor_t *asked, ovl_monitor_t *mon);
 int ovl__delta_check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_t len);
-int ovl__delta_check_monitor(const char *fn, ovl_monitor_t asked, ovl_monitor_t got);
 /* The pending delta request @h of @kind (OVL__REQ_DSEND, OVL__REQ_DRECV),
  * or OVL_ERR_REQUEST. */
 int ovl__delta_lookup(const char *fn, ovl_request_t h, int kind, struct ovl__req **out);
-ovl_monitor_t ovl__delta_param_monitor(const ovl_param_t *param);
 
 /* ---- delta_send.c ---------------------------------------------------------- */
 

@@ -649,14 +649,10 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
 {
     static const char *fn = "ovl_delta_send_begin";
     size_t cap = 0;
-    int rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR);
+    ovl_monitor_t monitor, mon;
+    int rc =
+        ovl__delta_check_args(fn, buf, count, dt, dest, tag, 0, param, req, &cap, &monitor, &mon);
     if (rc)
-        return rc;
-    const ovl_monitor_t monitor = ovl__delta_param_monitor(param);
-    if ((rc = ovl__delta_check_args(fn, buf, count, dt, dest, tag, 0, monitor, req, &cap)))
-        return rc;
-    const ovl_monitor_t mon = ovl__watch_resolve(monitor);
-    if ((rc = ovl__delta_check_monitor(fn, monitor, mon)) != OVL_SUCCESS)
         return rc;
 
     struct ovl__req *r = NULL;

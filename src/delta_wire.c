@@ -112,13 +112,39 @@ int ovl__delta_contiguous(int count, MPI_Datatype dt, size_t *bytes)
     return OVL_SUCCESS;
 }
 
-/* The argument checks both delta calls share; @cap gets the buffer bytes. */
+/* The monitor a request asked for in its param (AUTO: the process's). */
+static ovl_monitor_t param_monitor(const ovl_param_t *param)
+{
+    return param && (param->field_mask & OVL_PARAM_FIELD_MONITOR) ? param->monitor
+                                                                  : OVL_MONITOR_AUTO;
+}
+
+/* A fault monitor asked for by name (not auto) that cannot work in this
+ * process (ovl__watch_resolve gave explicit: no /proc/self/mem): an
+ * error, not a silent switch to annotations the program does not make. */
+static int check_monitor(const char *fn, ovl_monitor_t asked, ovl_monitor_t got)
+{
+    if (got != OVL_MONITOR_EXPLICIT || asked == OVL_MONITOR_AUTO || asked == OVL_MONITOR_EXPLICIT)
+        return OVL_SUCCESS;
+    ovl_monitor_t c;
+    char why[480] = "";
+    int prc = ovl_monitor_probe(asked, &c, why, sizeof why);
+    (void)prc; /* only the reason is wanted */
+    return ovl__error(OVL_ERR_MONITOR, fn, "the %s monitor cannot work in this process: %s",
+                      ovl_monitor_name(asked), why);
+}
+
+/* The argument checks both delta calls share (@param takes the monitor
+ * field only): @cap gets the buffer bytes, @asked the monitor asked for,
+ * @mon the one that will work (ovl__watch_resolve). */
 int ovl__delta_check_args(const char *fn, void *buf, int count, MPI_Datatype dt, int peer, int tag,
-                          int any_ok, ovl_monitor_t monitor, ovl_request_t *req, size_t *cap)
+                          int any_ok, const ovl_param_t *param, ovl_request_t *req, size_t *cap,
+                          ovl_monitor_t *asked, ovl_monitor_t *mon)
 {
     int rc;
-    if ((rc = ovl__check_init(fn)))
+    if ((rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_MONITOR)) || (rc = ovl__check_init(fn)))
         return rc;
+    const ovl_monitor_t monitor = param_monitor(param);
     if (!req)
         return ovl__error(OVL_ERR_ARG, fn, "request pointer is NULL");
     if ((unsigned)monitor > OVL_MONITOR_EXPLICIT)
@@ -147,7 +173,9 @@ int ovl__delta_check_args(const char *fn, void *buf, int count, MPI_Datatype dt,
                           "ovl_irecv accept MPI_PROC_NULL)");
     if ((rc = ovl__check_peer(fn, peer, any_ok)) || (rc = ovl__check_tag(fn, tag, any_ok)))
         return rc;
-    return OVL_SUCCESS;
+    *asked = monitor;
+    *mon = ovl__watch_resolve(monitor);
+    return check_monitor(fn, monitor, *mon);
 }
 
 int ovl__delta_check_stack(const char *fn, ovl_monitor_t mon, const void *buf, size_t len)
@@ -158,21 +186,6 @@ int ovl__delta_check_stack(const char *fn, ovl_monitor_t mon, const void *buf, s
                           "pages; use heap memory or OVL_MONITOR_EXPLICIT",
                           buf, ovl_monitor_name(mon));
     return OVL_SUCCESS;
-}
-
-/* A fault monitor asked for by name (not auto) that cannot work in this
- * process (ovl__watch_resolve gave explicit: no /proc/self/mem): an
- * error, not a silent switch to annotations the program does not make. */
-int ovl__delta_check_monitor(const char *fn, ovl_monitor_t asked, ovl_monitor_t got)
-{
-    if (got != OVL_MONITOR_EXPLICIT || asked == OVL_MONITOR_AUTO || asked == OVL_MONITOR_EXPLICIT)
-        return OVL_SUCCESS;
-    ovl_monitor_t c;
-    char why[480] = "";
-    int prc = ovl_monitor_probe(asked, &c, why, sizeof why);
-    (void)prc; /* only the reason is wanted */
-    return ovl__error(OVL_ERR_MONITOR, fn, "the %s monitor cannot work in this process: %s",
-                      ovl_monitor_name(asked), why);
 }
 
 int ovl__delta_lookup(const char *fn, ovl_request_t h, int kind, struct ovl__req **out)
@@ -230,13 +243,6 @@ void ovl__delta_return_sid(unsigned sid)
     unsigned cur = atomic_load(&ovl__delta_g.next_sid);
     if ((cur - 1u) % ((unsigned)ovl__g.mpi_tag_ub + 1u) == sid)
         atomic_compare_exchange_strong(&ovl__delta_g.next_sid, &cur, cur - 1u);
-}
-
-/* The monitor a request asked for in its param (AUTO: the process's). */
-ovl_monitor_t ovl__delta_param_monitor(const ovl_param_t *param)
-{
-    return param && (param->field_mask & OVL_PARAM_FIELD_MONITOR) ? param->monitor
-                                                                  : OVL_MONITOR_AUTO;
 }
 
 int ovl_delta_size(ovl_request_t req, size_t *bytes)
