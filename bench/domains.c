@@ -17,8 +17,10 @@
  *   mpix   MPICH's MPIX streams: a stream communicator per thread, each its
  *          own endpoint (built where mpi.h has MPIX_Stream_create; needs
  *          MPIR_CVAR_CH4_RESERVE_VCIS >= T)
- *   ovl    ovl_isend/ovl_irecv/ovl_waitall, every thread through the one
- *          engine ovl has today (tag t)
+ *   ovl    ovl_isend/ovl_irecv/ovl_waitall, every thread on domain 0 (tag t)
+ *   ovl-dom the same, each thread on a communication domain of its own
+ *          (ovl_domains_create: private, so on an MPIX stream where MPI has
+ *          them; a pair of threads within one process shares a shared one)
  * Latency: the slowest worker's time per iteration, median over --reps.
  */
 #include "common.h"
@@ -27,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { V_MPI, V_MPIX, V_OVL, NVARIANTS };
-static const char *const vname[NVARIANTS] = { "mpi", "mpix", "ovl" };
+enum { V_MPI, V_MPIX, V_OVL, V_DOM, NVARIANTS };
+static const char *const vname[NVARIANTS] = { "mpi", "mpix", "ovl", "ovl-dom" };
 
 struct dom_cfg {
     int threads, iters, window, reps;
@@ -39,9 +41,10 @@ struct dom_cfg {
 };
 
 struct worker {
-    int t, pt;     /* this thread, its partner thread (the receive's tag) */
-    int comm_of;   /* whose communicator it uses (a pair shares one) */
-    MPI_Comm comm; /* mpi: a duplicate per thread; mpix: a stream communicator */
+    int t, pt;        /* this thread, its partner thread (the receive's tag) */
+    int comm_of;      /* whose communicator it uses (a pair shares one) */
+    MPI_Comm comm;    /* mpi: a duplicate per thread; mpix: a stream communicator */
+    ovl_domain_t dom; /* ovl-dom: its domain */
 #if defined(OVL_HAVE_MPIX_STREAM)
     MPIX_Stream stream;
 #endif
@@ -83,6 +86,8 @@ static void run_iters(struct worker *w, int iters)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    if (C.variant == V_DOM)
+        BENCH_OVL(ovl_domain_bind(w->dom));
     /* warm-up, then the timed run; thread 0 lines the ranks up between */
     pthread_barrier_wait(&bar);
     run_iters(w, C.iters / 10 + 1);
@@ -94,6 +99,8 @@ static void *worker_main(void *arg)
     run_iters(w, C.iters);
     w->secs = bench_now() - t0;
     pthread_barrier_wait(&bar);
+    if (C.variant == V_DOM)
+        BENCH_OVL(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
     return NULL;
 }
 
@@ -117,10 +124,28 @@ static double run_once(void)
 
 /* Set up the variant's communicators; 0 if it cannot run here (every rank
  * agrees). */
+static ovl_domain_t doms[64];
+static int ndoms;
+
 static int variant_setup(int v, char *why, size_t len)
 {
     int ok = 1;
     why[0] = 0;
+    if (v == V_DOM) {
+        /* one domain per pair of workers: a thread each across processes,
+         * a pair of threads within one */
+        ndoms = bench_size == 1 ? C.threads / 2 : C.threads;
+        int rc = ovl_domains_create(ndoms, bench_size == 1 ? OVL_DOMAIN_SHARED : OVL_DOMAIN_PRIVATE,
+                                    doms);
+        if (rc != OVL_SUCCESS) {
+            snprintf(why, len, "ovl_domains_create: %s", ovl_strerror(rc));
+            ndoms = 0;
+            return 0;
+        }
+        for (int t = 0; t < C.threads; t++)
+            W[t].dom = doms[bench_size == 1 ? t / 2 : t];
+        return 1;
+    }
     for (int t = 0; t < C.threads; t++)
         W[t].comm = MPI_COMM_NULL;
     for (int t = 0; t < C.threads; t++) {
@@ -166,6 +191,10 @@ static int variant_setup(int v, char *why, size_t len)
 
 static void variant_teardown(void)
 {
+    if (ndoms > 0) {
+        BENCH_OVL(ovl_domains_free(ndoms, doms));
+        ndoms = 0;
+    }
     for (int t = 0; t < C.threads; t++) {
         if (W[t].comm != MPI_COMM_NULL && W[t].comm_of == t)
             MPI_Comm_free(&W[t].comm);
@@ -181,7 +210,7 @@ static void variant_teardown(void)
 int bench_domains(int argc, char **argv)
 {
     static const char *cmd = "domains";
-    const char *csv = NULL, *variants = "mpi,mpix,ovl";
+    const char *csv = NULL, *variants = "mpi,mpix,ovl,ovl-dom";
     C = (struct dom_cfg){ .threads = 1, .iters = 2000, .window = 1, .reps = 5 };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads"))
@@ -211,10 +240,11 @@ int bench_domains(int argc, char **argv)
                 "thread t) exchanges with worker (r + np/2 mod np, t): each iteration posts W\n"
                 "receives and W sends (default 1) and waits for all. Processes: np = 2P,\n"
                 "--threads 1; threads: np = 2, --threads P (bench/domains.sh alternates the\n"
-                "two launches). Variants (default mpi,mpix,ovl), alternated: mpi (plain MPI,\n"
+                "two launches). Variants (default mpi,mpix,ovl,ovl-dom), alternated: mpi (MPI,\n"
                 "a communicator per thread), mpix (MPICH's MPIX streams, a stream\n"
                 "communicator per thread; needs MPIR_CVAR_CH4_RESERVE_VCIS >= T), ovl\n"
-                "(ovl_isend/ovl_irecv, tag t). Prints the slowest worker's time per iteration\n"
+                "(ovl_isend/ovl_irecv, tag t, domain 0), ovl-dom (the same, a domain per\n"
+                "thread). Prints the slowest worker's time per iteration\n"
                 "(us) and messages per second per worker, medians of --reps (default 5) runs of\n"
                 "--iters (default 2000). Sizes default 8,64,512,2k,16k,128k,2m.\n");
         else
@@ -231,7 +261,8 @@ int bench_domains(int argc, char **argv)
                 if (!strcmp(tok, vname[v]))
                     use[v] = found = 1;
             if (!found)
-                bench_usage_error(cmd, "--variants: unknown variant '%s' (mpi, mpix, ovl)", tok);
+                bench_usage_error(cmd, "--variants: unknown variant '%s' (mpi, mpix, ovl, ovl-dom)",
+                                  tok);
         }
         free(dup);
     }
@@ -283,7 +314,7 @@ int bench_domains(int argc, char **argv)
                 "us_per_iter_min,us_per_iter_max,msgs_per_s_med\n");
     if (bench_rank == 0)
         printf("ovl-bench domains: %d ranks x %d thread%s, window %d, %d iterations, medians of %d "
-               "runs; ovl progress %s\n%-6s %10s %12s %12s %14s\n",
+               "runs; ovl progress %s\n%-7s %10s %12s %12s %14s\n",
                bench_size, C.threads, C.threads > 1 ? "s" : "", C.window, C.iters, C.reps,
                eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline", "variant", "message",
                "us/iter", "(min-max)", "msgs/s/worker");
@@ -293,7 +324,7 @@ int bench_domains(int argc, char **argv)
         can[v] = use[v] && variant_setup(v, why[v], sizeof why[v]);
         variant_teardown();
         if (use[v] && !can[v] && bench_rank == 0)
-            printf("%-6s skipped: %s\n", vname[v], why[v]);
+            printf("%-7s skipped: %s\n", vname[v], why[v]);
     }
     double *t = calloc((size_t)NVARIANTS * (size_t)C.reps, sizeof *t);
     if (!t)
@@ -318,7 +349,7 @@ int bench_domains(int argc, char **argv)
             struct bench_stat st = bench_stat_of(&t[v * C.reps], C.reps);
             double rate = 2.0 * C.window / st.med;
             char sz[32];
-            printf("%-6s %10s %12.2f %5.2f-%-6.2f %14.0f\n", vname[v],
+            printf("%-7s %10s %12.2f %5.2f-%-6.2f %14.0f\n", vname[v],
                    bench_fmt_size(C.bytes, sz, sizeof sz), st.med * 1e6, st.min * 1e6, st.max * 1e6,
                    rate);
             if (f)

@@ -31,6 +31,7 @@ static const struct bench_cmd cmds[] = {
       bench_wakeup_cost },
     { "domains", "threads vs processes: bidirectional latency and message rate per worker",
       bench_domains },
+    { "am", "active messages: round trip vs ping-pong, and the polling-mask sweep", bench_am },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

@@ -70,28 +70,28 @@ extern "C" {
  * one, the OVL_ERRORS variable's. The default, OVL_ERRORS=return, returns
  * every code.
  */
-#define OVL_ERROR_MAP(X)                                                              \
-    X(SUCCESS, 0, "success")                                                          \
-    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")      \
-    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                       \
-    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")           \
-    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")              \
-    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                             \
-    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)")  \
-    X(ERR_NOMEM, -7, "out of memory")                                                 \
-    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                      \
-    X(ERR_THREAD, -9, "the MPI library does not provide the thread level needed")     \
-    X(ERR_CONFIG, -10, "invalid configuration value")                                 \
-    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                    \
-    X(ERR_BUSY, -12, "the request already has a continuation")                        \
-    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")          \
-    X(ERR_EOF, -14, "read past the end of a stream message")                          \
-    X(ERR_PENDING, -15, "requests are still pending")                                 \
-    X(ERR_CANCELLED, -16, "the operation was cancelled")                              \
-    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")            \
-    X(ERR_INTERNAL, -18, "internal error in ovl")                                     \
-    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")           \
-    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)") \
+#define OVL_ERROR_MAP(X)                                                                \
+    X(SUCCESS, 0, "success")                                                            \
+    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")        \
+    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                         \
+    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")             \
+    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")                \
+    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                               \
+    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)")    \
+    X(ERR_NOMEM, -7, "out of memory")                                                   \
+    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                        \
+    X(ERR_THREAD, -9, "wrong thread level, or a private domain used by another thread") \
+    X(ERR_CONFIG, -10, "invalid configuration value")                                   \
+    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                      \
+    X(ERR_BUSY, -12, "the request already has a continuation")                          \
+    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")            \
+    X(ERR_EOF, -14, "read past the end of a stream message")                            \
+    X(ERR_PENDING, -15, "requests are still pending")                                   \
+    X(ERR_CANCELLED, -16, "the operation was cancelled")                                \
+    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")              \
+    X(ERR_INTERNAL, -18, "internal error in ovl")                                       \
+    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")             \
+    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)")   \
     X(ERR_IN_STATUS, -21, "one or more requests failed: see the error of each status")
 
 /** Return codes of every ovl function. */
@@ -142,7 +142,9 @@ enum {
     OVL_CONFIG_FIELD_SERVE_US = 1u << 17,
     /* 1u << 18: removed, refused */
     OVL_CONFIG_FIELD_STREAM_WHOLE = 1u << 19,
-    OVL_CONFIG_FIELD_ERRORS = 1u << 20
+    OVL_CONFIG_FIELD_ERRORS = 1u << 20,
+    OVL_CONFIG_FIELD_DOMAINS = 1u << 21,
+    OVL_CONFIG_FIELD_AM_POLL_MASK = 1u << 22
 };
 
 /** What a call that fails does (OVL_ERRORS; see OVL_ERROR_MAP). */
@@ -242,6 +244,13 @@ typedef struct {
         ovl_errors_t
             errors; /**< OVL_ERRORS: return|fatal, whether a failing call returns its code or prints it and calls MPI_Abort (OVL_ERROR_MAP); resolved first, so ovl_init's own configuration errors abort under fatal too; set it on every rank (default return) */
     } report;
+    /** Threads. */
+    struct {
+        unsigned
+            domains; /**< OVL_DOMAINS: communication domains ovl_init creates, domain 0 included: 2 or more creates domains 1 .. n-1, shared, for OpenMP codes (thread t binds domain t, ovl_domain_bind); same on every rank; 1-OVL_DOMAINS_MAX (default 1) */
+        unsigned
+            am_poll_mask; /**< OVL_AM_POLL_MASK: a thread bound to a domain other than 0 also drives domain 0 (where active-message handlers run) every (mask + 1) x (domains - 1)-th time it drives its own: smaller, active messages are served sooner; larger, the domains' threads are interrupted less; 0-65535 (default 15) */
+    } threads;
 } ovl_config_t;
 
 /**
@@ -1043,6 +1052,166 @@ OVL_NODISCARD int ovl_model_split_threshold(size_t *bytes);
 OVL_NODISCARD int ovl_segment_hint(ovl_segment_t seg, const ovl_param_t *param);
 
 /* ------------------------------------------------------------------------ */
+/* Communication domains                                                     */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A communication domain: one instance of ovl's progress engine with its
+ * own MPI communicators, matching queue and operations in flight, as an
+ * OpenSHMEM context or a UPC++ persona. Threads bound to different domains
+ * communicate without sharing ovl's locks or MPI's matching, so a hybrid
+ * program's threads can communicate about as fast as processes do.
+ *
+ * Every thread starts on domain 0 (OVL_DOMAIN_DEFAULT), ovl_init's. Every
+ * ovl call a thread makes acts on its current domain (ovl_domain_bind());
+ * a call on a request, stream or delta handle acts on the domain the
+ * handle was created in, from whichever thread makes it.
+ *
+ * What crosses domains:
+ *  - two-sided messages (ovl_isend/ovl_irecv), streams and delta transfers
+ *    match only within the same domain index on both ranks: a message sent
+ *    from domain 2 is received by a receive posted on domain 2 of the
+ *    peer, never by one on another domain (as MPI messages on two
+ *    communicators);
+ *  - segments (ovl_get/ovl_put) are reachable from every domain, and locks
+ *    (ovl_lock) are global; one-sided transfers currently all go through
+ *    domain 0's window, whatever the caller's domain (docs/ARCHITECTURE.md, "Domains");
+ *  - the progress thread (OVL_PROGRESS=thread) drives domain 0 only: a
+ *    domain of its own is driven by the ovl calls of the threads using it.
+ *
+ * How a domain maps onto MPI is probed when it is created: where the MPI
+ * library has MPIX streams (MPICH 4.1 and later) and the domain is
+ * serialized or private, its communicators are on an MPIX stream of its
+ * own (its own virtual communication interface, when MPICH was started
+ * with MPIR_CVAR_CH4_RESERVE_VCIS at least the number of such domains);
+ * otherwise they are duplicates of ovl's communicator. ovl_stats_t says
+ * how many domains got a stream, OVL_VERBOSE=2 why one did not.
+ */
+typedef int ovl_domain_t;
+#define OVL_DOMAIN_DEFAULT 0 /**< domain 0, every thread's until it binds another */
+/** How many domains may exist at once, domain 0 included. */
+#define OVL_DOMAINS_MAX 1024
+
+/** Who may use a domain (as OpenSHMEM's context options). */
+typedef enum {
+    OVL_DOMAIN_SHARED = 0,     /**< any threads, concurrently */
+    OVL_DOMAIN_SERIALIZED = 1, /**< any thread, but one call at a time (the program ensures it) */
+    OVL_DOMAIN_PRIVATE = 2     /**< one thread at a time: the thread bound to it owns it until it
+                                    binds another domain; a call by any other thread on it or on
+                                    its requests is OVL_ERR_THREAD */
+} ovl_domain_mode_t;
+
+/**
+ * Create @p n domains (collective over ovl's communicator: every rank
+ * passes the same @p n and @p mode; a failure on one rank fails the call
+ * on all, nothing created). Their indices, the same on every rank, go to
+ * @p out[0..n-1]. Needs MPI_THREAD_MULTIPLE unless @p n is 0.
+ * OVL_DOMAINS=n (ovl_config_t::threads.domains) creates domains 1..n-1 as
+ * shared ones at ovl_init, for OpenMP codes (thread t binds domain t).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_IN_CALLBACK, OVL_ERR_ARG
+ *         (n negative, out NULL, unknown mode, n or mode differing between
+ *         ranks, more than OVL_DOMAINS_MAX in all), OVL_ERR_THREAD (MPI
+ *         below MPI_THREAD_MULTIPLE), OVL_ERR_NOMEM, OVL_ERR_MPI (MPI ran
+ *         out of communicators: the domains created so far stay usable)
+ */
+OVL_NODISCARD int ovl_domains_create(int n, int mode, ovl_domain_t out[]);
+
+/**
+ * Make @p d the calling thread's current domain. Binding a private domain
+ * no thread owns makes the calling thread its owner; binding another
+ * domain afterwards gives it up.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (no such domain),
+ *         OVL_ERR_THREAD (a private domain another thread owns)
+ */
+OVL_NODISCARD int ovl_domain_bind(ovl_domain_t d);
+
+/** The calling thread's current domain. @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG */
+OVL_NODISCARD int ovl_domain_current(ovl_domain_t *d);
+
+/**
+ * Free @p n domains (collective, same list on every rank). Refused on
+ * every rank, nothing freed, with OVL_ERR_PENDING if any rank has work
+ * in flight on one of them (operations, posted receives, or messages that
+ * arrived on it and were never received). Threads bound to a freed domain
+ * are back on domain 0. Any thread may free a domain, a private one
+ * included, once no thread uses it any more. Domain 0 cannot be freed;
+ * ovl_finalize frees the others after draining them as it drains domain 0.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_IN_CALLBACK, OVL_ERR_ARG
+ *         (NULL, domain 0, no such domain, a domain twice, lists differing
+ *         between ranks), OVL_ERR_PENDING, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_domains_free(int n, ovl_domain_t doms[]);
+
+/* ------------------------------------------------------------------------ */
+/* Active messages                                                           */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Active messages: a message that runs a function (its handler) at the
+ * target with the payload, and may send a reply back (as GASNet's or
+ * UPC++'s RPCs). Handlers run on domain 0 only, one at a time, on the
+ * thread driving domain 0's progress (the progress thread, or a thread in
+ * an ovl call on domain 0); a thread bound to another domain also serves
+ * domain 0 every (OVL_AM_POLL_MASK + 1) x (domains - 1)-th time it drives
+ * its own (docs/ENV.md). A handler must not block: ovl_wait, ovl_test's
+ * blocking relatives and every collective return OVL_ERR_IN_CALLBACK
+ * there; it may post operations (ovl_isend, ovl_am_request, ...) and reply
+ * once (ovl_am_reply). Payloads up to OVL_AM_EAGER_MAX bytes travel in one
+ * message with the header; larger ones as the header and a bulk transfer.
+ */
+typedef struct ovl_am_token_s *ovl_am_token_t;
+/** A handler: @p buf holds @p bytes of payload, valid until it returns. */
+typedef void (*ovl_am_fn)(ovl_am_token_t token, const void *buf, size_t bytes, void *arg);
+#define OVL_AM_MAX       256  /**< handler ids are 0 .. OVL_AM_MAX-1 */
+#define OVL_AM_EAGER_MAX 8192 /**< payload bytes sent with the header; also the largest reply */
+
+/**
+ * Register @p fn (with @p arg) as this rank's handler for @p id; NULL
+ * removes it. Local; register before the peers send (a barrier after the
+ * registrations is the usual way).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (id out of range)
+ */
+OVL_NODISCARD int ovl_am_register(int id, ovl_am_fn fn, void *arg);
+
+/**
+ * Run handler @p id on @p rank with @p bytes of @p buf. @p req completes
+ * when the handler has run there (status.error OVL_SUCCESS), or when the
+ * target had no handler for @p id (status.error OVL_ERR_ARG): never
+ * silently. A reply the handler sends is dropped (ovl_am_call keeps it).
+ * Payloads up to OVL_AM_EAGER_MAX are copied, so @p buf may be reused at
+ * once; a larger one is sent from @p buf, which must stay untouched until
+ * @p req completes. Rank may be this rank's own.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (id out of range, NULL
+ *         buf with bytes > 0, NULL req), OVL_ERR_RANK, OVL_ERR_NOMEM,
+ *         OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_am_request(int rank, int id, const void *buf, size_t bytes,
+                                 ovl_request_t *req);
+
+/**
+ * The request/reply form: as ovl_am_request, and the handler's reply
+ * (ovl_am_reply) lands in @p reply (at most @p reply_cap bytes);
+ * status.bytes says its size (0 if the handler did not reply), a longer
+ * reply completes with OVL_ERR_TRUNCATE.
+ * @return as ovl_am_request; OVL_ERR_ARG also for a NULL reply with
+ *         reply_cap > 0
+ */
+OVL_NODISCARD int ovl_am_call(int rank, int id, const void *buf, size_t bytes, void *reply,
+                              size_t reply_cap, ovl_request_t *req);
+
+/**
+ * Inside a handler: reply to its request with @p bytes of @p buf (at most
+ * OVL_AM_EAGER_MAX, copied). At most once per handler run.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL or stale token, a second reply,
+ *         bytes above OVL_AM_EAGER_MAX, NULL buf with bytes > 0),
+ *         OVL_ERR_NOMEM, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_am_reply(ovl_am_token_t token, const void *buf, size_t bytes);
+
+/** Inside a handler: the rank that sent its message. @return OVL_SUCCESS, OVL_ERR_ARG */
+OVL_NODISCARD int ovl_am_source(ovl_am_token_t token, int *rank);
+
+/* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -1077,6 +1246,10 @@ typedef struct {
                                 instruction (or one string move's page) at a time */
     uint64_t edge_bounces; /**< ovl's own copies from such pages, made through /proc/self/mem so
                                 they never fault */
+    uint64_t domains;      /**< communication domains that exist now, domain 0 included */
+    uint64_t
+        domains_on_streams; /**< of those, the ones whose communicators are on an MPIX stream of their own */
+    uint64_t am_handled; /**< active-message handlers run on this rank */
 } ovl_stats_t;
 
 /**

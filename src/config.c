@@ -20,7 +20,7 @@
      OVL_CONFIG_FIELD_DELTA_SIZE | OVL_CONFIG_FIELD_EAGER_LIMIT |                                  \
      OVL_CONFIG_FIELD_PROGRESS_PRIORITY | OVL_CONFIG_FIELD_RMA_LOCAL |                             \
      OVL_CONFIG_FIELD_LATENESS_US | OVL_CONFIG_FIELD_SERVE_US | OVL_CONFIG_FIELD_STREAM_WHOLE |    \
-     OVL_CONFIG_FIELD_ERRORS)
+     OVL_CONFIG_FIELD_ERRORS | OVL_CONFIG_FIELD_DOMAINS | OVL_CONFIG_FIELD_AM_POLL_MASK)
 
 /* Variables of earlier versions that no longer exist, each with what
  * replaces it: set, they fail ovl_init (a setting silently ignored would
@@ -154,6 +154,8 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         .progress.serve_us = 0,
         .stream.whole = OVL_STREAM_WHOLE_AUTO,
         .report.errors = OVL_ERRORS_RETURN,
+        .threads.domains = 1,
+        .threads.am_poll_mask = 15,
     };
     uint64_t m = user ? user->field_mask : 0;
     static const ovl_config_t none; /* read, never used, when user is NULL */
@@ -277,6 +279,9 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_LATENESS_US, progress.lateness_us, "OVL_LATENESS_US", 1,
                   1000000);
     OVL_NUM_FIELD(OVL_CONFIG_FIELD_SERVE_US, progress.serve_us, "OVL_SERVE_US", 0, 1000000);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_DOMAINS, threads.domains, "OVL_DOMAINS", 1, OVL_DOMAINS_MAX);
+    OVL_NUM_FIELD(OVL_CONFIG_FIELD_AM_POLL_MASK, threads.am_poll_mask, "OVL_AM_POLL_MASK", 0,
+                  65535);
 #undef OVL_NUM_FIELD
     if (serve_auto)
         *serve_auto = c.progress.serve_us == 0;

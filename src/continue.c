@@ -14,6 +14,9 @@
 
 #include <stdlib.h>
 
+static int continue_entered(const char *fname, ovl_request_t req, struct ovl__req *r,
+                            ovl_continue_fn fn, void *arg);
+
 int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg)
 {
     static const char *fname = "ovl_continue";
@@ -25,7 +28,18 @@ int ovl_continue(ovl_request_t req, ovl_continue_fn fn, void *arg)
         return ovl__error(OVL_ERR_ARG, fname, "callback is NULL");
     if (req == OVL_REQUEST_NULL || ovl__req_lookup(req, &r) != OVL_SUCCESS)
         return ovl__error(OVL_ERR_REQUEST, fname, "invalid or released request handle");
+    /* registered with the engine of the request's domain */
+    struct ovl__dom *prev;
+    if ((rc = ovl__dom_enter_checked(fname, r->dom, &prev)))
+        return rc;
+    rc = continue_entered(fname, req, r, fn, arg);
+    ovl__dom_leave(prev);
+    return rc;
+}
 
+static int continue_entered(const char *fname, ovl_request_t req, struct ovl__req *r,
+                            ovl_continue_fn fn, void *arg)
+{
     ovl__engine_lock();
     /* The lookup above ran without the lock: another thread may since have
      * waited on a copy of the handle (the slot may even hold a new request

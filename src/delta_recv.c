@@ -161,8 +161,8 @@ static int post_slot(struct ovl__delta *d, struct slot *s)
     s->op.done = slot_done;
     s->op.kind = OVL__OP_FRAG;
     s->op.peer = d->peer;
-    int rc =
-        MPI_Irecv(s->buf, (int)len, MPI_BYTE, d->peer, (int)d->sid, ovl__g.comm_delta, &s->op.mreq);
+    int rc = MPI_Irecv(s->buf, (int)len, MPI_BYTE, d->peer, (int)d->sid, ovl__dom_cur()->comm_delta,
+                       &s->op.mreq);
     if (rc != MPI_SUCCESS)
         return ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of a piece");
     s->posted = 1;
@@ -393,6 +393,8 @@ int ovl_delta_recv(void *buf, int count, MPI_Datatype dt, int source, int tag,
     return OVL_SUCCESS;
 }
 
+static int need_entered(const char *fn, struct ovl__req *r, size_t offset, size_t bytes);
+
 int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
 {
     static const char *fn = "ovl_delta_need";
@@ -400,6 +402,17 @@ int ovl_delta_need(ovl_request_t req, size_t offset, size_t bytes)
     struct ovl__req *r = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__delta_lookup(fn, req, OVL__REQ_DRECV, &r)))
         return rc;
+    struct ovl__dom *prev;
+    if ((rc = ovl__dom_enter_checked(fn, r->dom, &prev)))
+        return rc;
+    rc = need_entered(fn, r, offset, bytes);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+static int need_entered(const char *fn, struct ovl__req *r, size_t offset, size_t bytes)
+{
+    int rc;
     struct ovl__delta *d = r->delta;
     if (offset > d->cap || bytes > d->cap - offset)
         return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) outside the %zu-byte buffer", offset,

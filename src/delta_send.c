@@ -190,7 +190,7 @@ static void send_abort(struct ovl__delta *d)
         .ctx = d, .done = piece_sent, .kind = OVL__OP_SEND, .peer = -2, .mreq = MPI_REQUEST_NULL
     };
     if (MPI_Isend(&d->end_h, (int)sizeof d->end_h, MPI_BYTE, d->peer, (int)d->sid,
-                  ovl__g.comm_delta, &d->end_op.mreq) != MPI_SUCCESS)
+                  ovl__dom_cur()->comm_delta, &d->end_op.mreq) != MPI_SUCCESS)
         return;
     atomic_fetch_add_explicit(&ovl__g.st_deltas_sent, 1, memory_order_relaxed);
     int flag = 0;
@@ -252,7 +252,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         if (copy)
             ovl__watch_read(p->data, d->buf + off, len);
         rc = MPI_Isend(&p->h, (int)(sizeof p->h + (copy ? len : 0)), MPI_BYTE, d->peer, (int)d->sid,
-                       ovl__g.comm_delta, &p->op.mreq);
+                       ovl__dom_cur()->comm_delta, &p->op.mreq);
     } else {
         MPI_Aint disp[2];
         int bl[2] = { (int)sizeof p->h, (int)len };
@@ -261,7 +261,8 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         MPI_Get_address(d->buf + off, &disp[1]);
         rc = MPI_Type_create_struct(2, bl, disp, ty, &t);
         if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&t)) == MPI_SUCCESS) {
-            rc = MPI_Isend(MPI_BOTTOM, 1, t, d->peer, (int)d->sid, ovl__g.comm_delta, &p->op.mreq);
+            rc = MPI_Isend(MPI_BOTTOM, 1, t, d->peer, (int)d->sid, ovl__dom_cur()->comm_delta,
+                           &p->op.mreq);
             MPI_Type_free(&t);
         }
     }
@@ -581,7 +582,9 @@ void ovl__delta_end_all(void)
         pthread_mutex_unlock(&ovl__delta_g.lock);
         if (!todo)
             return;
+        struct ovl__dom *prev = ovl__dom_enter(todo->req->dom);
         end_send(todo, todo->cap, 0, "ovl_finalize");
+        ovl__dom_leave(prev);
     }
 }
 
@@ -753,11 +756,11 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
     d->hdr_op.peer = -2; /* marks the header for piece_sent */
     ovl__delta_active_add(d);
     rc = MPI_Isend(&d->hdr, (int)sizeof d->hdr, MPI_BYTE, dest, ovl__delta_tag(tag),
-                   ovl__g.comm_msg, &d->hdr_op.mreq);
+                   ovl__dom_cur()->comm_msg, &d->hdr_op.mreq);
     if (rc == MPI_SUCCESS) {
         /* from now on plain messages to dest go as header + body (match.c) */
-        atomic_store(&ovl__g.headed_to[dest], 1);
-        atomic_fetch_add(&ovl__g.sent_to[dest], 1);
+        atomic_store(&ovl__dom_cur()->headed_to[dest], 1);
+        atomic_fetch_add(&ovl__dom_cur()->sent_to[dest], 1);
     } else if (!d->fwd_src) {
         ovl__delta_return_sid(d->sid); /* (a forwarding may have sent pieces with it) */
     }
@@ -796,6 +799,8 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
     return OVL_SUCCESS;
 }
 
+static int send_end_entered(const char *fn, struct ovl__req *r, const ovl_param_t *param);
+
 int ovl_delta_send_end(ovl_request_t req, const ovl_param_t *param)
 {
     static const char *fn = "ovl_delta_send_end";
@@ -804,6 +809,16 @@ int ovl_delta_send_end(ovl_request_t req, const ovl_param_t *param)
     if ((rc = ovl__check_init(fn)) || (rc = ovl__param_check(fn, param, OVL_PARAM_FIELD_COUNT)) ||
         (rc = ovl__delta_lookup(fn, req, OVL__REQ_DSEND, &r)))
         return rc;
+    struct ovl__dom *prev;
+    if ((rc = ovl__dom_enter_checked(fn, r->dom, &prev)))
+        return rc;
+    rc = send_end_entered(fn, r, param);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+static int send_end_entered(const char *fn, struct ovl__req *r, const ovl_param_t *param)
+{
     struct ovl__delta *d = r->delta;
     if (!param || !(param->field_mask & OVL_PARAM_FIELD_COUNT))
         return end_send(d, d->cap, 1, fn);
@@ -814,6 +829,8 @@ int ovl_delta_send_end(ovl_request_t req, const ovl_param_t *param)
     return end_send(d, (size_t)count * esize, 1, fn);
 }
 
+static int produced_entered(const char *fn, struct ovl__req *r, size_t offset, size_t bytes);
+
 int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
 {
     static const char *fn = "ovl_delta_produced";
@@ -821,6 +838,17 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
     struct ovl__req *r = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__delta_lookup(fn, req, OVL__REQ_DSEND, &r)))
         return rc;
+    struct ovl__dom *prev;
+    if ((rc = ovl__dom_enter_checked(fn, r->dom, &prev)))
+        return rc;
+    rc = produced_entered(fn, r, offset, bytes);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+static int produced_entered(const char *fn, struct ovl__req *r, size_t offset, size_t bytes)
+{
+    int rc;
     struct ovl__delta *d = r->delta;
     if (offset > d->cap || bytes > d->cap - offset)
         return ovl__error(OVL_ERR_ARG, fn, "range [%zu, %zu) outside the %zu-byte buffer", offset,
@@ -871,6 +899,8 @@ int ovl_delta_produced(ovl_request_t req, size_t offset, size_t bytes)
 void ovl__delta_forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
 {
     int done = atomic_load(&src->done);
+    /* the send's pieces go on its own domain (the receive's may differ) */
+    struct ovl__dom *prev = ovl__dom_enter(f->req->dom);
     ovl__spin_lock(&f->lock);
     forward_locked(f, done);
     int fin = 0;
@@ -884,13 +914,14 @@ void ovl__delta_forward_one(struct ovl__delta *src, struct ovl__delta *f, int k)
         }
     }
     ovl__spin_unlock(&f->lock);
+    if (fin)
+        finish_send(f);
+    ovl__dom_leave(prev);
     if (done) {
         ovl__engine_lock();
         src->fwd_dst[k] = NULL;
         ovl__engine_unlock();
     }
-    if (fin)
-        finish_send(f);
 }
 
 int ovl__delta_fail_piece(ovl_request_t req, unsigned n)

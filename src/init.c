@@ -130,8 +130,8 @@ static int errors_raised_on_world(void)
 
 static void free_comms(void)
 {
-    MPI_Comm *c[] = { &ovl__g.comm_msg, &ovl__g.comm_stream, &ovl__g.comm_frag,
-                      &ovl__g.comm_delta };
+    MPI_Comm *c[] = { &ovl__g.comm_msg,   &ovl__g.comm_stream, &ovl__g.comm_frag,
+                      &ovl__g.comm_delta, &ovl__g.comm_am,     &ovl__g.comm_am_bulk };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
         if (*c[i] != MPI_COMM_NULL)
             MPI_Comm_free(c[i]);
@@ -192,10 +192,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
                            ovl__g.thread_level);
 
     ovl__g.comm_msg = ovl__g.comm_stream = ovl__g.comm_frag = ovl__g.comm_delta = MPI_COMM_NULL;
+    ovl__g.comm_am = ovl__g.comm_am_bulk = MPI_COMM_NULL;
     if ((rc = MPI_Comm_dup(comm, &ovl__g.comm_msg)) != MPI_SUCCESS ||
         (rc = MPI_Comm_dup(comm, &ovl__g.comm_stream)) != MPI_SUCCESS ||
         (rc = MPI_Comm_dup(comm, &ovl__g.comm_frag)) != MPI_SUCCESS ||
-        (rc = MPI_Comm_dup(comm, &ovl__g.comm_delta)) != MPI_SUCCESS) {
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_delta)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_am)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_dup(comm, &ovl__g.comm_am_bulk)) != MPI_SUCCESS) {
         rc = ovl__mpi_error(rc, fn, "MPI_Comm_dup");
         goto fail_comms;
     }
@@ -203,6 +206,8 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     MPI_Comm_set_errhandler(ovl__g.comm_stream, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ovl__g.comm_frag, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ovl__g.comm_delta, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ovl__g.comm_am, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ovl__g.comm_am_bulk, MPI_ERRORS_RETURN);
     ovl__g.errors_on_world = errors_raised_on_world();
     MPI_Comm_rank(comm, &ovl__g.rank);
     MPI_Comm_size(comm, &ovl__g.size);
@@ -252,15 +257,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
             goto fail_comms;
         }
 
-    ovl__g.sent_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.sent_to);
-    ovl__g.recvd_from = calloc((size_t)ovl__g.size, sizeof *ovl__g.recvd_from);
-    ovl__g.headed_to = calloc((size_t)ovl__g.size, sizeof *ovl__g.headed_to);
     ovl__g.node_of = calloc((size_t)ovl__g.size, sizeof *ovl__g.node_of);
-    if (!ovl__g.sent_to || !ovl__g.recvd_from || !ovl__g.headed_to || !ovl__g.node_of ||
-        ovl__match_init(ovl__g.size) != OVL_SUCCESS) {
+    if (!ovl__g.node_of || ovl__match_init(ovl__g.size) != OVL_SUCCESS) {
         rc = ovl__error(OVL_ERR_NOMEM, fn, "allocating per-rank counters");
         goto fail_counts;
     }
+    if ((rc = ovl__doms_init()) != OVL_SUCCESS)
+        goto fail_counts;
     if ((rc = find_nodes()) != OVL_SUCCESS)
         goto fail_counts;
     ovl__g.cfg = c;
@@ -310,7 +313,8 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     if ((rc = ovl__engine_add_source(&ovl__match_source)) != OVL_SUCCESS ||
         (rc = ovl__engine_add_source(&ovl__rma_source)) != OVL_SUCCESS ||
         (rc = ovl__engine_add_source(&ovl__stream_source)) != OVL_SUCCESS ||
-        (rc = ovl__engine_add_source(&ovl__delta_source)) != OVL_SUCCESS) {
+        (rc = ovl__engine_add_source(&ovl__delta_source)) != OVL_SUCCESS ||
+        (rc = ovl__engine_add_source(&ovl__am_source)) != OVL_SUCCESS) {
         rc = ovl__error(rc, fn, "too many progress sources");
         goto fail_table;
     }
@@ -318,6 +322,11 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     if ((rc = ovl__engine_start()) != OVL_SUCCESS) {
         atomic_store(&ovl__g.initialized, 0);
         rc = ovl__error(rc, fn, "cannot start the progress thread");
+        goto fail_table;
+    }
+    if ((rc = ovl__doms_create_env()) != OVL_SUCCESS) {
+        ovl__engine_stop();
+        atomic_store(&ovl__g.initialized, 0);
         goto fail_table;
     }
     ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u; MPI raises a "
@@ -334,12 +343,8 @@ fail_watch:
     ovl__watch_fini();
 fail_counts:
     ovl__trace_fini();
-    free(ovl__g.sent_to);
-    free(ovl__g.recvd_from);
-    free(ovl__g.headed_to);
+    ovl__doms_fini();
     free(ovl__g.node_of);
-    ovl__g.sent_to = ovl__g.recvd_from = NULL;
-    ovl__g.headed_to = NULL;
     ovl__g.node_of = NULL;
     ovl__match_fini();
 fail_comms:
@@ -423,32 +428,97 @@ static void print_stats(void)
         fwrite(buf, 1, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, stderr);
 }
 
-static int sends_done(const void *unused)
+/* Finalize's drain runs over every domain: the conditions below hold
+ * for each (entered in turn), and ovl__doms_spin drives them all. */
+static int each_domain(int (*ok)(struct ovl__dom *d, int k))
 {
-    OVL__UNUSED(unused);
+    for (int i = 0, k = 0; i < OVL_DOMAINS_MAX && k < ovl__doms_count(); i++) {
+        struct ovl__dom *d = ovl__dom_at(i);
+        if (!d)
+            continue;
+        struct ovl__dom *prev = ovl__dom_enter(d);
+        int yes = ok(d, k++);
+        ovl__dom_leave(prev);
+        if (!yes)
+            return 0;
+    }
+    return 1;
+}
+
+static int sends_done_in(struct ovl__dom *d, int k)
+{
+    OVL__UNUSED(d);
+    OVL__UNUSED(k);
     return ovl__engine_count(OVL__OP_SEND) == 0 && !ovl__engine_sources_sending();
 }
 
-static unsigned long long *expected_from;
-
-static int receives_matched(const void *unused)
+static int sends_done(const void *unused)
 {
     OVL__UNUSED(unused);
+    return each_domain(sends_done_in);
+}
+
+/* [peer][domain k]: messages each peer sent on each domain */
+static unsigned long long *expected_from;
+
+static int receives_matched_in(struct ovl__dom *d, int k)
+{
     /* Nothing posted could take a missing message: stop waiting for it
      * (the program sent a message nobody receives). */
     if (ovl__engine_count(OVL__OP_RECV) == 0 && !ovl__engine_sources_active())
         return 1;
+    int nd = ovl__doms_count();
     for (int p = 0; p < ovl__g.size; p++)
-        if (atomic_load(&ovl__g.recvd_from[p]) + (unsigned long long)ovl__match_unexpected_from(p) <
-            expected_from[p])
+        if (atomic_load(&d->recvd_from[p]) + (unsigned long long)ovl__match_unexpected_from(p) <
+            expected_from[(size_t)p * (size_t)nd + (size_t)k])
             return 0;
     return 1;
+}
+
+static int receives_matched(const void *unused)
+{
+    OVL__UNUSED(unused);
+    return each_domain(receives_matched_in);
+}
+
+static int nothing_in_flight_in(struct ovl__dom *d, int k)
+{
+    OVL__UNUSED(d);
+    OVL__UNUSED(k);
+    return ovl__engine_count(-1) == 0 && !ovl__engine_sources_active();
 }
 
 static int nothing_in_flight(const void *unused)
 {
     OVL__UNUSED(unused);
-    return ovl__engine_count(-1) == 0 && !ovl__engine_sources_active();
+    return each_domain(nothing_in_flight_in);
+}
+
+static unsigned long long *sent_counts;
+
+static int take_sent_in(struct ovl__dom *d, int k)
+{
+    int nd = ovl__doms_count();
+    for (int p = 0; p < ovl__g.size; p++)
+        sent_counts[(size_t)p * (size_t)nd + (size_t)k] = atomic_load(&d->sent_to[p]);
+    return 1;
+}
+
+static int cancel_in(struct ovl__dom *d, int k)
+{
+    OVL__UNUSED(d);
+    OVL__UNUSED(k);
+    ovl__engine_cancel_receives();
+    ovl__engine_sources_cancel();
+    return 1;
+}
+
+static int forget_in(struct ovl__dom *d, int k)
+{
+    OVL__UNUSED(d);
+    OVL__UNUSED(k);
+    ovl__engine_sources_forget();
+    return 1;
 }
 
 int ovl_finalize(void)
@@ -457,44 +527,50 @@ int ovl_finalize(void)
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
+    /* The drain runs on domain 0's thread state; every domain is entered
+     * in turn (ovl__doms_spin, each_domain). */
+    struct ovl__dom *caller = ovl__dom_enter(ovl__dom0());
     /* 1. What the program left open is ended: segments are freed
      *    (collective, like their creation), delta sends ended. Then
      *    everything this rank sends has left. */
     ovl__engine_sources_close();
-    ovl__engine_spin(sends_done, NULL);
-    /* 2. Learn how many messages each peer sent here; receive them all. */
-    unsigned long long *sent = malloc((size_t)ovl__g.size * sizeof *sent);
-    expected_from = malloc((size_t)ovl__g.size * sizeof *expected_from);
-    if (!sent || !expected_from) {
-        free(sent);
+    ovl__doms_spin(sends_done, NULL);
+    /* 2. Learn how many messages each peer sent here on each domain;
+     *    receive them all. */
+    size_t cells = (size_t)ovl__g.size * (size_t)ovl__doms_count();
+    sent_counts = malloc(cells * sizeof *sent_counts);
+    expected_from = malloc(cells * sizeof *expected_from);
+    if (!sent_counts || !expected_from) {
+        free(sent_counts);
         free(expected_from);
-        expected_from = NULL;
+        sent_counts = expected_from = NULL;
+        ovl__dom_leave(caller);
         return ovl__error(OVL_ERR_NOMEM, fn, "allocating drain counters");
     }
-    for (int p = 0; p < ovl__g.size; p++)
-        sent[p] = atomic_load(&ovl__g.sent_to[p]);
+    each_domain(take_sent_in);
     /* Not a blocking MPI_Alltoall: a peer may still need this rank's
      * progress (stream fragment receives to re-post) to finish its sends. */
     MPI_Request a2a = MPI_REQUEST_NULL;
-    rc = MPI_Ialltoall(sent, 1, MPI_UNSIGNED_LONG_LONG, expected_from, 1, MPI_UNSIGNED_LONG_LONG,
-                       ovl__g.comm_msg, &a2a);
+    rc = MPI_Ialltoall(sent_counts, ovl__doms_count(), MPI_UNSIGNED_LONG_LONG, expected_from,
+                       ovl__doms_count(), MPI_UNSIGNED_LONG_LONG, ovl__g.comm_msg, &a2a);
     if (rc == MPI_SUCCESS)
         rc = ovl__engine_spin_mpi(&a2a);
-    free(sent);
+    free(sent_counts);
+    sent_counts = NULL;
     if (rc == MPI_SUCCESS)
-        ovl__engine_spin(receives_matched, NULL);
+        ovl__doms_spin(receives_matched, NULL);
     free(expected_from);
     expected_from = NULL;
     /* 3. Receives still posted can no longer match: cancel them. Their
      *    requests complete with OVL_ERR_CANCELLED and continuations run. */
-    ovl__engine_cancel_receives();
-    ovl__engine_sources_cancel();
-    ovl__engine_spin(nothing_in_flight, NULL);
+    each_domain(cancel_in);
+    ovl__doms_spin(nothing_in_flight, NULL);
 
     print_stats();
     /* 4. What is left is dropped: unexpected messages nobody received,
      *    the serving decision (made again at the next ovl_init). */
-    ovl__engine_sources_forget();
+    each_domain(forget_in);
+    ovl__dom_leave(caller);
     ovl__engine_stop();
     ovl__trace_fini();
     atomic_store(&ovl__g.initialized, 0);
@@ -502,12 +578,8 @@ int ovl_finalize(void)
     ovl__watch_fini();
     ovl__stage_drop_all();
     ovl__page_trim();
-    free(ovl__g.sent_to);
-    free(ovl__g.recvd_from);
-    free(ovl__g.headed_to);
+    ovl__doms_fini();
     free(ovl__g.node_of);
-    ovl__g.sent_to = ovl__g.recvd_from = NULL;
-    ovl__g.headed_to = NULL;
     ovl__g.node_of = NULL;
     ovl__match_fini();
     MPI_Barrier(ovl__g.comm_msg);
@@ -555,6 +627,9 @@ int ovl_stats_get(ovl_stats_t *stats, size_t size)
     s->edge_bounces = atomic_load(&ovl__g.st_edge_bounces);
     s->deltas_sent = atomic_load(&ovl__g.st_deltas_sent);
     s->deltas_received = atomic_load(&ovl__g.st_deltas_recv);
+    s->domains = (uint64_t)ovl__doms_count();
+    s->domains_on_streams = (uint64_t)ovl__doms_on_streams();
+    s->am_handled = ovl__am_handled();
     ovl__rma_stats(s);
     size_t n = size < sizeof all ? size : sizeof all;
     memcpy(stats, &all, n);

@@ -52,7 +52,8 @@ struct unexp {
     unsigned sid;
 };
 
-static struct {
+/* One domain's matching state (domain.c): domain 0's is M0. */
+struct ovl__match_state {
     pthread_mutex_t lock;
     struct ovl__match *posted, *posted_tail;
     struct unexp *unexp, *unexp_tail;
@@ -76,7 +77,26 @@ static struct {
     int *hold;            /* per source: demotions and bodies outstanding */
     atomic_int nheld;     /* sum of hold[] */
     int size;
-} M = { .lock = PTHREAD_MUTEX_INITIALIZER };
+};
+static struct ovl__match_state M0 = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The current domain's state: code acting on a receive or message of a
+ * domain runs with that domain entered (domain.c). */
+/* the match source's slot (ovl__engine_source_slot): found once, by any
+ * thread, always the same */
+static atomic_int match_slot = -1;
+
+static struct ovl__match_state *match_cur(void)
+{
+    int slot = atomic_load_explicit(&match_slot, memory_order_relaxed);
+    if (slot < 0) {
+        slot = ovl__engine_source_slot(&ovl__match_source);
+        atomic_store_explicit(&match_slot, slot, memory_order_relaxed);
+    }
+    struct ovl__match_state *m = ovl__dom_state(slot);
+    return m ? m : &M0;
+}
+#define M (*match_cur())
 
 /* Append @x to the singly linked list @head..@tail (each has `next`). */
 #define LIST_APPEND(head, tail, x) \
@@ -89,30 +109,72 @@ static struct {
         (tail) = (x);              \
     } while (0)
 
-int ovl__match_init(int size)
+static int state_init(struct ovl__match_state *m, int size)
 {
-    M.mixed = calloc((size_t)size, sizeof *M.mixed);
-    M.hold = calloc((size_t)size, sizeof *M.hold);
-    if (!M.mixed || !M.hold) {
-        ovl__match_fini();
+    m->mixed = calloc((size_t)size, sizeof *m->mixed);
+    m->hold = calloc((size_t)size, sizeof *m->hold);
+    if (!m->mixed || !m->hold) {
+        free(m->mixed);
+        free(m->hold);
+        m->mixed = NULL;
+        m->hold = NULL;
         return OVL_ERR_NOMEM;
     }
-    M.size = size;
-    M.pre = NULL;
-    M.seq = 0;
-    atomic_store(&M.npre, 0);
-    atomic_store(&M.nheld, 0);
-    atomic_store(&M.closing, 0);
+    m->size = size;
+    m->pre = NULL;
+    m->seq = 0;
+    atomic_store(&m->npre, 0);
+    atomic_store(&m->nheld, 0);
+    atomic_store(&m->closing, 0);
     return OVL_SUCCESS;
+}
+
+int ovl__match_init(int size)
+{
+    return state_init(&M0, size);
 }
 
 void ovl__match_fini(void)
 {
-    free(M.mixed);
-    free(M.hold);
-    M.mixed = NULL;
-    M.hold = NULL;
-    M.size = 0;
+    free(M0.mixed);
+    free(M0.hold);
+    M0.mixed = NULL;
+    M0.hold = NULL;
+    M0.size = 0;
+}
+
+static void *match_dom_new(void)
+{
+    struct ovl__match_state *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->lock, NULL);
+    if (state_init(m, M0.size) != OVL_SUCCESS) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void match_dom_free(void *p)
+{
+    struct ovl__match_state *m = p;
+    if (!m || m == &M0)
+        return;
+    free(m->mixed);
+    free(m->hold);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static int match_held(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&M.lock);
+    for (struct unexp *u = M.unexp; u; u = u->next)
+        n++;
+    pthread_mutex_unlock(&M.lock);
+    return n;
 }
 
 static int held(int src)
@@ -183,7 +245,7 @@ static int matches(const struct ovl__match *m, const MPI_Status *st)
 static void count_received(int src)
 {
     if (src >= 0 && src < ovl__g.size)
-        atomic_fetch_add(&ovl__g.recvd_from[src], 1);
+        atomic_fetch_add(&ovl__dom_cur()->recvd_from[src], 1);
 }
 
 /* Hand a matched message to its receive (no lock held). */
@@ -430,7 +492,9 @@ static int try_body_locked(struct unexp *u)
     int flag = 0, src = u->st.MPI_SOURCE;
     MPI_Message msg;
     MPI_Status st;
-    if (MPI_Improbe(src, (int)u->sid, ovl__g.comm_delta, &flag, &msg, &st) != MPI_SUCCESS || !flag)
+    if (MPI_Improbe(src, (int)u->sid, ovl__dom_cur()->comm_delta, &flag, &msg, &st) !=
+            MPI_SUCCESS ||
+        !flag)
         return 0;
     u->msg = msg;
     u->st = st;
@@ -497,7 +561,7 @@ int ovl__match_poll(void)
         int flag = 0;
         MPI_Message msg;
         MPI_Status st;
-        if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, ovl__g.comm_msg, &flag, &msg, &st) !=
+        if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, ovl__dom_cur()->comm_msg, &flag, &msg, &st) !=
                 MPI_SUCCESS ||
             !flag)
             break;
@@ -569,7 +633,7 @@ static void drop_unexpected(void)
         struct unexp *next = u->next;
         if (u->body_pending) { /* its sender has sent the body: take it */
             MPI_Status bst;
-            MPI_Mprobe(u->st.MPI_SOURCE, (int)u->sid, ovl__g.comm_delta, &u->msg, &bst);
+            MPI_Mprobe(u->st.MPI_SOURCE, (int)u->sid, ovl__dom_cur()->comm_delta, &u->msg, &bst);
             u->st = bst;
             u->body_pending = 0;
         }
@@ -593,6 +657,10 @@ const struct ovl__source ovl__match_source = {
     .active = ovl__match_posted,
     .cancel = cancel_all,
     .forget = drop_unexpected,
+    .each_domain = 1,
+    .dom_new = match_dom_new,
+    .dom_free = match_dom_free,
+    .held = match_held,
 };
 
 int ovl__dt_keep(MPI_Datatype dt, MPI_Datatype *out, int *owned)

@@ -145,8 +145,8 @@ static int prepost_recv(struct ovl__match *m)
     r->status.source = m->source;
     r->status.tag = m->tag;
     r->op.done = prepost_done;
-    if (MPI_Irecv(r->buf, r->count, r->dt, m->source, m->tag, ovl__g.comm_msg, &r->op.mreq) !=
-        MPI_SUCCESS)
+    if (MPI_Irecv(r->buf, r->count, r->dt, m->source, m->tag, ovl__dom_cur()->comm_msg,
+                  &r->op.mreq) != MPI_SUCCESS)
         return -1;
     /* sized as if the message were on its way: right for an exchange; a
      * receive posted long before its send polls at the usual pace once
@@ -195,7 +195,7 @@ static int send_header_body(const char *fn, struct ovl__req *r, const void *buf,
     if (!b)
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a message header");
     unsigned sid = ovl__delta_new_sid();
-    int rc = MPI_Isend(buf, count, dt, dest, (int)sid, ovl__g.comm_delta, &r->op.mreq);
+    int rc = MPI_Isend(buf, count, dt, dest, (int)sid, ovl__dom_cur()->comm_delta, &r->op.mreq);
     if (rc != MPI_SUCCESS) {
         ovl__delta_return_sid(sid);
         free(b);
@@ -208,8 +208,8 @@ static int send_header_body(const char *fn, struct ovl__req *r, const void *buf,
     b->op.done = body_hdr_sent;
     b->op.kind = OVL__OP_SEND;
     b->op.peer = dest;
-    rc = MPI_Isend(&b->h, (int)sizeof b->h, MPI_BYTE, dest, ovl__delta_tag(tag), ovl__g.comm_msg,
-                   &b->op.mreq);
+    rc = MPI_Isend(&b->h, (int)sizeof b->h, MPI_BYTE, dest, ovl__delta_tag(tag),
+                   ovl__dom_cur()->comm_msg, &b->op.mreq);
     if (rc != MPI_SUCCESS) {
         MPI_Cancel(&r->op.mreq);
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
@@ -249,7 +249,7 @@ static int check_recv_type(const char *fn, void *buf, int count, MPI_Datatype dt
     if (comb == MPI_COMBINER_NAMED)
         return OVL_SUCCESS;
     MPI_Request rq = MPI_REQUEST_NULL;
-    int rc = MPI_Irecv(buf, count, dt, MPI_PROC_NULL, 0, ovl__g.comm_msg, &rq);
+    int rc = MPI_Irecv(buf, count, dt, MPI_PROC_NULL, 0, ovl__dom_cur()->comm_msg, &rq);
     if (rc != MPI_SUCCESS)
         return ovl__mpi_error(rc, fn, "MPI_Irecv");
     MPI_Wait(&rq, MPI_STATUS_IGNORE);
@@ -339,8 +339,8 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->status.source = ovl__g.rank;
         r->status.bytes = (size_t)count * (size_t)tsize;
         buf = bounce(r, buf, count, dt, 0);
-        if (!atomic_load(&ovl__g.headed_to[peer])) {
-            rc = MPI_Isend(buf, count, dt, peer, tag, ovl__g.comm_msg, &r->op.mreq);
+        if (!atomic_load(&ovl__dom_cur()->headed_to[peer])) {
+            rc = MPI_Isend(buf, count, dt, peer, tag, ovl__dom_cur()->comm_msg, &r->op.mreq);
         } else if ((rc = send_header_body(fn, r, buf, count, dt, peer, tag)) != OVL_SUCCESS) {
             unbounce(r, 0);
             ovl__req_release(r);
@@ -373,7 +373,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         return ovl__mpi_error(rc, fn, kind == OVL__REQ_SEND ? "MPI_Isend" : "MPI_Irecv");
     }
     if (kind == OVL__REQ_SEND)
-        atomic_fetch_add(&ovl__g.sent_to[peer], 1);
+        atomic_fetch_add(&ovl__dom_cur()->sent_to[peer], 1);
     if ((rc = ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = r->status.bytes })) !=
         OVL_SUCCESS) {
         /* The MPI request exists: finish it here rather than leak it. */

@@ -51,10 +51,17 @@ struct ovl__post {
 int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how);
 /* The progress engine: the ops in flight, the drive lock, deferred
  * continuations, ready coroutines, the progress sources and the progress
- * thread (progress.c). Engine 0 is the process's, started by ovl_init; the
- * ovl__engine_* entry points act on it. */
+ * thread (progress.c). Engine 0 is the process's, started by ovl_init,
+ * domain 0's; the ovl__engine_* entry points act on the calling thread's
+ * current domain's (ovl__dom_cur, domain.c). */
 struct ovl__engine;
 struct ovl__engine *ovl__engine0(void);
+/* Another domain's engine (no progress thread; engine 0's sources marked
+ * each_domain), NULL when out of memory; and its end (nothing in flight). */
+struct ovl__engine *ovl__engine_new(void);
+void ovl__engine_free(struct ovl__engine *e);
+/* Run kick(arg) first in every drive of @e (before it is shared). */
+void ovl__engine_set_kick(struct ovl__engine *e, void (*kick)(void *), void *arg);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);
@@ -62,6 +69,12 @@ int ovl__engine_drive(void);
  * ovl) until ovl__engine_release. */
 void ovl__engine_hold(void);
 void ovl__engine_release(void);
+/* MPI_COMM_WORLD's and MPI_COMM_SELF's error handlers return errors
+ * between these two calls (the first in switches them, the last out puts
+ * the program's back): around MPI calls that report errors there, not on
+ * a communicator of ovl's (MPICH's MPI_Testsome, MPIX_Stream_create). */
+void ovl__errors_return_enter(void);
+void ovl__errors_return_leave(void);
 /* Called by front ends when a request's operation has finished: runs (or
  * queues) the continuation and publishes completion. Driving thread only. */
 void ovl__req_complete(struct ovl__req *r);
@@ -121,6 +134,16 @@ struct ovl__source {
     int (*active)(void);  /* finalize 3: anything of it in flight, receives included */
     void (*cancel)(void); /* finalize 4: receives that can no longer match: cancel */
     void (*forget)(void); /* finalize 5: drop what is left, ready for another ovl_init */
+    /* its state is per domain (it acts on the current domain's): every
+     * domain's engine runs it, not engine 0's alone. Domain 0's state is
+     * the source's own; for each other domain, dom_new makes one (NULL:
+     * out of memory) and dom_free ends it (ovl__dom_state finds it) */
+    int each_domain;
+    void *(*dom_new)(void);
+    void (*dom_free)(void *state);
+    /* messages that arrived on the current domain and no receive took
+     * (ovl_domains_free) */
+    int (*held)(void);
 };
 /* ---- sched.c: the progress thread's sleep, a pure function ----------- */
 
@@ -165,13 +188,22 @@ unsigned ovl__sched_longest_us(void);
 #define OVL__MAX_SOURCES 8
 int ovl__engine_add_source(const struct ovl__source *src);
 /* ovl_finalize's steps over every source (struct ovl__source): run each
- * one's close, cancel or forget hook; whether any one's sending or active
- * hook says yes. */
+ * one's close (engine 0's sources), cancel or forget hook (the current
+ * domain's engine's); whether any one's sending or active hook says yes
+ * (the current domain's engine's). */
 void ovl__engine_sources_close(void);
 int ovl__engine_sources_sending(void);
 int ovl__engine_sources_active(void);
 void ovl__engine_sources_cancel(void);
 void ovl__engine_sources_forget(void);
+/* Per-domain source state (domain.c): make every each_domain source's
+ * state for a new domain in @state[slot] (0, or OVL_ERR_NOMEM with
+ * nothing left made); end them; a source's slot (-1: not registered). */
+int ovl__engine_sources_dom_new(void **state);
+void ovl__engine_sources_dom_free(void **state);
+int ovl__engine_source_slot(const struct ovl__source *src);
+/* The current domain's sources: messages held (their held hooks). */
+int ovl__engine_sources_held(void);
 int ovl__engine_start(void);
 void ovl__engine_stop(void);
 /* Number of ops in flight of a kind (-1: all, plus deferred continuations

@@ -10,11 +10,13 @@
 
 struct ovl__global {
     atomic_int initialized;
-    MPI_Comm comm_msg;    /* ovl_isend / ovl_irecv */
-    MPI_Comm comm_stream; /* first fragment of a stream, user tag */
-    MPI_Comm comm_frag;   /* later fragments, tag = stream id */
-    MPI_Comm comm_delta;  /* delta pieces, tag = delta id */
-    int mpi_tag_ub;       /* MPI's; ovl's tag_ub is half of it */
+    MPI_Comm comm_msg;     /* ovl_isend / ovl_irecv */
+    MPI_Comm comm_stream;  /* first fragment of a stream, user tag */
+    MPI_Comm comm_frag;    /* later fragments, tag = stream id */
+    MPI_Comm comm_delta;   /* delta pieces, tag = delta id */
+    MPI_Comm comm_am;      /* active messages: requests and replies (am.c) */
+    MPI_Comm comm_am_bulk; /* active messages: large payloads, tag from the sequence */
+    int mpi_tag_ub;        /* MPI's; ovl's tag_ub is half of it */
     int rank, size;
     int tag_ub;
     int thread_level;
@@ -25,12 +27,8 @@ struct ovl__global {
     int errors_on_world;
     ovl_config_t cfg;
     int serve_auto; /* OVL_SERVE_US left 0: serve only where the probe says so */
-    /* finalize's drain: messages sent to / received from each peer */
-    atomic_ullong *sent_to;
-    atomic_ullong *recvd_from;
-    /* peers this rank has sent a delta message to: its plain messages to
-     * them go as header + body from then on (match.c explains why) */
-    atomic_int *headed_to;
+    /* the per-peer counts (messages sent, received; delta headers sent)
+     * are each domain's (struct ovl__dom) */
     /* node of each rank: the lowest rank on it (MPI_COMM_TYPE_SHARED) */
     int *node_of;
     /* statistics */

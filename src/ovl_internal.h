@@ -6,6 +6,8 @@
  *   request.c           -- the request table: generation-checked handles
  *   progress.c          -- the progress engine: MPI requests in flight,
  *                          their completion handlers, the progress thread
+ *   domain.c            -- communication domains: an engine instance, its
+ *                          communicators and matching state each
  *   coro.c              -- coroutines that run marshal functions
  *   continue.c          -- continuations on ovl and plain MPI requests
  *   match.c             -- ovl's own matching of comm_msg messages (plain
@@ -16,9 +18,10 @@
  *   measure.c           -- the timed measurements the model's figures come from
  *   message.c, stream.c -- front ends: point-to-point and marshal streams
  *   delta_*.c           -- front end: delta send/receive (wire, send, recv)
+ *   am.c                -- front end: active messages (handlers on domain 0)
  *   init.c              -- ovl_init / ovl_finalize and the global state
  * Each layer's declarations are in its own header, src/ovl_<layer>.h
- * (error, request, engine, match, watch, model, delta, rma, coro, stream,
+ * (error, request, engine, domain, match, watch, model, delta, rma, coro, stream, am,
  * global, trace), included below in that order; a file includes this one.
  */
 #ifndef OVL_INTERNAL_H
@@ -39,6 +42,7 @@
 #include "ovl_error.h"
 #include "ovl_request.h"
 #include "ovl_engine.h"
+#include "ovl_domain.h"
 #include "ovl_match.h"
 #include "ovl_watch.h"
 #include "ovl_model.h"
@@ -46,6 +50,7 @@
 #include "ovl_rma.h"
 #include "ovl_coro.h"
 #include "ovl_stream.h"
+#include "ovl_am.h"
 #include "ovl_global.h"
 #include "ovl_trace.h"
 

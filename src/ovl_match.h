@@ -10,6 +10,8 @@
 
 int ovl__match_init(int size);
 void ovl__match_fini(void);
+/* Every function acts on the current domain's matching state (domain 0's
+ * is match.c's own; the others', the match source's dom_new makes). */
 /* Post a receive: matched at once against messages already probed, else
  * pre-posted to MPI (m->prepost, when safe), else queued. Wakes the engine. */
 void ovl__match_post(struct ovl__match *m);

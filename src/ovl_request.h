@@ -114,6 +114,8 @@ struct ovl__req {
     char *bounce;
     size_t bounce_cap, bounce_len;
     char *bounce_to; /* the program's span of the buffer */
+    /* the domain it was created in, whose engine drives it (domain.c) */
+    struct ovl__dom *dom;
 };
 
 /* Hooks a front end attaches to a request (r->ops), so that the request

@@ -108,20 +108,69 @@ struct ovl__engine {
      * on */
     const struct ovl__source *sources[OVL__MAX_SOURCES];
     int nsources;
+    /* drives of a domain other than 0 (serve_domain0) */
+    unsigned long drives;
+    /* run first in every drive (a domain on an MPIX stream: its progress) */
+    void (*kick)(void *);
+    void *kick_arg;
     /* the sleep rule's op summaries, grown with the ops in flight */
     struct ovl__sched_op *sched_ops;
     int sched_cap_n;
 };
 
-/* Engine 0: the process's, created by ovl_init (ovl__engine_start). Every
- * function below acts on the engine it is given; the entry points other
- * files call act on engine 0 (ovl__engine0). */
+/* Engine 0: the process's, created by ovl_init (ovl__engine_start), with
+ * the progress thread. Every function below acts on the engine it is
+ * given; the entry points other files call act on the calling thread's
+ * current domain's engine (domain.c), which code acting on an object of
+ * another domain enters first (ovl__dom_enter). */
 static struct ovl__engine engine0 = { .lock = PTHREAD_MUTEX_INITIALIZER,
                                       .drive = PTHREAD_MUTEX_INITIALIZER };
 
 struct ovl__engine *ovl__engine0(void)
 {
     return &engine0;
+}
+
+/* The calling thread's current domain's engine (domain.c). */
+static struct ovl__engine *cur(void)
+{
+    struct ovl__engine *e = ovl__dom_cur()->eng;
+    return e ? e : &engine0;
+}
+
+/* An engine for a domain other than 0: no progress thread (the threads
+ * using the domain drive it in their ovl calls), and of engine 0's
+ * sources those that keep state per domain (each_domain). NULL when out of
+ * memory. */
+struct ovl__engine *ovl__engine_new(void)
+{
+    struct ovl__engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->drive, NULL);
+    for (int i = 0; i < engine0.nsources; i++)
+        if (engine0.sources[i]->each_domain)
+            e->sources[e->nsources++] = engine0.sources[i];
+    return e;
+}
+
+void ovl__engine_set_kick(struct ovl__engine *e, void (*kick)(void *), void *arg)
+{
+    e->kick = kick;
+    e->kick_arg = arg;
+}
+
+static void free_tables(struct ovl__engine *e);
+
+void ovl__engine_free(struct ovl__engine *e)
+{
+    if (!e || e == &engine0)
+        return;
+    free_tables(e);
+    pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->drive);
+    free(e);
 }
 
 /* ---- progress sources ----------------------------------------------------- */
@@ -147,18 +196,20 @@ static int sources_poll(struct ovl__engine *e)
     return n;
 }
 
-/* ovl__engine_sources_close() etc.: run that hook of every source. */
-#define SOURCES_RUN(hook)                     \
+/* ovl__engine_sources_close() etc.: run that hook of every source of
+ * engine @which (close: engine 0's, process-wide; the others: the current
+ * domain's). */
+#define SOURCES_RUN(hook, which)              \
     void ovl__engine_sources_##hook(void)     \
     {                                         \
-        struct ovl__engine *e = &engine0;     \
+        struct ovl__engine *e = which;        \
         for (int i = 0; i < e->nsources; i++) \
             if (e->sources[i]->hook)          \
                 e->sources[i]->hook();        \
     }
-SOURCES_RUN(close)
-SOURCES_RUN(cancel)
-SOURCES_RUN(forget)
+SOURCES_RUN(close, &engine0)
+SOURCES_RUN(cancel, cur())
+SOURCES_RUN(forget, cur())
 
 /* sources_posted() etc.: whether any source's hook of that name says yes. */
 #define SOURCES_ANY(hook)                                     \
@@ -175,19 +226,62 @@ SOURCES_ANY(serving)
 SOURCES_ANY(sending)
 SOURCES_ANY(active)
 
+int ovl__engine_sources_dom_new(void **state)
+{
+    struct ovl__engine *e = &engine0;
+    for (int i = 0; i < e->nsources; i++) {
+        state[i] = NULL;
+        if (!e->sources[i]->each_domain || !e->sources[i]->dom_new)
+            continue;
+        if (!(state[i] = e->sources[i]->dom_new())) {
+            ovl__engine_sources_dom_free(state);
+            return OVL_ERR_NOMEM;
+        }
+    }
+    return OVL_SUCCESS;
+}
+
+void ovl__engine_sources_dom_free(void **state)
+{
+    struct ovl__engine *e = &engine0;
+    for (int i = 0; i < e->nsources; i++) {
+        if (state[i] && e->sources[i]->dom_free)
+            e->sources[i]->dom_free(state[i]);
+        state[i] = NULL;
+    }
+}
+
+int ovl__engine_source_slot(const struct ovl__source *src)
+{
+    for (int i = 0; i < engine0.nsources; i++)
+        if (engine0.sources[i] == src)
+            return i;
+    return -1;
+}
+
+int ovl__engine_sources_held(void)
+{
+    struct ovl__engine *e = cur();
+    int n = 0;
+    for (int i = 0; i < e->nsources; i++)
+        if (e->sources[i]->held)
+            n += e->sources[i]->held();
+    return n;
+}
+
 int ovl__engine_sources_sending(void)
 {
-    return sources_sending(&engine0);
+    return sources_sending(cur());
 }
 
 int ovl__engine_sources_active(void)
 {
-    return sources_active(&engine0);
+    return sources_active(cur());
 }
 
 void ovl__engine_lock(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
 }
 
@@ -204,14 +298,14 @@ static void unlock_engine(struct ovl__engine *e)
 
 void ovl__engine_unlock(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     unlock_engine(e);
 }
 
 /* engine lock held */
 void ovl__engine_wake_locked(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     e->posted = 1;
     if (e->thread_on)
         e->sig = 1;
@@ -222,7 +316,7 @@ static int ask_short_slice(unsigned us);
 
 void ovl__engine_continuation_locked(struct ovl__req *r)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     if (!r->completed && !r->cont_pending) {
         r->cont_pending = 1;
         e->conts++;
@@ -233,7 +327,7 @@ void ovl__engine_continuation_locked(struct ovl__req *r)
 
 int ovl__engine_continuations(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
     int n = e->conts;
     unlock_engine(e);
@@ -242,7 +336,7 @@ int ovl__engine_continuations(void)
 
 void ovl__engine_wake(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
     ovl__engine_wake_locked();
     unlock_engine(e);
@@ -344,7 +438,7 @@ static void wake_for_remote_locked(struct ovl__engine *e)
 
 void ovl__engine_hurry(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
     wake_for_remote_locked(e);
     unlock_engine(e);
@@ -389,7 +483,7 @@ static void after_idle_locked(struct ovl__engine *e)
 
 void ovl__engine_start_polls(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
     start_polls_locked(e);
     unlock_engine(e);
@@ -406,7 +500,7 @@ void ovl__engine_start_polls(void)
  * gently (start_polls_locked). */
 int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     static const struct ovl__post plain;
     if (!how)
         how = &plain;
@@ -429,7 +523,7 @@ int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
 
 int ovl__engine_count(int kind)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     int c = 0;
     pthread_mutex_lock(&e->lock);
     for (int i = 0; i < e->n; i++)
@@ -443,7 +537,7 @@ int ovl__engine_count(int kind)
 
 void ovl__engine_cancel_receives(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
     for (int i = 0; i < e->n; i++)
         if ((e->ops[i]->kind == OVL__OP_RECV || e->ops[i]->kind == OVL__OP_USER) &&
@@ -454,7 +548,7 @@ void ovl__engine_cancel_receives(void)
 
 void ovl__engine_defer_callback(struct ovl__req *r)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     if (e->ndef == e->capdef) {
         int ncap = e->capdef ? 2 * e->capdef : 16;
         struct ovl__req **d = ovl__page_realloc(e->deferred, (size_t)ncap * sizeof *d);
@@ -469,7 +563,7 @@ void ovl__engine_defer_callback(struct ovl__req *r)
 
 void ovl__engine_schedule_coro(struct ovl__coro *c)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     *ovl__coro_next(c) = NULL;
     if (e->ready_tail)
         *ovl__coro_next(e->ready_tail) = c;
@@ -530,7 +624,7 @@ static void run_continuation_and_publish(struct ovl__engine *e, struct ovl__req 
 
 void ovl__req_complete(struct ovl__req *r)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->lock);
     r->completed = 1;
     run_continuation_and_publish(e, r);
@@ -568,22 +662,46 @@ static int grow_batch(struct ovl__engine *e, int need)
  * (errors_on_world), both handlers return around the call. Elsewhere the
  * requests' own communicators return, and MPI_COMM_WORLD, which the
  * program's other threads may be using, is left alone. Engine lock held. */
+static pthread_mutex_t eh_lock = PTHREAD_MUTEX_INITIALIZER;
+static int eh_users; /* engines inside their MPI_Testsome (eh_lock) */
+static MPI_Errhandler eh_world, eh_self;
+
+void ovl__errors_return_enter(void)
+{
+    /* Several domains' engines may poll at once: the first in sets both
+     * handlers to return, the last out puts the program's back. */
+    pthread_mutex_lock(&eh_lock);
+    if (eh_users++ == 0) {
+        eh_world = eh_self = MPI_ERRHANDLER_NULL;
+        MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh_world);
+        MPI_Comm_get_errhandler(MPI_COMM_SELF, &eh_self);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    }
+    pthread_mutex_unlock(&eh_lock);
+}
+
+void ovl__errors_return_leave(void)
+{
+    pthread_mutex_lock(&eh_lock);
+    if (--eh_users == 0) {
+        MPI_Comm_set_errhandler(MPI_COMM_SELF, eh_self);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh_world);
+        MPI_Errhandler *h[] = { &eh_world, &eh_self };
+        for (int i = 0; i < 2; i++)
+            if (*h[i] != MPI_ERRORS_ARE_FATAL && *h[i] != MPI_ERRORS_RETURN)
+                MPI_Errhandler_free(h[i]);
+    }
+    pthread_mutex_unlock(&eh_lock);
+}
+
 static int testsome_errors_return(struct ovl__engine *e, int *outcount)
 {
     if (!ovl__g.errors_on_world)
         return MPI_Testsome(e->n, e->mreqs, outcount, e->idx, e->sts);
-    MPI_Errhandler world = MPI_ERRHANDLER_NULL, self = MPI_ERRHANDLER_NULL;
-    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
-    MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    ovl__errors_return_enter();
     int rc = MPI_Testsome(e->n, e->mreqs, outcount, e->idx, e->sts);
-    MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
-    MPI_Errhandler *h[] = { &world, &self };
-    for (int i = 0; i < 2; i++)
-        if (*h[i] != MPI_ERRORS_ARE_FATAL && *h[i] != MPI_ERRORS_RETURN)
-            MPI_Errhandler_free(h[i]);
+    ovl__errors_return_leave();
     return rc;
 }
 
@@ -602,28 +720,47 @@ int ovl__engine_driving(void)
  * through ovl, until ovl__engine_release (segment.c's serving probe). */
 void ovl__engine_hold(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_lock(&e->drive);
 }
 
 void ovl__engine_release(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     pthread_mutex_unlock(&e->drive);
 }
 
 int ovl__engine_thread_on(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     return e->thread_on;
+}
+
+/* The first-domain rule: a thread driving another domain also drives
+ * domain 0 every (OVL_AM_POLL_MASK + 1) x (domains - 1)-th time, while
+ * domain 0 has serving work (active-message handlers registered), so that
+ * the more domains poll, the less often each one does. */
+static int serve_domain0(struct ovl__engine *e)
+{
+    int others = ovl__doms_count() - 1;
+    unsigned long period = ((unsigned long)ovl__g.cfg.threads.am_poll_mask + 1ul) *
+                           (unsigned long)(others > 1 ? others : 1);
+    if (++e->drives % period != 0 || !sources_serving(&engine0))
+        return 0;
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int n = ovl__engine_drive();
+    ovl__dom_leave(prev);
+    return n > 0 ? n : 0;
 }
 
 int ovl__engine_drive(void)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     if (pthread_mutex_trylock(&e->drive) != 0)
         return -1;
     driving = 1;
+    if (e->kick)
+        e->kick(e->kick_arg);
     /* The sources first (matching messages, serving other ranks' RMA), so
      * that the receives they start are tested in the same pass. */
     int matched = sources_poll(e);
@@ -701,6 +838,8 @@ int ovl__engine_drive(void)
     patient_got = npat;
     driving = 0;
     pthread_mutex_unlock(&e->drive);
+    if (e != &engine0)
+        nb += serve_domain0(e);
     return nb;
 }
 
@@ -719,7 +858,7 @@ static int urgent_work_locked(struct ovl__engine *e)
 
 void ovl__engine_spin(int (*done)(const void *), const void *arg)
 {
-    struct ovl__engine *e = &engine0;
+    struct ovl__engine *e = cur();
     if (done(arg))
         return;
     atomic_fetch_add(&e->spinners, 1);
@@ -1145,6 +1284,12 @@ void ovl__engine_stop(void)
         e->thread_on = 0;
         pthread_cond_destroy(&e->cond);
     }
+    free_tables(e);
+}
+
+/* The tables an engine grew (engine 0's are kept for a later ovl_init). */
+static void free_tables(struct ovl__engine *e)
+{
     ovl__page_free(e->mreqs);
     ovl__page_free(e->ops);
     ovl__page_free(e->idx);

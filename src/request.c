@@ -140,6 +140,7 @@ int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle)
     r->status.tag = MPI_ANY_TAG;
     r->op.mreq = MPI_REQUEST_NULL;
     r->op.ctx = r;
+    r->dom = ovl__dom_cur();
     *out = r;
     *handle = make_handle(idx, gen);
     return OVL_SUCCESS;
@@ -331,6 +332,9 @@ static void wait_done(struct ovl__req *r, uint32_t g)
                             NULL, 0);
 }
 
+static int wait_entered(const char *fn, ovl_request_t *req, ovl_status_t *status,
+                        struct ovl__req *r);
+
 /* ovl_wait, its errors recorded as @fn's. */
 static int wait_one(const char *fn, ovl_request_t *req, ovl_status_t *status)
 {
@@ -346,6 +350,19 @@ static int wait_one(const char *fn, ovl_request_t *req, ovl_status_t *status)
     }
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
+    /* the request's domain drives it, whichever thread waits */
+    struct ovl__dom *prev;
+    if ((rc = ovl__dom_enter_checked(fn, r->dom, &prev)))
+        return rc;
+    rc = wait_entered(fn, req, status, r);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+static int wait_entered(const char *fn, ovl_request_t *req, ovl_status_t *status,
+                        struct ovl__req *r)
+{
+    int rc;
     ovl_request_t h = *req;
     uint32_t g = handle_gen(h);
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
@@ -394,10 +411,14 @@ int ovl_test(ovl_request_t *req, int *flag, ovl_status_t *status)
     ovl_request_t h = *req;
     uint32_t g = handle_gen(h);
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        struct ovl__dom *prev;
+        if ((rc = ovl__dom_enter_checked(fn, r->dom, &prev)))
+            return rc;
         const struct ovl__req_ops *ops = req_ops(r);
         if (ops && ops->unfinished)
             ops->unfinished(r);
         ovl__engine_drive();
+        ovl__dom_leave(prev);
     }
     struct waiter w = { r, g };
     int c = wait_over(&w) ? claim(r, g) : CLAIM_NOT_DONE;
@@ -455,6 +476,8 @@ int ovl_waitall(int count, ovl_request_t reqs[], ovl_status_t statuses[])
                       nfailed, count, first, ovl_strerror(first_rc));
 }
 
+static int free_entered(const char *fn, ovl_request_t *req, struct ovl__req *r);
+
 int ovl_request_free(ovl_request_t *req)
 {
     static const char *fn = "ovl_request_free";
@@ -468,6 +491,16 @@ int ovl_request_free(ovl_request_t *req)
         return ovl__error(OVL_ERR_REQUEST, fn, "request is OVL_REQUEST_NULL");
     if ((rc = lookup_checked(fn, *req, &r)))
         return rc;
+    struct ovl__dom *prev;
+    if ((rc = ovl__dom_enter_checked(fn, r->dom, &prev)))
+        return rc;
+    rc = free_entered(fn, req, r);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+static int free_entered(const char *fn, ovl_request_t *req, struct ovl__req *r)
+{
     ovl_request_t h = *req;
     uint32_t g = handle_gen(h);
     const struct ovl__req_ops *ops = req_ops(r);

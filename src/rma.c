@@ -709,8 +709,8 @@ fail_req:
     return rc;
 }
 
-int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-            const ovl_param_t *param, ovl_request_t *req)
+static int get_dom0(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+                    const ovl_param_t *param, ovl_request_t *req)
 {
     int rc = ovl__param_check("ovl_get", param, 0);
     return rc ? rc : get_impl("ovl_get", dst, rank, offset, bytes, seg, req);
@@ -777,7 +777,7 @@ static int range_pending(const void *arg)
     return pend;
 }
 
-int ovl_get_need(const void *dst, size_t bytes)
+static int get_need_dom0(const void *dst, size_t bytes)
 {
     static const char *fn = "ovl_get_need";
     int rc;
@@ -789,8 +789,8 @@ int ovl_get_need(const void *dst, size_t bytes)
     return wait_while(fn, range_pending, &a, "bytes", (long long)bytes);
 }
 
-int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-            const ovl_param_t *param)
+static int put_dom0(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+                    const ovl_param_t *param)
 {
     static const char *fn = "ovl_put";
     int rc;
@@ -936,7 +936,7 @@ int ovl__rma_retire(struct ovl__seg *s, int rank)
     return rc;
 }
 
-int ovl_fence(ovl_segment_t seg)
+static int fence_dom0(ovl_segment_t seg)
 {
     static const char *fn = "ovl_fence";
     int rc;
@@ -973,4 +973,43 @@ void ovl__rma_finalize(void)
     pthread_mutex_lock(&X.lock);
     X.err = 0;
     pthread_mutex_unlock(&X.lock);
+}
+
+/* ---- entry points --------------------------------------------------------
+ * One-sided transfers, segments and locks go through domain 0 (its
+ * windows, its engine) whatever the caller's domain: memory is reachable
+ * from every domain (ovl.h). */
+
+int ovl_fence(ovl_segment_t seg)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = fence_dom0(seg);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+            const ovl_param_t *param, ovl_request_t *req)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = get_dom0(dst, rank, offset, bytes, seg, param, req);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_get_need(const void *dst, size_t bytes)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = get_need_dom0(dst, bytes);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+            const ovl_param_t *param)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = put_dom0(src, rank, offset, bytes, seg, param);
+    ovl__dom_leave(prev);
+    return rc;
 }

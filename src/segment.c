@@ -268,7 +268,7 @@ static int agree(const char *fn, MPI_Comm comm, int mine, int flag, int *any)
                       all[1] - 1, ovl_strerror(-all[0]));
 }
 
-int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
+static int segment_create_dom0(size_t bytes, void **base, ovl_segment_t *seg)
 {
     static const char *fn = "ovl_segment_create";
     int rc, bad = 0, any = 0, mrc;
@@ -417,7 +417,7 @@ static int free_seg(struct ovl__seg *s, const char *fn)
     return rc;
 }
 
-int ovl_segment_free(ovl_segment_t *seg)
+static int segment_free_dom0(ovl_segment_t *seg)
 {
     static const char *fn = "ovl_segment_free";
     int rc;
@@ -457,7 +457,7 @@ void ovl__segment_free_all(void)
 
 /* ---- ovl_barrier ------------------------------------------------------------ */
 
-int ovl_barrier(void)
+static int barrier_dom0(void)
 {
     static const char *fn = "ovl_barrier";
     int rc;
@@ -512,7 +512,7 @@ static int held_index(struct ovl__seg *s, int rank)
     return -1;
 }
 
-int ovl_lock(ovl_segment_t seg, int rank)
+static int lock_dom0(ovl_segment_t seg, int rank)
 {
     static const char *fn = "ovl_lock";
     int rc;
@@ -556,7 +556,7 @@ int ovl_lock(ovl_segment_t seg, int rank)
     return OVL_SUCCESS;
 }
 
-int ovl_unlock(ovl_segment_t seg, int rank)
+static int unlock_dom0(ovl_segment_t seg, int rank)
 {
     static const char *fn = "ovl_unlock";
     int rc;
@@ -587,4 +587,49 @@ int ovl_unlock(ovl_segment_t seg, int rank)
     if (mrc != MPI_SUCCESS)
         return ovl__mpi_error(mrc, fn, "releasing the lock word");
     return trc;
+}
+
+/* ---- entry points --------------------------------------------------------
+ * One-sided transfers, segments and locks go through domain 0 (its
+ * windows, its engine) whatever the caller's domain: memory is reachable
+ * from every domain (ovl.h). */
+
+int ovl_barrier(void)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = barrier_dom0();
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_lock(ovl_segment_t seg, int rank)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = lock_dom0(seg, rank);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_unlock(ovl_segment_t seg, int rank)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = unlock_dom0(seg, rank);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_segment_create(size_t bytes, void **base, ovl_segment_t *seg)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = segment_create_dom0(bytes, base, seg);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_segment_free(ovl_segment_t *seg)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = segment_free_dom0(seg);
+    ovl__dom_leave(prev);
+    return rc;
 }

@@ -413,10 +413,10 @@ static void send_frag(struct ovl__stream *s, struct frag *f, uint32_t flags, uns
     f->op.peer = s->peer;
     int count =
         (int)((nimg - 1) * (OVL__HDR_BYTES + s->payload_max) + OVL__HDR_BYTES + f[nimg - 1].len);
-    int rc = f->seq == 0 ? MPI_Issend(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
-                                      &f->op.mreq)
+    int rc = f->seq == 0 ? MPI_Issend(f->buf, count, MPI_BYTE, s->peer, s->tag,
+                                      ovl__dom_cur()->comm_stream, &f->op.mreq)
                          : MPI_Issend(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
-                                      ovl__g.comm_frag, &f->op.mreq);
+                                      ovl__dom_cur()->comm_frag, &f->op.mreq);
     if (rc != MPI_SUCCESS) {
         record_error(s, rc, "MPI_Issend");
         for (unsigned i = 0; i < nimg; i++)
@@ -665,10 +665,10 @@ static int post_recv(struct ovl__stream *s, struct frag *f, uint32_t seq)
     f->op.peer = s->peer;
     /* the first receive spans the whole block: a short stream comes whole */
     int count = (int)(seq == 0 ? block_bytes(s) : OVL__HDR_BYTES + s->payload_max);
-    int rc = seq == 0 ? MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, s->tag, ovl__g.comm_stream,
-                                  &f->op.mreq)
-                      : MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, (int)s->sid, ovl__g.comm_frag,
-                                  &f->op.mreq);
+    int rc = seq == 0 ? MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, s->tag,
+                                  ovl__dom_cur()->comm_stream, &f->op.mreq)
+                      : MPI_Irecv(f->buf, count, MPI_BYTE, s->peer, (int)s->sid,
+                                  ovl__dom_cur()->comm_frag, &f->op.mreq);
     if (rc != MPI_SUCCESS)
         return ovl__mpi_error(rc, "ovl_irecv_stream", "MPI_Irecv");
     ovl__engine_lock();
@@ -787,7 +787,7 @@ static void recv_done(struct ovl__op *op, MPI_Status *st)
     ovl__engine_unlock();
     if (!cancelled && first && st->MPI_ERROR == MPI_SUCCESS && s->peer >= 0 &&
         s->peer < ovl__g.size)
-        atomic_fetch_add(&ovl__g.recvd_from[s->peer], 1);
+        atomic_fetch_add(&ovl__dom_cur()->recvd_from[s->peer], 1);
     if (!cancelled)
         atomic_fetch_add_explicit(&ovl__g.st_frag_recv, nimg, memory_order_relaxed);
     if (post_more) {
@@ -955,7 +955,7 @@ static int create(const char *fn, int is_send, int peer, int tag, ovl_marshal_fn
     *req = h;
     if (is_send) {
         s->sid = atomic_fetch_add(&next_sid, 1) % ((unsigned)ovl__g.tag_ub + 1u);
-        atomic_fetch_add(&ovl__g.sent_to[peer], 1);
+        atomic_fetch_add(&ovl__dom_cur()->sent_to[peer], 1);
         /* Run the marshal function until it first waits (errors from here on
          * are reported through the request). */
         run(s);

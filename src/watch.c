@@ -245,6 +245,7 @@ static struct ovl__watch *new_region(size_t npages)
     memset(w, 0, bytes);
     w->got = (uint32_t *)((char *)w + head);
     w->valid = (_Atomic uint8_t *)((char *)w->got + n * sizeof(uint32_t));
+    w->dom = ovl__dom_cur(); /* its transfer's domain: the fault handler waits there */
     return w;
 }
 

@@ -256,8 +256,11 @@ static int fault_served(const void *p)
     return 0;
 }
 
-/* Wait in the faulting thread until @ready(arg) holds. */
-static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t i, uintptr_t addr)
+/* Wait in the faulting thread until @ready(arg) holds, driving @dom's
+ * engine (the transfer's), or every domain's (NULL: another buffer's edge,
+ * whose domain the page does not say). */
+static void wait_for(struct ovl__dom *dom, int (*ready)(const void *, size_t), const void *arg,
+                     size_t i, uintptr_t addr)
 {
     uint64_t t0 = ovl__now_ns();
     atomic_fetch_add_explicit(&ovl__g.st_fault_waits, 1, memory_order_relaxed);
@@ -266,7 +269,13 @@ static void wait_for(int (*ready)(const void *, size_t), const void *arg, size_t
               "has not arrived; it would wait for itself forever",
               addr);
     struct fault_wait f = { ready, arg, i, addr };
-    ovl__engine_spin(fault_served, &f);
+    if (dom) {
+        struct ovl__dom *prev = ovl__dom_enter(dom);
+        ovl__engine_spin(fault_served, &f);
+        ovl__dom_leave(prev);
+    } else {
+        ovl__doms_spin(fault_served, &f);
+    }
     uint64_t dt = ovl__now_ns() - t0;
     ovl__stats_wait_ns(dt);
     if (ovl__trace_on)
@@ -315,7 +324,7 @@ static int handle(int sig, uintptr_t addr, void *uc)
         if (own && own->p0 <= page) {
             size_t i = (page - own->p0) / ps;
             if (i < own->npages && !atomic_load(&own->valid[i]))
-                wait_for(page_valid, own, i, addr);
+                wait_for(own->dom, page_valid, own, i, addr);
             if (!ovl__watch_edge_guarded(page))
                 return 1; /* opened meanwhile: retry */
         }
@@ -329,7 +338,7 @@ static int handle(int sig, uintptr_t addr, void *uc)
 #else
         (void)uc;
 #endif
-        wait_for(edge_open, (const void *)page, 0, addr);
+        wait_for(NULL, edge_open, (const void *)page, 0, addr);
         return 1;
     }
     for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
@@ -345,7 +354,7 @@ static int handle(int sig, uintptr_t addr, void *uc)
             if (i < w->ilo || i >= w->ihi)
                 continue;
             if (!atomic_load(&w->valid[i]))
-                wait_for(page_valid, w, i, addr);
+                wait_for(w->dom, page_valid, w, i, addr);
             return 1;
         }
         if (w->is_send) {
@@ -355,7 +364,7 @@ static int handle(int sig, uintptr_t addr, void *uc)
         if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
             w->touch[atomic_fetch_add(&w->ntouch, 1)] = (uint32_t)i;
         if (!atomic_load(&w->valid[i]))
-            wait_for(page_valid, w, i, addr);
+            wait_for(w->dom, page_valid, w, i, addr);
         return 1;
     }
     (void)sig;
@@ -445,7 +454,9 @@ static void send_fault(struct ovl__watch *w, size_t i, uintptr_t addr)
         upto = upto > SLACK ? upto - SLACK : 0;
         if (ovl__engine_driving())
             fatal("a continuation wrote a delta-send buffer that is being monitored", addr);
+        struct ovl__dom *prev = ovl__dom_enter(w->dom);
         size_t d = w->produced(w->ctx, upto);
+        ovl__dom_leave(prev);
         size_t dp = d / ovl__watch_page();
         if (dp < 1)
             dp = 1;

@@ -26,8 +26,9 @@ struct ovl__watch {
     size_t len;
     uintptr_t p0; /* address of the first page */
     size_t npages, ilo, ihi;
-    int slot;    /* index in the registry, -1 when unregistered */
-    char *alias; /* ovl_alloc memory: base's second mapping, never guarded */
+    int slot;             /* index in the registry, -1 when unregistered */
+    struct ovl__dom *dom; /* the domain of the transfer it belongs to (domain.c) */
+    char *alias;          /* ovl_alloc memory: base's second mapping, never guarded */
 
     /* receive */
     uint32_t *got;          /* bytes arrived, per page (driver) */

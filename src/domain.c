@@ -1,0 +1,612 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Communication domains (source system 5's per-thread endpoints, as
+ * OpenSHMEM contexts): each is an engine instance (progress.c) with its own
+ * communicators, matching state (match.c) and per-peer counts. Every
+ * thread has a current domain (thread-local; domain 0 until it binds
+ * another); the engine entry points, match.c and the front ends act on the
+ * current one. Code acting on an object of a domain (a request, a stream, a
+ * delta transfer, a monitored buffer) enters that object's domain first,
+ * so a request posted on domain 2 is driven by domain 2's engine whichever
+ * thread waits for it.
+ *
+ * The mapping onto MPI is chosen per domain when it is created: a
+ * serialized or private domain, whose MPI calls never overlap, gets an
+ * MPIX stream of its own where the library has them (a VCI of its own in
+ * MPICH), and its communicators are stream communicators; any other
+ * domain, or one whose stream MPI refuses (MPICH started without
+ * MPIR_CVAR_CH4_RESERVE_VCIS), gets duplicates of ovl's communicator.
+ * MPI_Comm_dup_with_info's assertions cannot be used: ovl's own matching
+ * probes with MPI_ANY_SOURCE and MPI_ANY_TAG (match.c).
+ */
+#include "ovl_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct ovl__dom dom0;
+
+static struct {
+    pthread_mutex_t lock;                     /* create and free */
+    struct ovl__dom *_Atomic at[OVL_DOMAINS_MAX]; /* by index; NULL: free */
+    unsigned gen[OVL_DOMAINS_MAX];            /* creation of the domain there */
+    unsigned next_gen;
+    int n, on_streams, hi; /* live domains, on streams, highest index + 1 */
+} D = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The calling thread's domain: index and the generation it had when bound
+ * (a domain created later at the same index is another one). */
+static __thread int tls_id __attribute__((tls_model("initial-exec")));
+static __thread unsigned tls_gen __attribute__((tls_model("initial-exec")));
+
+struct ovl__dom *ovl__dom0(void)
+{
+    return &dom0;
+}
+
+void *ovl__dom_state(int slot)
+{
+    return slot >= 0 && slot < OVL__MAX_SOURCES ? ovl__dom_cur()->state[slot] : NULL;
+}
+
+struct ovl__dom *ovl__dom_cur(void)
+{
+    int id = tls_id;
+    if (id == 0)
+        return &dom0;
+    struct ovl__dom *d = atomic_load_explicit(&D.at[id], memory_order_acquire);
+    return d && __atomic_load_n(&D.gen[id], __ATOMIC_RELAXED) == tls_gen ? d : &dom0;
+}
+
+struct ovl__dom *ovl__dom_enter(struct ovl__dom *d)
+{
+    struct ovl__dom *prev = ovl__dom_cur();
+    tls_id = d->id;
+    tls_gen = __atomic_load_n(&D.gen[d->id], __ATOMIC_RELAXED);
+    return prev;
+}
+
+void ovl__dom_leave(struct ovl__dom *prev)
+{
+    ovl__dom_enter(prev);
+}
+
+static int owner_ok(const struct ovl__dom *d)
+{
+    return d->mode != OVL_DOMAIN_PRIVATE || !atomic_load(&d->owned) ||
+           pthread_equal(d->owner, pthread_self());
+}
+
+static int not_owner(const char *fn, const struct ovl__dom *d)
+{
+    return ovl__error(OVL_ERR_THREAD, fn,
+                      "domain %d is private and owned by another thread (the first that bound "
+                      "it); use a shared or serialized domain to share it between threads",
+                      d->id);
+}
+
+int ovl__dom_enter_checked(const char *fn, struct ovl__dom *d, struct ovl__dom **prev)
+{
+    if (!owner_ok(d))
+        return not_owner(fn, d);
+    *prev = ovl__dom_enter(d);
+    return OVL_SUCCESS;
+}
+
+int ovl__doms_count(void)
+{
+    return D.n;
+}
+
+int ovl__doms_on_streams(void)
+{
+    return D.on_streams;
+}
+
+struct ovl__dom *ovl__dom_at(int i)
+{
+    return i >= 0 && i < OVL_DOMAINS_MAX ? atomic_load(&D.at[i]) : NULL;
+}
+
+void ovl__doms_spin(int (*done)(const void *), const void *arg)
+{
+    if (D.hi <= 1) {
+        ovl__engine_spin(done, arg);
+        return;
+    }
+    while (!done(arg)) {
+        for (int i = 0; i < D.hi; i++) {
+            struct ovl__dom *d = ovl__dom_at(i);
+            if (!d)
+                continue;
+            struct ovl__dom *prev = ovl__dom_enter(d);
+            ovl__engine_drive();
+            ovl__dom_leave(prev);
+        }
+        ovl__relax();
+    }
+}
+
+/* ---- one domain ------------------------------------------------------------ */
+
+static MPI_Comm *comms_of(struct ovl__dom *d, int k)
+{
+    MPI_Comm *c[] = { &d->comm_msg, &d->comm_stream, &d->comm_frag, &d->comm_delta };
+    return c[k];
+}
+
+/* The domain's own parts: engine, matching state, counters (NULL on
+ * failure; the comms are made collectively by the caller). */
+static struct ovl__dom *dom_alloc(int id, int mode)
+{
+    struct ovl__dom *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->id = id;
+    d->mode = mode;
+    for (int k = 0; k < 4; k++)
+        *comms_of(d, k) = MPI_COMM_NULL;
+#ifdef OVL_HAVE_MPIX_STREAM
+    d->stream = MPIX_STREAM_NULL;
+#endif
+    size_t n = (size_t)ovl__g.size;
+    d->eng = ovl__engine_new();
+    int st = ovl__engine_sources_dom_new(d->state);
+    d->sent_to = calloc(n, sizeof *d->sent_to);
+    d->recvd_from = calloc(n, sizeof *d->recvd_from);
+    d->headed_to = calloc(n, sizeof *d->headed_to);
+    if (!d->eng || st != OVL_SUCCESS || !d->sent_to || !d->recvd_from || !d->headed_to) {
+        ovl__engine_free(d->eng);
+        if (st == OVL_SUCCESS)
+            ovl__engine_sources_dom_free(d->state);
+        free(d->sent_to);
+        free(d->recvd_from);
+        free(d->headed_to);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void dom_release(struct ovl__dom *d)
+{
+    for (int k = 0; k < 4; k++)
+        if (*comms_of(d, k) != MPI_COMM_NULL)
+            MPI_Comm_free(comms_of(d, k));
+#ifdef OVL_HAVE_MPIX_STREAM
+    if (d->stream != MPIX_STREAM_NULL)
+        MPIX_Stream_free(&d->stream);
+#endif
+    ovl__engine_free(d->eng);
+    ovl__engine_sources_dom_free(d->state);
+    free(d->sent_to);
+    free(d->recvd_from);
+    free(d->headed_to);
+    free(d);
+}
+
+#ifdef OVL_HAVE_MPIX_STREAM
+/* A domain's own stream progresses only when asked (MPICH polls the VCI of
+ * a request it tests, not the stream's others): every drive asks. */
+static void stream_progress(void *arg)
+{
+    struct ovl__dom *d = arg;
+    MPIX_Stream_progress(d->stream);
+}
+#endif
+
+/* Its communicators, collectively (every rank calls it for the same
+ * domain): a stream of its own where allowed and available, else
+ * duplicates. An MPI error code, or MPI_SUCCESS. */
+static int dom_comms(struct ovl__dom *d)
+{
+#ifdef OVL_HAVE_MPIX_STREAM
+    if (d->mode != OVL_DOMAIN_SHARED) {
+        /* Local: another rank may get none, and its stream communicators
+         * are then plain ones (MPIX_STREAM_NULL), which MPI allows. */
+        ovl__errors_return_enter(); /* MPICH raises its refusal on MPI_COMM_SELF */
+        int src = MPIX_Stream_create(MPI_INFO_NULL, &d->stream);
+        ovl__errors_return_leave();
+        if (src != MPI_SUCCESS) {
+            d->stream = MPIX_STREAM_NULL;
+            ovl__info("domain %d: no MPIX stream of its own (%s); its communicators are "
+                      "duplicates sharing MPI's endpoint (MPICH gives one stream per "
+                      "MPIR_CVAR_CH4_RESERVE_VCIS)",
+                      d->id, "MPIX_Stream_create failed");
+        }
+        for (int k = 0; k < 4; k++) {
+            int rc = MPIX_Stream_comm_create(ovl__g.comm_msg, d->stream, comms_of(d, k));
+            if (rc != MPI_SUCCESS)
+                return rc;
+            MPI_Comm_set_errhandler(*comms_of(d, k), MPI_ERRORS_RETURN);
+        }
+        d->on_stream = d->stream != MPIX_STREAM_NULL;
+        if (d->on_stream)
+            ovl__engine_set_kick(d->eng, stream_progress, d);
+        return MPI_SUCCESS;
+    }
+#endif
+    for (int k = 0; k < 4; k++) {
+        int rc = MPI_Comm_dup(ovl__g.comm_msg, comms_of(d, k));
+        if (rc != MPI_SUCCESS)
+            return rc;
+        MPI_Comm_set_errhandler(*comms_of(d, k), MPI_ERRORS_RETURN);
+    }
+    return MPI_SUCCESS;
+}
+
+/* MPI_Iallreduce on domain 0's communicator, driving the caller's domain
+ * while it completes (a peer may need this rank's progress first). */
+static int allreduce(void *in, void *out, int count, MPI_Datatype dt, MPI_Op op)
+{
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(in, out, count, dt, op, ovl__g.comm_msg, &r);
+    return rc == MPI_SUCCESS ? ovl__engine_spin_mpi(&r) : rc;
+}
+
+static int mode_ok(int mode)
+{
+    return mode == OVL_DOMAIN_SHARED || mode == OVL_DOMAIN_SERIALIZED ||
+           mode == OVL_DOMAIN_PRIVATE;
+}
+
+/* Create @n domains of @mode (collective): local checks first, then one
+ * agreement, then the communicators, then one more agreement. */
+static int create(const char *fn, int n, int mode, ovl_domain_t out[], int local)
+{
+    if (local != OVL_SUCCESS)
+        ;
+    else if (n < 0)
+        local = ovl__error(OVL_ERR_ARG, fn, "negative count %d", n);
+    else if (n > 0 && !out)
+        local = ovl__error(OVL_ERR_ARG, fn, "out is NULL with n = %d", n);
+    else if (!mode_ok(mode))
+        local = ovl__error(OVL_ERR_ARG, fn,
+                           "unknown mode %d (OVL_DOMAIN_SHARED, OVL_DOMAIN_SERIALIZED or "
+                           "OVL_DOMAIN_PRIVATE)",
+                           mode);
+    else if (n > 0 && ovl__g.thread_level < MPI_THREAD_MULTIPLE)
+        local = ovl__error(OVL_ERR_THREAD, fn,
+                           "domains are used by several threads at once: MPI must provide "
+                           "MPI_THREAD_MULTIPLE (it provides level %d)",
+                           ovl__g.thread_level);
+    else if (D.n + n > OVL_DOMAINS_MAX)
+        local = ovl__error(OVL_ERR_ARG, fn, "%d domains exist; %d more exceed OVL_DOMAINS_MAX (%d)",
+                           D.n, n, OVL_DOMAINS_MAX);
+    /* one MPI_MAX: a failure (code over the complement of the rank), then n
+     * and mode, each with its complement, to find any difference */
+    unsigned long long here[5] = { 0, (unsigned long long)(unsigned)n,
+                                   ~(unsigned long long)(unsigned)n,
+                                   (unsigned long long)(unsigned)mode,
+                                   ~(unsigned long long)(unsigned)mode },
+                       all[5];
+    if (local != OVL_SUCCESS)
+        here[0] = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
+    int rc = allreduce(here, all, 5, MPI_UNSIGNED_LONG_LONG, MPI_MAX);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
+    if (all[0]) {
+        int code = -(int)(all[0] >> 32), who = (int)(0xffffffffull - (all[0] & 0xffffffffull));
+        return local != OVL_SUCCESS
+                   ? local
+                   : ovl__error(code, fn, "rank %d failed (%s; its own error says why): no domain created",
+                                who, ovl_strerror(code));
+    }
+    if (all[1] != ~all[2] || all[3] != ~all[4])
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "n or mode differs between ranks (this rank n = %d, mode = %d): every "
+                          "rank must pass the same",
+                          n, mode);
+    if (n == 0)
+        return OVL_SUCCESS;
+
+    struct ovl__dom **made = calloc((size_t)n, sizeof *made);
+    int failed_nomem = made == NULL, mrc = MPI_SUCCESS, k = 0;
+    pthread_mutex_lock(&D.lock);
+    for (int id = 1; made && k < n && id < OVL_DOMAINS_MAX; id++) {
+        if (atomic_load(&D.at[id]))
+            continue;
+        int taken = 0;
+        for (int j = 0; j < k; j++)
+            taken |= made[j]->id == id;
+        if (taken)
+            continue;
+        if (!(made[k] = dom_alloc(id, mode))) {
+            failed_nomem = 1;
+            break;
+        }
+        k++;
+    }
+    pthread_mutex_unlock(&D.lock);
+    /* communicators: collective, so every rank makes as many as the first
+     * failure anywhere allows; one agreement at the end */
+    int bad = failed_nomem ? 1 : 0;
+    int bad_all = 0;
+    rc = allreduce(&bad, &bad_all, 1, MPI_INT, MPI_MAX);
+    if (rc == MPI_SUCCESS && !bad_all) {
+        for (int i = 0; i < n && mrc == MPI_SUCCESS; i++)
+            mrc = dom_comms(made[i]);
+        bad = mrc != MPI_SUCCESS;
+        rc = allreduce(&bad, &bad_all, 1, MPI_INT, MPI_MAX);
+    }
+    if (rc != MPI_SUCCESS || bad_all) {
+        for (int i = 0; i < k; i++)
+            dom_release(made[i]);
+        free(made);
+        if (rc != MPI_SUCCESS)
+            return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
+        if (failed_nomem)
+            return ovl__error(OVL_ERR_NOMEM, fn, "allocating a domain's engine and tables");
+        if (mrc != MPI_SUCCESS)
+            return ovl__mpi_error(mrc, fn,
+                                  "creating a domain's communicators (MPI may have run out of "
+                                  "communicators; the domains that exist stay usable)");
+        return ovl__error(OVL_ERR_MPI, fn,
+                          "another rank could not create a domain's communicators (MPI may have "
+                          "run out of them: %d domains exist; those stay usable)",
+                          D.n);
+    }
+    pthread_mutex_lock(&D.lock);
+    for (int i = 0; i < n; i++) {
+        struct ovl__dom *d = made[i];
+        __atomic_store_n(&D.gen[d->id], ++D.next_gen, __ATOMIC_RELAXED);
+        atomic_store_explicit(&D.at[d->id], d, memory_order_release);
+        D.n++;
+        D.on_streams += d->on_stream;
+        if (d->id + 1 > D.hi)
+            D.hi = d->id + 1;
+        out[i] = d->id;
+    }
+    pthread_mutex_unlock(&D.lock);
+    free(made);
+    return OVL_SUCCESS;
+}
+
+int ovl_domains_create(int n, int mode, ovl_domain_t out[])
+{
+    static const char *fn = "ovl_domains_create";
+    int rc;
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
+        return rc;
+    return create(fn, n, mode, out, OVL_SUCCESS);
+}
+
+static struct ovl__dom *lookup(ovl_domain_t id)
+{
+    return id >= 0 && id < OVL_DOMAINS_MAX ? ovl__dom_at(id) : NULL;
+}
+
+int ovl_domain_bind(ovl_domain_t id)
+{
+    static const char *fn = "ovl_domain_bind";
+    int rc;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    struct ovl__dom *d = lookup(id);
+    if (!d)
+        return ovl__error(OVL_ERR_ARG, fn, "no domain %d (ovl_domains_create makes them)", id);
+    struct ovl__dom *was = ovl__dom_cur();
+    if (was == d)
+        return OVL_SUCCESS;
+    if (d->mode == OVL_DOMAIN_PRIVATE && !atomic_load(&d->owned)) {
+        pthread_mutex_lock(&D.lock);
+        if (!atomic_load(&d->owned)) {
+            d->owner = pthread_self();
+            atomic_store(&d->owned, 1);
+        }
+        pthread_mutex_unlock(&D.lock);
+    }
+    if (!owner_ok(d))
+        return not_owner(fn, d);
+    /* a private domain's owner leaving it gives it up */
+    if (was->mode == OVL_DOMAIN_PRIVATE && atomic_load(&was->owned) &&
+        pthread_equal(was->owner, pthread_self()))
+        atomic_store(&was->owned, 0);
+    ovl__dom_enter(d);
+    return OVL_SUCCESS;
+}
+
+int ovl_domain_current(ovl_domain_t *id)
+{
+    int rc;
+    if ((rc = ovl__check_init("ovl_domain_current")))
+        return rc;
+    if (!id)
+        return ovl__error(OVL_ERR_ARG, "ovl_domain_current", "id is NULL");
+    *id = ovl__dom_cur()->id;
+    return OVL_SUCCESS;
+}
+
+/* ---- freeing ----------------------------------------------------------------- */
+
+/* Work of this rank on @d: ops, queued continuations, posted receives,
+ * messages nobody received. */
+static int pending_on(struct ovl__dom *d)
+{
+    struct ovl__dom *prev = ovl__dom_enter(d);
+    int p = ovl__engine_count(-1) > 0 || ovl__engine_sources_active() ||
+            ovl__engine_sources_held() > 0;
+    ovl__dom_leave(prev);
+    return p;
+}
+
+int ovl_domains_free(int n, ovl_domain_t ids[])
+{
+    static const char *fn = "ovl_domains_free";
+    int rc;
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
+        return rc;
+    int local = OVL_SUCCESS;
+    struct ovl__dom **d = NULL;
+    unsigned long long hash = 1469598103934665603ull;
+    if (n < 0)
+        local = ovl__error(OVL_ERR_ARG, fn, "negative count %d", n);
+    else if (n > 0 && !ids)
+        local = ovl__error(OVL_ERR_ARG, fn, "ids is NULL with n = %d", n);
+    else if (n > 0 && !(d = calloc((size_t)n, sizeof *d)))
+        local = ovl__error(OVL_ERR_NOMEM, fn, "allocating the domain list");
+    for (int i = 0; local == OVL_SUCCESS && i < n; i++) {
+        hash = (hash ^ (unsigned)ids[i]) * 1099511628211ull;
+        if (ids[i] == 0)
+            local = ovl__error(OVL_ERR_ARG, fn, "ids[%d] is domain 0, which ovl_finalize frees", i);
+        else if (!(d[i] = lookup(ids[i])))
+            local = ovl__error(OVL_ERR_ARG, fn, "ids[%d]: no domain %d", i, ids[i]);
+        for (int j = 0; local == OVL_SUCCESS && j < i; j++)
+            if (ids[j] == ids[i])
+                local = ovl__error(OVL_ERR_ARG, fn, "domain %d is listed twice", ids[i]);
+    }
+    unsigned long long here[5] = { 0, (unsigned long long)(unsigned)n,
+                                   ~(unsigned long long)(unsigned)n, hash, ~hash },
+                       all[5];
+    if (local != OVL_SUCCESS)
+        here[0] = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
+    if ((rc = allreduce(here, all, 5, MPI_UNSIGNED_LONG_LONG, MPI_MAX)) != MPI_SUCCESS) {
+        free(d);
+        return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
+    }
+    if (all[0] || all[1] != ~all[2] || all[3] != ~all[4]) {
+        free(d);
+        if (local != OVL_SUCCESS)
+            return local;
+        if (!all[0])
+            return ovl__error(OVL_ERR_ARG, fn,
+                              "the list of domains differs between ranks: every rank must free "
+                              "the same domains in the same order");
+        int code = -(int)(all[0] >> 32), who = (int)(0xffffffffull - (all[0] & 0xffffffffull));
+        return ovl__error(code, fn, "rank %d failed (%s; its own error says why): nothing freed",
+                          who, ovl_strerror(code));
+    }
+    if (n == 0)
+        return OVL_SUCCESS;
+    /* Messages still travelling to a domain would be lost with its
+     * communicators: learn how many each peer sent on each, then agree
+     * that every one was received and nothing is pending anywhere. */
+    size_t cells = (size_t)ovl__g.size * (size_t)n;
+    unsigned long long *sent = malloc(cells * sizeof *sent), *expected = malloc(cells * sizeof *expected);
+    int pending = 0, pending_all = 0;
+    if (!sent || !expected) {
+        free(sent);
+        free(expected);
+        free(d);
+        return ovl__error(OVL_ERR_NOMEM, fn, "allocating message counts");
+    }
+    for (int q = 0; q < ovl__g.size; q++)
+        for (int i = 0; i < n; i++)
+            sent[(size_t)q * (size_t)n + (size_t)i] = atomic_load(&d[i]->sent_to[q]);
+    MPI_Request r = MPI_REQUEST_NULL;
+    rc = MPI_Ialltoall(sent, n, MPI_UNSIGNED_LONG_LONG, expected, n, MPI_UNSIGNED_LONG_LONG,
+                       ovl__g.comm_msg, &r);
+    if (rc == MPI_SUCCESS)
+        rc = ovl__engine_spin_mpi(&r);
+    if (rc == MPI_SUCCESS) {
+        /* a message sent here on a domain and not received yet, wherever it
+         * is (on its way, or waiting unexpected), is work left */
+        for (int i = 0; i < n; i++) {
+            pending |= pending_on(d[i]);
+            for (int q = 0; q < ovl__g.size; q++)
+                pending |= atomic_load(&d[i]->recvd_from[q]) <
+                           expected[(size_t)q * (size_t)n + (size_t)i];
+        }
+        rc = allreduce(&pending, &pending_all, 1, MPI_INT, MPI_MAX);
+    }
+    free(sent);
+    free(expected);
+    if (rc != MPI_SUCCESS) {
+        free(d);
+        return ovl__mpi_error(rc, fn, "MPI_Ialltoall/MPI_Iallreduce");
+    }
+    if (pending_all) {
+        free(d);
+        return ovl__error(OVL_ERR_PENDING, fn,
+                          "%s work in flight on the domains (operations, posted receives, or "
+                          "messages that arrived and were never received): complete it first; "
+                          "nothing freed",
+                          pending ? "this rank has" : "another rank has");
+    }
+    pthread_mutex_lock(&D.lock);
+    for (int i = 0; i < n; i++) {
+        atomic_store(&D.at[d[i]->id], NULL);
+        D.n--;
+        D.on_streams -= d[i]->on_stream;
+    }
+    while (D.hi > 1 && !atomic_load(&D.at[D.hi - 1]))
+        D.hi--;
+    pthread_mutex_unlock(&D.lock);
+    for (int i = 0; i < n; i++)
+        dom_release(d[i]);
+    free(d);
+    return OVL_SUCCESS;
+}
+
+/* ---- ovl_init / ovl_finalize ------------------------------------------------- */
+
+int ovl__doms_init(void)
+{
+    static const char *fn = "ovl_init";
+    size_t n = (size_t)ovl__g.size;
+    memset(&dom0, 0, sizeof dom0);
+    dom0.mode = OVL_DOMAIN_SHARED;
+    dom0.comm_msg = ovl__g.comm_msg;
+    dom0.comm_stream = ovl__g.comm_stream;
+    dom0.comm_frag = ovl__g.comm_frag;
+    dom0.comm_delta = ovl__g.comm_delta;
+#ifdef OVL_HAVE_MPIX_STREAM
+    dom0.stream = MPIX_STREAM_NULL;
+#endif
+    dom0.eng = ovl__engine0(); /* its sources' state: their own */
+    dom0.sent_to = calloc(n, sizeof *dom0.sent_to);
+    dom0.recvd_from = calloc(n, sizeof *dom0.recvd_from);
+    dom0.headed_to = calloc(n, sizeof *dom0.headed_to);
+    if (!dom0.sent_to || !dom0.recvd_from || !dom0.headed_to) {
+        ovl__doms_fini();
+        return ovl__error(OVL_ERR_NOMEM, fn, "allocating per-rank counters");
+    }
+    pthread_mutex_lock(&D.lock);
+    D.gen[0] = 0;
+    atomic_store(&D.at[0], &dom0);
+    D.n = 1;
+    D.on_streams = 0;
+    D.hi = 1;
+    pthread_mutex_unlock(&D.lock);
+    tls_id = 0;
+    return OVL_SUCCESS;
+}
+
+/* OVL_DOMAINS=n (threads.domains): domains 1..n-1, shared, for OpenMP
+ * codes (ovl_init, once the engine runs). */
+int ovl__doms_create_env(void)
+{
+    static const char *fn = "ovl_init";
+    /* collective even when 1: every rank must ask the same */
+    int want = (int)ovl__g.cfg.threads.domains, local = OVL_SUCCESS;
+    ovl_domain_t *ids = want > 1 ? malloc((size_t)(want - 1) * sizeof *ids) : NULL;
+    if (want > 1 && !ids)
+        local = ovl__error(OVL_ERR_NOMEM, fn, "OVL_DOMAINS");
+    int rc = create(fn, want - 1, OVL_DOMAIN_SHARED, ids, local);
+    free(ids);
+    return rc;
+}
+
+void ovl__doms_fini(void)
+{
+    pthread_mutex_lock(&D.lock);
+    for (int i = 1; i < OVL_DOMAINS_MAX; i++) {
+        struct ovl__dom *d = atomic_load(&D.at[i]);
+        if (d) {
+            atomic_store(&D.at[i], NULL);
+            dom_release(d);
+        }
+    }
+    atomic_store(&D.at[0], NULL);
+    D.n = 0;
+    D.on_streams = 0;
+    D.hi = 0;
+    pthread_mutex_unlock(&D.lock);
+    free(dom0.sent_to);
+    free(dom0.recvd_from);
+    free(dom0.headed_to);
+    dom0.sent_to = dom0.recvd_from = NULL;
+    dom0.headed_to = NULL;
+    tls_id = 0;
+}
