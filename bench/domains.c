@@ -26,14 +26,17 @@
 #include "common.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { V_MPI, V_MPIX, V_OVL, V_DOM, NVARIANTS };
 static const char *const vname[NVARIANTS] = { "mpi", "mpix", "ovl", "ovl-dom" };
 
 struct dom_cfg {
     int threads, iters, window, reps;
+    double compute_s; /* --compute: per iteration, between posting and waiting */
     size_t *sizes;
     int nsizes;
     int variant;
@@ -68,7 +71,7 @@ static void run_iters(struct worker *w, int iters)
     for (int k = 0; k < iters; k++) {
         for (int i = 0; i < win; i++) {
             char *rb = w->rbuf + (size_t)i * C.bytes, *sb = w->sbuf + (size_t)i * C.bytes;
-            if (C.variant == V_OVL) {
+            if (C.variant == V_OVL || C.variant == V_DOM) {
                 BENCH_OVL(ovl_irecv(rb, n, MPI_BYTE, partner, w->pt, &oq[2 * i]));
                 BENCH_OVL(ovl_isend(sb, n, MPI_BYTE, partner, w->t, &oq[2 * i + 1]));
             } else {
@@ -76,7 +79,9 @@ static void run_iters(struct worker *w, int iters)
                 BENCH_MPI(MPI_Isend(sb, n, MPI_BYTE, partner, w->t, w->comm, &rq[2 * i + 1]));
             }
         }
-        if (C.variant == V_OVL)
+        if (C.compute_s > 0) /* the hybrid kernel: compute while the halos travel */
+            bench_daxpy_for(C.compute_s);
+        if (C.variant == V_OVL || C.variant == V_DOM)
             BENCH_OVL(ovl_waitall(2 * win, oq, OVL_STATUS_IGNORE));
         else
             BENCH_MPI(MPI_Waitall(2 * win, rq, sts));
@@ -207,8 +212,68 @@ static void variant_teardown(void)
     }
 }
 
+/* Resident memory of this process, KiB (/proc/self/statm). */
+static long rss_kib(void)
+{
+    long pages = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* The paper's Table 1: how many domains can be made, what each costs to
+ * make and in memory, and a segment's creation time with them. */
+static void limits(FILE *f)
+{
+    enum { BATCH = 16 };
+    ovl_domain_t *ids = malloc(OVL_DOMAINS_MAX * sizeof *ids);
+    if (!ids)
+        bench_fail("out of memory");
+    int n = 0, rc = OVL_SUCCESS;
+    if (bench_rank == 0)
+        printf("%8s %14s %14s %16s\n", "domains", "create us/dom", "RSS KiB/dom",
+               "segment 1 MB us");
+    if (f)
+        fprintf(f, "bench,domains,create_us_per_domain,rss_kib_per_domain,segment_create_us\n");
+    while (n + BATCH < OVL_DOMAINS_MAX) {
+        long r0 = rss_kib();
+        BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        double t0 = bench_now();
+        rc = ovl_domains_create(BATCH, OVL_DOMAIN_SHARED, ids + n);
+        double dt = bench_now() - t0;
+        if (rc != OVL_SUCCESS)
+            break;
+        n += BATCH;
+        long dr = rss_kib() - r0;
+        void *base;
+        ovl_segment_t seg;
+        BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        double s0 = bench_now();
+        BENCH_OVL(ovl_segment_create(1u << 20, &base, &seg));
+        double ds = bench_now() - s0;
+        BENCH_OVL(ovl_segment_free(&seg));
+        if (bench_rank == 0 && (n & (n - 1)) == 0) { /* powers of two */
+            printf("%8d %14.1f %14.1f %16.1f\n", n + 1, dt * 1e6 / BATCH, (double)dr / BATCH,
+                   ds * 1e6);
+            if (f)
+                fprintf(f, "domains,%d,%.1f,%.1f,%.1f\n", n + 1, dt * 1e6 / BATCH,
+                        (double)dr / BATCH, ds * 1e6);
+        }
+    }
+    if (bench_rank == 0)
+        printf("%d domains made (domain 0 included), then: %s\n", n + 1,
+               rc == OVL_SUCCESS ? "OVL_DOMAINS_MAX" : ovl_error_detail());
+    BENCH_OVL(ovl_domains_free(n, ids));
+    free(ids);
+}
+
 int bench_domains(int argc, char **argv)
 {
+    int do_limits = 0;
     static const char *cmd = "domains";
     const char *csv = NULL, *variants = "mpi,mpix,ovl,ovl-dom";
     C = (struct dom_cfg){ .threads = 1, .iters = 2000, .window = 1, .reps = 5 };
@@ -228,6 +293,12 @@ int bench_domains(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps"))
             C.reps =
                 (int)bench_parse_long(cmd, "--reps", bench_optarg(cmd, argc, argv, &i), 1, 1000);
+        else if (!strcmp(argv[i], "--limits"))
+            do_limits = 1;
+        else if (!strcmp(argv[i], "--compute"))
+            C.compute_s = (double)bench_parse_long(cmd, "--compute",
+                                                   bench_optarg(cmd, argc, argv, &i), 0, 10000000) *
+                          1e-6;
         else if (!strcmp(argv[i], "--variants"))
             variants = bench_optarg(cmd, argc, argv, &i);
         else if (!strcmp(argv[i], "--csv"))
@@ -235,7 +306,7 @@ int bench_domains(int argc, char **argv)
         else if (!strcmp(argv[i], "--help"))
             bench_help_exit(
                 "ovl-bench domains [--threads T] [--sizes LIST] [--iters N] [--window W]\n"
-                "                  [--reps R] [--variants LIST] [--csv FILE]\n"
+                "                  [--reps R] [--compute US] [--variants LIST] [--csv FILE]\n"
                 "Threads against processes (the communication-domains paper): worker (rank r,\n"
                 "thread t) exchanges with worker (r + np/2 mod np, t): each iteration posts W\n"
                 "receives and W sends (default 1) and waits for all. Processes: np = 2P,\n"
@@ -246,7 +317,11 @@ int bench_domains(int argc, char **argv)
                 "(ovl_isend/ovl_irecv, tag t, domain 0), ovl-dom (the same, a domain per\n"
                 "thread). Prints the slowest worker's time per iteration\n"
                 "(us) and messages per second per worker, medians of --reps (default 5) runs of\n"
-                "--iters (default 2000). Sizes default 8,64,512,2k,16k,128k,2m.\n");
+                "--iters (default 2000). Sizes default 8,64,512,2k,16k,128k,2m. --compute US:\n"
+                "the hybrid kernel, US microseconds of computation between posting and waiting\n"
+                "(a halo exchange overlapped with the interior's update). --limits: domains\n"
+                "made 16 at a time until ovl or MPI runs out: time and memory per domain, and a\n"
+                "1 MB segment's creation time with them (the paper's Table 1).\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }
@@ -308,6 +383,12 @@ int bench_domains(int argc, char **argv)
     bench_ovl_start(0, &eff);
 
     FILE *f = bench_csv_open(cmd, csv);
+    if (do_limits) {
+        limits(f);
+        bench_csv_close(f, csv);
+        bench_ovl_finalize();
+        return 0;
+    }
     if (f)
         fprintf(f,
                 "bench,variant,ranks,threads,window,msg_bytes,iters,reps,progress,us_per_iter_med,"

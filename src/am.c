@@ -42,7 +42,7 @@ struct pend {
     struct ovl__req *r;
     void *reply;
     size_t cap;
-    int drop; /* ovl_am_request: a reply's payload is not wanted */
+    int drop;        /* ovl_am_request: a reply's payload is not wanted */
     atomic_int left; /* the reply, plus the bulk send of a large request */
     int error;
     size_t got;

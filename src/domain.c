@@ -28,9 +28,9 @@
 static struct ovl__dom dom0;
 
 static struct {
-    pthread_mutex_t lock;                     /* create and free */
+    pthread_mutex_t lock;                         /* create and free */
     struct ovl__dom *_Atomic at[OVL_DOMAINS_MAX]; /* by index; NULL: free */
-    unsigned gen[OVL_DOMAINS_MAX];            /* creation of the domain there */
+    unsigned gen[OVL_DOMAINS_MAX];                /* creation of the domain there */
     unsigned next_gen;
     int n, on_streams, hi; /* live domains, on streams, highest index + 1 */
 } D = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -247,8 +247,7 @@ static int allreduce(void *in, void *out, int count, MPI_Datatype dt, MPI_Op op)
 
 static int mode_ok(int mode)
 {
-    return mode == OVL_DOMAIN_SHARED || mode == OVL_DOMAIN_SERIALIZED ||
-           mode == OVL_DOMAIN_PRIVATE;
+    return mode == OVL_DOMAIN_SHARED || mode == OVL_DOMAIN_SERIALIZED || mode == OVL_DOMAIN_PRIVATE;
 }
 
 /* Create @n domains of @mode (collective): local checks first, then one
@@ -290,7 +289,8 @@ static int create(const char *fn, int n, int mode, ovl_domain_t out[], int local
         int code = -(int)(all[0] >> 32), who = (int)(0xffffffffull - (all[0] & 0xffffffffull));
         return local != OVL_SUCCESS
                    ? local
-                   : ovl__error(code, fn, "rank %d failed (%s; its own error says why): no domain created",
+                   : ovl__error(code, fn,
+                                "rank %d failed (%s; its own error says why): no domain created",
                                 who, ovl_strerror(code));
     }
     if (all[1] != ~all[2] || all[3] != ~all[4])
@@ -425,8 +425,8 @@ int ovl_domain_current(ovl_domain_t *id)
 static int pending_on(struct ovl__dom *d)
 {
     struct ovl__dom *prev = ovl__dom_enter(d);
-    int p = ovl__engine_count(-1) > 0 || ovl__engine_sources_active() ||
-            ovl__engine_sources_held() > 0;
+    int p =
+        ovl__engine_count(-1) > 0 || ovl__engine_sources_active() || ovl__engine_sources_held() > 0;
     ovl__dom_leave(prev);
     return p;
 }
@@ -483,7 +483,8 @@ int ovl_domains_free(int n, ovl_domain_t ids[])
      * communicators: learn how many each peer sent on each, then agree
      * that every one was received and nothing is pending anywhere. */
     size_t cells = (size_t)ovl__g.size * (size_t)n;
-    unsigned long long *sent = malloc(cells * sizeof *sent), *expected = malloc(cells * sizeof *expected);
+    unsigned long long *sent = malloc(cells * sizeof *sent),
+                       *expected = malloc(cells * sizeof *expected);
     int pending = 0, pending_all = 0;
     if (!sent || !expected) {
         free(sent);
@@ -505,8 +506,8 @@ int ovl_domains_free(int n, ovl_domain_t ids[])
         for (int i = 0; i < n; i++) {
             pending |= pending_on(d[i]);
             for (int q = 0; q < ovl__g.size; q++)
-                pending |= atomic_load(&d[i]->recvd_from[q]) <
-                           expected[(size_t)q * (size_t)n + (size_t)i];
+                pending |=
+                    atomic_load(&d[i]->recvd_from[q]) < expected[(size_t)q * (size_t)n + (size_t)i];
         }
         rc = allreduce(&pending, &pending_all, 1, MPI_INT, MPI_MAX);
     }

@@ -402,7 +402,9 @@ static void print_stats(void)
         "ovl stats [rank %d] split decisions:%s\n"
         "ovl stats [rank %d] serving others' gets and puts while a segment lives: %s\n"
         "ovl stats [rank %d] progress: polls %llu, completions %llu, continuations %llu, "
-        "thread wake-ups %llu\n",
+        "thread wake-ups %llu\n"
+        "ovl stats [rank %d] domains %d (on MPIX streams of their own %d), active-message "
+        "handlers run %llu\n",
         r, ovl__m.source_detail, ovl__m.init_us / 1e3, r, ovl__m.lat_us, ovl__m.o_us, ovl__m.gap_us,
         ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us,
         ovl__model_protect_us(ovl__watch_resolve(OVL_MONITOR_AUTO), 1),
@@ -423,7 +425,8 @@ static void print_stats(void)
         ovl__rma_serving_said(), r, (unsigned long long)atomic_load(&ovl__g.st_polls),
         (unsigned long long)atomic_load(&ovl__g.st_completions),
         (unsigned long long)atomic_load(&ovl__g.st_callbacks),
-        (unsigned long long)atomic_load(&ovl__g.st_wakeups));
+        (unsigned long long)atomic_load(&ovl__g.st_wakeups), r, ovl__doms_count(),
+        ovl__doms_on_streams(), (unsigned long long)ovl__am_handled());
     if (n > 0)
         fwrite(buf, 1, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, stderr);
 }

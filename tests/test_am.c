@@ -174,8 +174,8 @@ int main(int argc, char **argv)
     unsigned char pay[16];
     for (size_t i = 0; i < sizeof pay; i++)
         pay[i] = pat(th_rank, sizeof pay, i);
-    CHECK_OK(ovl_am_call((th_rank + 1) % th_size, ID_ECHO, pay, sizeof pay, small, sizeof small,
-                         &r));
+    CHECK_OK(
+        ovl_am_call((th_rank + 1) % th_size, ID_ECHO, pay, sizeof pay, small, sizeof small, &r));
     EXPECT_ERR(ovl_wait(&r, &st), OVL_ERR_TRUNCATE);
     CHECK(st.bytes == sizeof pay);
     /* a reply dropped by ovl_am_request */

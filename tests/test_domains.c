@@ -38,7 +38,8 @@ static int left(void)
 /* the byte at @i of a message from @src's thread @t in round @k */
 static unsigned char pat(int src, int t, int k, size_t i)
 {
-    return (unsigned char)(th_mix(((uint64_t)src << 40) ^ ((uint64_t)t << 32) ^ ((uint64_t)k << 24) ^ i) &
+    return (unsigned char)(th_mix(((uint64_t)src << 40) ^ ((uint64_t)t << 32) ^
+                                  ((uint64_t)k << 24) ^ i) &
                            0xff);
 }
 
@@ -362,8 +363,8 @@ static void phase_exhaust(void)
     }
     if (rc == OVL_SUCCESS) /* the last batch crosses ovl's limit */
         rc = ovl_domains_create(BATCH, OVL_DOMAIN_SHARED, all + n);
-    CHECKF(rc == OVL_ERR_ARG || rc == OVL_ERR_MPI || rc == OVL_ERR_NOMEM,
-           "after %d domains: %s", n, th_code_name(rc));
+    CHECKF(rc == OVL_ERR_ARG || rc == OVL_ERR_MPI || rc == OVL_ERR_NOMEM, "after %d domains: %s", n,
+           th_code_name(rc));
     if (th_rank == 0)
         printf("exhaust: %d domains made, then %s\n", n + 1, th_code_name(rc));
     ovl_stats_t st;

@@ -198,14 +198,15 @@ static void check_detail_per_thread(void)
 /* ---- configuration --------------------------------------------------------- */
 
 /* Environment variables this test changes, and their values at start. */
-static const char *const env_names[] = {
-    "OVL_PROGRESS", "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW", "OVL_STACK_SIZE", "OVL_VERBOSE",
-    "OVL_RMA_LOCAL", "OVL_STREAM_WHOLE", "OVL_LATENESS_US", "OVL_SERVE_US", "OVL_PROGRESS_PRIORITY",
-    /* removed in 0.1.0: set, ovl_init refuses them */
-    "OVL_POLL_MAX_US", "OVL_SPIN_US", "OVL_PROGRESS_SLICE_US", "OVL_POLL_QUIET_US",
-    "OVL_POLL_MIN_US", "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US", "OVL_POLL_SERVE_US",
-    "OVL_POLL_QUIET_SHARE"
-};
+static const char *const env_names[] = { "OVL_PROGRESS", "OVL_FRAGMENT_SIZE", "OVL_STREAM_WINDOW",
+                                         "OVL_STACK_SIZE", "OVL_VERBOSE", "OVL_RMA_LOCAL",
+                                         "OVL_STREAM_WHOLE", "OVL_LATENESS_US", "OVL_SERVE_US",
+                                         "OVL_PROGRESS_PRIORITY", "OVL_DOMAINS", "OVL_AM_POLL_MASK",
+                                         /* removed in 0.1.0: set, ovl_init refuses them */
+                                         "OVL_POLL_MAX_US", "OVL_SPIN_US", "OVL_PROGRESS_SLICE_US",
+                                         "OVL_POLL_QUIET_US", "OVL_POLL_MIN_US",
+                                         "OVL_POLL_CALLBACK_US", "OVL_POLL_RMA_US",
+                                         "OVL_POLL_SERVE_US", "OVL_POLL_QUIET_SHARE" };
 #define NENV (sizeof env_names / sizeof env_names[0])
 static char *env_saved[NENV];
 
@@ -549,10 +550,13 @@ static void check_config(void)
     expect_env_rejected("OVL_FRAGMENT_SIZE", "18446744073709551616"); /* 2^64 */
     expect_env_rejected("OVL_FRAGMENT_SIZE", " -5");                  /* strtoull: 2^64 - 5 */
     expect_env_rejected("OVL_FRAGMENT_SIZE", "+4096");
+    expect_env_rejected("OVL_DOMAINS", "0");
+    expect_env_rejected("OVL_DOMAINS", "1025");
+    expect_env_rejected("OVL_AM_POLL_MASK", "65536");
 
     /* field_mask bits that name no field */
-    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_ERRORS << 1 };
-    expect_cfg_rejected(&c, "field_mask bit 21");
+    c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_AM_POLL_MASK << 1 };
+    expect_cfg_rejected(&c, "field_mask bit 23");
     CHECK(strstr(ovl_error_detail(), "field_mask") != NULL);
     c = (ovl_config_t){ .field_mask = OVL_CONFIG_FIELD_VERBOSE | 1ull << 63, .report.verbose = 1 };
     expect_cfg_rejected(&c, "field_mask bit 63");

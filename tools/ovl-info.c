@@ -78,10 +78,16 @@ int main(int argc, char **argv)
     printf("MPI-4 partitioned communication: no (MPI %d.%d)\n", MPI_VERSION, MPI_SUBVERSION);
 #endif
 #if defined(OVL_HAVE_MPIX_STREAM)
+    const char *vcis = getenv("MPIR_CVAR_CH4_RESERVE_VCIS");
     printf("MPIX streams (MPICH): yes (MPIX_Stream_create; reserve them with "
            "MPIR_CVAR_CH4_RESERVE_VCIS)\n");
+    printf("Communication domains: serialized and private ones on an MPIX stream each (%s%s), "
+           "shared ones on duplicates of ovl's communicator\n",
+           vcis && *vcis ? "MPIR_CVAR_CH4_RESERVE_VCIS=" : "none reserved now: duplicates",
+           vcis && *vcis ? vcis : "");
 #else
     printf("MPIX streams (MPICH): no\n");
+    printf("Communication domains: duplicates of ovl's communicator (no MPIX streams)\n");
 #endif
     printf("\nAccess monitor (OVL_MONITOR=%s): %s\n", env && *env ? env : "auto, the default",
            works ? ovl_monitor_name(got) : "UNAVAILABLE (ovl_init fails with OVL_ERR_MONITOR)");
