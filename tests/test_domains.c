@@ -13,6 +13,7 @@
  *   pending  - freeing domains with work in flight is refused everywhere
  *   exhaust  - domains until ovl or MPI runs out: a clear error, and ovl
  *              still works on domain 0 and on the domains made
+ *   streams  - more private domains than MPI has streams
  *   env      - OVL_DOMAINS=3 (set by the test's environment)
  */
 #include "harness.h"
@@ -383,6 +384,36 @@ static void phase_exhaust(void)
     free(all);
 }
 
+/* ---- streams -------------------------------------------------------------------- */
+
+/* More private domains than MPI has streams (MPICH 5 with
+ * MPIR_CVAR_CH4_RESERVE_VCIS=2): the first get one each, the others fall
+ * back to duplicates, and all of them work. Elsewhere none gets a stream. */
+static void phase_streams(void)
+{
+    ovl_domain_t d[3];
+    CHECK_OK(ovl_domains_create(3, OVL_DOMAIN_PRIVATE, d));
+    ovl_stats_t st;
+    CHECK_OK(ovl_stats_get(&st, sizeof st));
+#ifdef MPIX_STREAM_NULL
+    const char *vcis = getenv("MPIR_CVAR_CH4_RESERVE_VCIS");
+    uint64_t want = vcis ? (uint64_t)atoi(vcis) : 0;
+    CHECKF(st.domains_on_streams == (want < 3 ? want : 3), "%llu domains on streams, %llu reserved",
+           (unsigned long long)st.domains_on_streams, (unsigned long long)want);
+#else
+    CHECK(st.domains_on_streams == 0);
+#endif
+    for (int i = 0; i < 3; i++)
+        exchange_on(d[i], i);
+    CHECK_OK(ovl_domains_free(3, d));
+    /* the streams came back: made again, they are streams again */
+    ovl_stats_t st2;
+    CHECK_OK(ovl_domains_create(3, OVL_DOMAIN_SERIALIZED, d));
+    CHECK_OK(ovl_stats_get(&st2, sizeof st2));
+    CHECK(st2.domains_on_streams == st.domains_on_streams);
+    CHECK_OK(ovl_domains_free(3, d));
+}
+
 /* ---- env ---------------------------------------------------------------------- */
 
 static void phase_env(void)
@@ -416,5 +447,7 @@ int main(int argc, char **argv)
         phase_exhaust();
     if (!strcmp(ph, "env"))
         phase_env();
+    if (!strcmp(ph, "streams"))
+        phase_streams();
     return th_finish();
 }
