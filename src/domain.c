@@ -88,6 +88,11 @@ static int not_owner(const char *fn, const struct ovl__dom *d)
 
 int ovl__dom_enter_checked(const char *fn, struct ovl__dom *d, struct ovl__dom **prev)
 {
+    if (d != &dom0 && !atomic_load(&d->live)) {
+        /* freed since (its requests had completed): nothing to drive */
+        *prev = ovl__dom_cur();
+        return OVL_SUCCESS;
+    }
     if (!owner_ok(d))
         return not_owner(fn, d);
     *prev = ovl__dom_enter(d);
@@ -138,9 +143,45 @@ static MPI_Comm *comms_of(struct ovl__dom *d, int k)
 
 /* The domain's own parts: engine, matching state, counters (NULL on
  * failure; the comms are made collectively by the caller). */
+/* Freed domains' structs are kept for the next ones, never returned to
+ * the system: a request completed on a domain that was freed before the
+ * program waited for it still names it (ovl__req.dom), and a wait then
+ * reads its `live` flag, not freed memory. */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ovl__dom *spare;
+
+static struct ovl__dom *dom_struct(void)
+{
+    pthread_mutex_lock(&spare_lock);
+    struct ovl__dom *d = spare;
+    if (d)
+        spare = d->next_spare;
+    pthread_mutex_unlock(&spare_lock);
+    if (!d)
+        return calloc(1, sizeof *d);
+    atomic_store(&d->live, 0);
+    atomic_store(&d->owned, 0);
+    d->next_spare = NULL;
+    d->on_stream = 0;
+    memset(d->state, 0, sizeof d->state);
+    return d;
+}
+
+static void dom_shelve(struct ovl__dom *d)
+{
+    atomic_store(&d->live, 0);
+    d->eng = NULL;
+    d->sent_to = d->recvd_from = NULL;
+    d->headed_to = NULL;
+    pthread_mutex_lock(&spare_lock);
+    d->next_spare = spare;
+    spare = d;
+    pthread_mutex_unlock(&spare_lock);
+}
+
 static struct ovl__dom *dom_alloc(int id, int mode)
 {
-    struct ovl__dom *d = calloc(1, sizeof *d);
+    struct ovl__dom *d = dom_struct();
     if (!d)
         return NULL;
     d->id = id;
@@ -163,7 +204,7 @@ static struct ovl__dom *dom_alloc(int id, int mode)
         free(d->sent_to);
         free(d->recvd_from);
         free(d->headed_to);
-        free(d);
+        dom_shelve(d);
         return NULL;
     }
     return d;
@@ -183,7 +224,7 @@ static void dom_release(struct ovl__dom *d)
     free(d->sent_to);
     free(d->recvd_from);
     free(d->headed_to);
-    free(d);
+    dom_shelve(d);
 }
 
 #ifdef OVL_HAVE_MPIX_STREAM
@@ -351,6 +392,7 @@ static int create(const char *fn, int n, int mode, ovl_domain_t out[], int local
     for (int i = 0; i < n; i++) {
         struct ovl__dom *d = made[i];
         __atomic_store_n(&D.gen[d->id], ++D.next_gen, __ATOMIC_RELAXED);
+        atomic_store(&d->live, 1);
         atomic_store_explicit(&D.at[d->id], d, memory_order_release);
         D.n++;
         D.on_streams += d->on_stream;

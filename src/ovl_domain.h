@@ -14,8 +14,10 @@
  * is ovl_init's; its communicators are ovl__g's. */
 struct ovl__dom {
     int id;
-    int mode;      /* OVL_DOMAIN_* */
-    int on_stream; /* its communicators are on an MPIX stream of its own */
+    int mode;                    /* OVL_DOMAIN_* */
+    atomic_int live;             /* created and not freed (domain 0: always) */
+    struct ovl__dom *next_spare; /* domain.c's list of freed structs */
+    int on_stream;               /* its communicators are on an MPIX stream of its own */
     /* a private domain's owner (the first thread that bound it) */
     pthread_t owner;
     atomic_int owned;

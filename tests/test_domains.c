@@ -60,6 +60,12 @@ static size_t bad_at(const unsigned char *b, size_t n, int src, int t, int k)
 
 /* ---- api ------------------------------------------------------------------ */
 
+static void set_flag(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    atomic_store((atomic_int *)arg, 1);
+}
+
 static void phase_api(void)
 {
     ovl_domain_t d[4], cur = -1;
@@ -86,7 +92,25 @@ static void phase_api(void)
     CHECK_OK(ovl_domain_current(&cur));
     CHECK(cur == OVL_DOMAIN_DEFAULT);
     CHECK_OK(ovl_domains_create(0, OVL_DOMAIN_SHARED, NULL));
-
+    /* a request completed on a domain, waited for only after it was freed */
+    {
+        int out = th_rank, in = -1;
+        atomic_int got = 0;
+        ovl_request_t rq[2];
+        CHECK_OK(ovl_domains_create(1, OVL_DOMAIN_PRIVATE, d));
+        CHECK_OK(ovl_domain_bind(d[0]));
+        CHECK_OK(ovl_irecv(&in, 1, MPI_INT, left(), 2, &rq[0]));
+        CHECK_OK(ovl_continue(rq[0], set_flag, &got));
+        CHECK_OK(ovl_isend(&out, 1, MPI_INT, right(), 2, &rq[1]));
+        CHECK_OK(ovl_wait(&rq[1], NULL));
+        while (!atomic_load(&got))
+            th_progress();
+        CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
+        CHECK_OK(ovl_domains_free(1, d));
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&rq[0], &st));
+        CHECK(in == left() && st.source == left());
+    }
     /* errors, the same on every rank */
     EXPECT_ERR(ovl_domain_bind(7), OVL_ERR_ARG);
     EXPECT_ERR(ovl_domain_bind(-1), OVL_ERR_ARG);
