@@ -286,6 +286,31 @@ static int allreduce(void *in, void *out, int count, MPI_Datatype dt, MPI_Op op)
     return rc == MPI_SUCCESS ? ovl__engine_spin_mpi(&r) : rc;
 }
 
+/* One MPI_MAX over every rank of a collective call: a failure (its code
+ * over the complement of the rank, so the maximum names the most negative
+ * code and the lowest rank with it), then @a and @b, each with its
+ * complement, to find any difference (*@differs). Returns this rank's
+ * @local error, another rank's failure (recorded, saying @what), an MPI
+ * error, or OVL_SUCCESS. */
+static int agree(const char *fn, int local, unsigned long long a, unsigned long long b,
+                 const char *what, int *differs)
+{
+    unsigned long long here[5] = { 0, a, ~a, b, ~b }, all[5];
+    if (local != OVL_SUCCESS)
+        here[0] = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
+    int rc = allreduce(here, all, 5, MPI_UNSIGNED_LONG_LONG, MPI_MAX);
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
+    *differs = all[1] != ~all[2] || all[3] != ~all[4];
+    if (local != OVL_SUCCESS)
+        return local;
+    if (!all[0])
+        return OVL_SUCCESS;
+    int code = -(int)(all[0] >> 32), who = (int)(0xffffffffull - (all[0] & 0xffffffffull));
+    return ovl__error(code, fn, "rank %d failed (%s; its own error says why): %s", who,
+                      ovl_strerror(code), what);
+}
+
 static int mode_ok(int mode)
 {
     return mode == OVL_DOMAIN_SHARED || mode == OVL_DOMAIN_SERIALIZED || mode == OVL_DOMAIN_PRIVATE;
@@ -314,27 +339,11 @@ static int create(const char *fn, int n, int mode, ovl_domain_t out[], int local
     else if (D.n + n > OVL_DOMAINS_MAX)
         local = ovl__error(OVL_ERR_ARG, fn, "%d domains exist; %d more exceed OVL_DOMAINS_MAX (%d)",
                            D.n, n, OVL_DOMAINS_MAX);
-    /* one MPI_MAX: a failure (code over the complement of the rank), then n
-     * and mode, each with its complement, to find any difference */
-    unsigned long long here[5] = { 0, (unsigned long long)(unsigned)n,
-                                   ~(unsigned long long)(unsigned)n,
-                                   (unsigned long long)(unsigned)mode,
-                                   ~(unsigned long long)(unsigned)mode },
-                       all[5];
-    if (local != OVL_SUCCESS)
-        here[0] = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
-    int rc = allreduce(here, all, 5, MPI_UNSIGNED_LONG_LONG, MPI_MAX);
-    if (rc != MPI_SUCCESS)
-        return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
-    if (all[0]) {
-        int code = -(int)(all[0] >> 32), who = (int)(0xffffffffull - (all[0] & 0xffffffffull));
-        return local != OVL_SUCCESS
-                   ? local
-                   : ovl__error(code, fn,
-                                "rank %d failed (%s; its own error says why): no domain created",
-                                who, ovl_strerror(code));
-    }
-    if (all[1] != ~all[2] || all[3] != ~all[4])
+    int differs = 0;
+    int rc = agree(fn, local, (unsigned)n, (unsigned)mode, "no domain created", &differs);
+    if (rc)
+        return rc;
+    if (differs)
         return ovl__error(OVL_ERR_ARG, fn,
                           "n or mode differs between ranks (this rank n = %d, mode = %d): every "
                           "rank must pass the same",
@@ -414,18 +423,13 @@ int ovl_domains_create(int n, int mode, ovl_domain_t out[])
     return create(fn, n, mode, out, OVL_SUCCESS);
 }
 
-static struct ovl__dom *lookup(ovl_domain_t id)
-{
-    return id >= 0 && id < OVL_DOMAINS_MAX ? ovl__dom_at(id) : NULL;
-}
-
 int ovl_domain_bind(ovl_domain_t id)
 {
     static const char *fn = "ovl_domain_bind";
     int rc;
     if ((rc = ovl__check_init(fn)))
         return rc;
-    struct ovl__dom *d = lookup(id);
+    struct ovl__dom *d = ovl__dom_at(id);
     if (!d)
         return ovl__error(OVL_ERR_ARG, fn, "no domain %d (ovl_domains_create makes them)", id);
     struct ovl__dom *was = ovl__dom_cur();
@@ -492,32 +496,21 @@ int ovl_domains_free(int n, ovl_domain_t ids[])
         hash = (hash ^ (unsigned)ids[i]) * 1099511628211ull;
         if (ids[i] == 0)
             local = ovl__error(OVL_ERR_ARG, fn, "ids[%d] is domain 0, which ovl_finalize frees", i);
-        else if (!(d[i] = lookup(ids[i])))
+        else if (!(d[i] = ovl__dom_at(ids[i])))
             local = ovl__error(OVL_ERR_ARG, fn, "ids[%d]: no domain %d", i, ids[i]);
         for (int j = 0; local == OVL_SUCCESS && j < i; j++)
             if (ids[j] == ids[i])
                 local = ovl__error(OVL_ERR_ARG, fn, "domain %d is listed twice", ids[i]);
     }
-    unsigned long long here[5] = { 0, (unsigned long long)(unsigned)n,
-                                   ~(unsigned long long)(unsigned)n, hash, ~hash },
-                       all[5];
-    if (local != OVL_SUCCESS)
-        here[0] = ((unsigned long long)(-local) << 32) | (0xffffffffull - (unsigned)ovl__g.rank);
-    if ((rc = allreduce(here, all, 5, MPI_UNSIGNED_LONG_LONG, MPI_MAX)) != MPI_SUCCESS) {
+    int differs = 0;
+    rc = agree(fn, local, (unsigned)n, hash, "nothing freed", &differs);
+    if (!rc && differs)
+        rc = ovl__error(OVL_ERR_ARG, fn,
+                        "the list of domains differs between ranks: every rank must free the "
+                        "same domains in the same order");
+    if (rc) {
         free(d);
-        return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
-    }
-    if (all[0] || all[1] != ~all[2] || all[3] != ~all[4]) {
-        free(d);
-        if (local != OVL_SUCCESS)
-            return local;
-        if (!all[0])
-            return ovl__error(OVL_ERR_ARG, fn,
-                              "the list of domains differs between ranks: every rank must free "
-                              "the same domains in the same order");
-        int code = -(int)(all[0] >> 32), who = (int)(0xffffffffull - (all[0] & 0xffffffffull));
-        return ovl__error(code, fn, "rank %d failed (%s; its own error says why): nothing freed",
-                          who, ovl_strerror(code));
+        return rc;
     }
     if (n == 0)
         return OVL_SUCCESS;
