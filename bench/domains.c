@@ -22,6 +22,11 @@
  *          (ovl_domains_create: private, so on an MPIX stream where MPI has
  *          them; a pair of threads within one process shares a shared one)
  * Latency: the slowest worker's time per iteration, median over --reps.
+ * With --rma each iteration is W one-sided gets of the partner's memory
+ * and a flush instead: mpi, a window per thread (MPI_Get, MPI_Win_flush);
+ * ovl, one segment, every thread on domain 0 (ovl_get, ovl_fence, which
+ * retires the whole domain's gets); ovl-dom, the same segment reached
+ * through each thread's domain's window (its fence retires its own).
  */
 #include "common.h"
 
@@ -37,6 +42,7 @@ static const char *const vname[NVARIANTS] = { "mpi", "mpix", "ovl", "ovl-dom" };
 struct dom_cfg {
     int threads, iters, window, reps;
     double compute_s; /* --compute: per iteration, between posting and waiting */
+    int rma;          /* --rma: gets and a flush instead of messages */
     size_t *sizes;
     int nsizes;
     int variant;
@@ -47,6 +53,7 @@ struct worker {
     int t, pt;        /* this thread, its partner thread (the receive's tag) */
     int comm_of;      /* whose communicator it uses (a pair shares one) */
     MPI_Comm comm;    /* mpi: a duplicate per thread; mpix: a stream communicator */
+    MPI_Win win;      /* mpi --rma: the thread's window */
     ovl_domain_t dom; /* ovl-dom: its domain */
 #if defined(OVL_HAVE_MPIX_STREAM)
     MPIX_Stream stream;
@@ -58,6 +65,7 @@ struct worker {
 
 static struct dom_cfg C;
 static struct worker *W;
+static ovl_segment_t seg = OVL_SEGMENT_NULL; /* --rma: ovl, ovl-dom */
 static pthread_barrier_t bar;
 static int partner;
 
@@ -68,7 +76,25 @@ static void run_iters(struct worker *w, int iters)
     MPI_Request rq[2 * 64];
     MPI_Status sts[2 * 64];
     ovl_request_t oq[2 * 64];
-    for (int k = 0; k < iters; k++) {
+    const int is_ovl = C.variant == V_OVL || C.variant == V_DOM;
+    for (int k = 0; C.rma && k < iters; k++) {
+        for (int i = 0; i < win; i++) {
+            char *rb = w->rbuf + (size_t)i * C.bytes;
+            size_t off = ((size_t)w->t * (size_t)win + (size_t)i) * C.bytes;
+            if (is_ovl)
+                BENCH_OVL(ovl_get(rb, partner, off, C.bytes, seg, NULL, NULL));
+            else
+                BENCH_MPI(MPI_Get(rb, n, MPI_BYTE, partner, (MPI_Aint)i * (MPI_Aint)C.bytes, n,
+                                  MPI_BYTE, w->win));
+        }
+        if (C.compute_s > 0)
+            bench_daxpy_for(C.compute_s);
+        if (is_ovl)
+            BENCH_OVL(ovl_fence(seg));
+        else
+            BENCH_MPI(MPI_Win_flush(partner, w->win));
+    }
+    for (int k = 0; !C.rma && k < iters; k++) {
         for (int i = 0; i < win; i++) {
             char *rb = w->rbuf + (size_t)i * C.bytes, *sb = w->sbuf + (size_t)i * C.bytes;
             if (C.variant == V_OVL || C.variant == V_DOM) {
@@ -149,7 +175,23 @@ static int variant_setup(int v, char *why, size_t len)
         }
         for (int t = 0; t < C.threads; t++)
             W[t].dom = doms[bench_size == 1 ? t / 2 : t];
+    }
+    if ((v == V_OVL || v == V_DOM) && C.rma) {
+        /* made after the domains: each gets a window of it */
+        void *base;
+        int rc = ovl_segment_create((size_t)C.threads * (size_t)C.window * C.bytes, &base, &seg);
+        if (rc != OVL_SUCCESS) {
+            snprintf(why, len, "ovl_segment_create: %s", ovl_strerror(rc));
+            return 0;
+        }
+        memset(base, bench_rank + 1, (size_t)C.threads * (size_t)C.window * C.bytes);
+        BENCH_OVL(ovl_barrier());
+    }
+    if (v == V_OVL || v == V_DOM)
         return 1;
+    if (v == V_MPIX && C.rma) {
+        snprintf(why, len, "not measured with --rma");
+        return 0;
     }
     for (int t = 0; t < C.threads; t++)
         W[t].comm = MPI_COMM_NULL;
@@ -159,6 +201,16 @@ static int variant_setup(int v, char *why, size_t len)
             ok = 0;
         if (v == V_MPI && W[t].comm_of != t)
             W[t].comm = W[W[t].comm_of].comm;
+        W[t].win = MPI_WIN_NULL;
+        if (v == V_MPI && C.rma && ok) {
+            char *base;
+            if (MPI_Win_allocate((MPI_Aint)C.window * (MPI_Aint)C.bytes, 1, MPI_INFO_NULL,
+                                 W[t].comm, &base, &W[t].win) != MPI_SUCCESS ||
+                MPI_Win_lock_all(MPI_MODE_NOCHECK, W[t].win) != MPI_SUCCESS)
+                ok = 0;
+            else
+                memset(base, bench_rank + 1, (size_t)C.window * C.bytes);
+        }
 #if defined(OVL_HAVE_MPIX_STREAM)
         if (v == V_MPIX && bench_size == 1) {
             snprintf(why, len, "a stream serves one thread: no pairs within a process");
@@ -196,6 +248,13 @@ static int variant_setup(int v, char *why, size_t len)
 
 static void variant_teardown(void)
 {
+    if (seg != OVL_SEGMENT_NULL)
+        BENCH_OVL(ovl_segment_free(&seg));
+    for (int t = 0; t < C.threads; t++)
+        if (W[t].win != MPI_WIN_NULL) {
+            MPI_Win_unlock_all(W[t].win);
+            MPI_Win_free(&W[t].win);
+        }
     if (ndoms > 0) {
         BENCH_OVL(ovl_domains_free(ndoms, doms));
         ndoms = 0;
@@ -250,18 +309,22 @@ static void limits(FILE *f)
         n += BATCH;
         long dr = rss_kib() - r0;
         void *base;
-        ovl_segment_t seg;
+        ovl_segment_t one;
         BENCH_MPI(MPI_Barrier(MPI_COMM_WORLD));
         double s0 = bench_now();
-        BENCH_OVL(ovl_segment_create(1u << 20, &base, &seg));
-        double ds = bench_now() - s0;
-        BENCH_OVL(ovl_segment_free(&seg));
+        /* a window per domain: MPI may run out of them before domains */
+        int src = ovl_segment_create(1u << 20, &base, &one);
+        double ds = src == OVL_SUCCESS ? bench_now() - s0 : -1;
+        if (src == OVL_SUCCESS)
+            BENCH_OVL(ovl_segment_free(&one));
         if (bench_rank == 0 && (n & (n - 1)) == 0) { /* powers of two */
-            printf("%8d %14.1f %14.1f %16.1f\n", n + 1, dt * 1e6 / BATCH, (double)dr / BATCH,
-                   ds * 1e6);
+            char segs[32] = "refused";
+            if (ds >= 0)
+                snprintf(segs, sizeof segs, "%.1f", ds * 1e6);
+            printf("%8d %14.1f %14.1f %16s\n", n + 1, dt * 1e6 / BATCH, (double)dr / BATCH, segs);
             if (f)
-                fprintf(f, "domains,%d,%.1f,%.1f,%.1f\n", n + 1, dt * 1e6 / BATCH,
-                        (double)dr / BATCH, ds * 1e6);
+                fprintf(f, "domains,%d,%.1f,%.1f,%s\n", n + 1, dt * 1e6 / BATCH, (double)dr / BATCH,
+                        segs);
         }
     }
     if (bench_rank == 0)
@@ -295,6 +358,8 @@ int bench_domains(int argc, char **argv)
                 (int)bench_parse_long(cmd, "--reps", bench_optarg(cmd, argc, argv, &i), 1, 1000);
         else if (!strcmp(argv[i], "--limits"))
             do_limits = 1;
+        else if (!strcmp(argv[i], "--rma"))
+            C.rma = 1;
         else if (!strcmp(argv[i], "--compute"))
             C.compute_s = (double)bench_parse_long(cmd, "--compute",
                                                    bench_optarg(cmd, argc, argv, &i), 0, 10000000) *
@@ -306,7 +371,8 @@ int bench_domains(int argc, char **argv)
         else if (!strcmp(argv[i], "--help"))
             bench_help_exit(
                 "ovl-bench domains [--threads T] [--sizes LIST] [--iters N] [--window W]\n"
-                "                  [--reps R] [--compute US] [--variants LIST] [--csv FILE]\n"
+                "                  [--reps R] [--compute US] [--rma] [--variants LIST] [--csv "
+                "FILE]\n"
                 "Threads against processes (the communication-domains paper): worker (rank r,\n"
                 "thread t) exchanges with worker (r + np/2 mod np, t): each iteration posts W\n"
                 "receives and W sends (default 1) and waits for all. Processes: np = 2P,\n"
@@ -321,7 +387,10 @@ int bench_domains(int argc, char **argv)
                 "the hybrid kernel, US microseconds of computation between posting and waiting\n"
                 "(a halo exchange overlapped with the interior's update). --limits: domains\n"
                 "made 16 at a time until ovl or MPI runs out: time and memory per domain, and a\n"
-                "1 MB segment's creation time with them (the paper's Table 1).\n");
+                "1 MB segment's creation time with them (the paper's Table 1). --rma: each\n"
+                "iteration gets W blocks of the partner's memory and flushes (mpi: a window\n"
+                "per thread; ovl: one segment on domain 0, whose ovl_fence retires every\n"
+                "thread's gets; ovl-dom: each thread through its domain's window).\n");
         else
             bench_usage_error(cmd, "unknown option %s", argv[i]);
     }
@@ -349,6 +418,8 @@ int bench_domains(int argc, char **argv)
             bench_fail("out of memory");
         memcpy(C.sizes, def, sizeof def);
     }
+    if (C.rma && bench_size < 2)
+        bench_usage_error(cmd, "--rma needs ranks to get from (np >= 2)");
     if (bench_size > 1 && bench_size % 2)
         bench_usage_error(cmd, "needs one rank or an even number (got %d)", bench_size);
     if (bench_size == 1 && C.threads % 2)
@@ -368,6 +439,7 @@ int bench_domains(int argc, char **argv)
     for (int t = 0; t < C.threads; t++) {
         W[t].t = t;
         W[t].comm = MPI_COMM_NULL;
+        W[t].win = MPI_WIN_NULL;
         W[t].pt = bench_size == 1 ? t ^ 1 : t;
         W[t].comm_of = bench_size == 1 ? (t & ~1) : t;
         W[t].sbuf = malloc(maxsz * (size_t)C.window);
@@ -392,7 +464,8 @@ int bench_domains(int argc, char **argv)
     if (f)
         fprintf(f,
                 "bench,variant,ranks,threads,window,msg_bytes,iters,reps,progress,us_per_iter_med,"
-                "us_per_iter_min,us_per_iter_max,msgs_per_s_med\n");
+                "us_per_iter_min,us_per_iter_max,msgs_per_s_med%s\n",
+                C.rma ? ",rma" : "");
     if (bench_rank == 0)
         printf("ovl-bench domains: %d ranks x %d thread%s, window %d, %d iterations, medians of %d "
                "runs; ovl progress %s\n%-7s %10s %12s %12s %14s\n",
@@ -428,16 +501,16 @@ int bench_domains(int argc, char **argv)
             if (!can[v] || bench_rank != 0)
                 continue;
             struct bench_stat st = bench_stat_of(&t[v * C.reps], C.reps);
-            double rate = 2.0 * C.window / st.med;
+            double rate = (C.rma ? 1.0 : 2.0) * C.window / st.med;
             char sz[32];
             printf("%-7s %10s %12.2f %5.2f-%-6.2f %14.0f\n", vname[v],
                    bench_fmt_size(C.bytes, sz, sizeof sz), st.med * 1e6, st.min * 1e6, st.max * 1e6,
                    rate);
             if (f)
-                fprintf(f, "domains,%s,%d,%d,%d,%zu,%d,%d,%s,%.3f,%.3f,%.3f,%.0f\n", vname[v],
+                fprintf(f, "domains,%s,%d,%d,%d,%zu,%d,%d,%s,%.3f,%.3f,%.3f,%.0f%s\n", vname[v],
                         bench_size, C.threads, C.window, C.bytes, C.iters, C.reps,
                         eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
-                        st.med * 1e6, st.min * 1e6, st.max * 1e6, rate);
+                        st.med * 1e6, st.min * 1e6, st.max * 1e6, rate, C.rma ? ",1" : "");
         }
     }
     bench_csv_close(f, csv);

@@ -1073,9 +1073,18 @@ OVL_NODISCARD int ovl_segment_hint(ovl_segment_t seg, const ovl_param_t *param);
  *    from domain 2 is received by a receive posted on domain 2 of the
  *    peer, never by one on another domain (as MPI messages on two
  *    communicators);
- *  - segments (ovl_get/ovl_put) are reachable from every domain, and locks
- *    (ovl_lock) are global; one-sided transfers currently all go through
- *    domain 0's window, whatever the caller's domain (docs/ARCHITECTURE.md, "Domains");
+ *  - segments are reachable from every domain: each domain has a window of
+ *    its own over every segment's memory (made by ovl_segment_create for
+ *    the domains that exist, by ovl_domains_create for the segments that
+ *    exist: one MPI window per domain and segment, so MPI may run out of
+ *    them, OVL_ERR_MPI, before domains or segments run out). ovl_get and
+ *    ovl_put go through the caller's domain's window and are driven by its
+ *    engine; ovl_fence(seg) retires the calling domain's transfers on seg
+ *    only; ovl_barrier, ovl_segment_free and ovl_lock/ovl_unlock (for the
+ *    rank locked) retire every domain's. ovl_get_need waits for a get
+ *    whichever domain issued it. Locks (ovl_lock) are global, a rank's,
+ *    not a thread's: their atomics always go through domain 0's window,
+ *    the only one in which MPI makes them atomic;
  *  - the progress thread (OVL_PROGRESS=thread) drives domain 0 only: a
  *    domain of its own is driven by the ovl calls of the threads using it.
  *

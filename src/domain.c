@@ -380,12 +380,17 @@ static int create(const char *fn, int n, int mode, ovl_domain_t out[], int local
         bad = mrc != MPI_SUCCESS;
         rc = allreduce(&bad, &bad_all, 1, MPI_INT, MPI_MAX);
     }
-    if (rc != MPI_SUCCESS || bad_all) {
+    /* what the sources keep per domain across ranks (segments' windows):
+     * collective and agreed by each source */
+    int arc = rc == MPI_SUCCESS && !bad_all ? ovl__engine_sources_dom_attach(made, n) : OVL_SUCCESS;
+    if (rc != MPI_SUCCESS || bad_all || arc != OVL_SUCCESS) {
         for (int i = 0; i < k; i++)
             dom_release(made[i]);
         free(made);
         if (rc != MPI_SUCCESS)
             return ovl__mpi_error(rc, fn, "MPI_Iallreduce");
+        if (arc != OVL_SUCCESS)
+            return arc;
         if (failed_nomem)
             return ovl__error(OVL_ERR_NOMEM, fn, "allocating a domain's engine and tables");
         if (mrc != MPI_SUCCESS)
@@ -560,6 +565,7 @@ int ovl_domains_free(int n, ovl_domain_t ids[])
                           "nothing freed",
                           pending ? "this rank has" : "another rank has");
     }
+    ovl__engine_sources_dom_detach(d, n);
     pthread_mutex_lock(&D.lock);
     for (int i = 0; i < n; i++) {
         atomic_store(&D.at[d[i]->id], NULL);

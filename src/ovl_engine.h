@@ -55,6 +55,7 @@ int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how);
  * domain 0's; the ovl__engine_* entry points act on the calling thread's
  * current domain's (ovl__dom_cur, domain.c). */
 struct ovl__engine;
+struct ovl__dom; /* ovl_domain.h */
 struct ovl__engine *ovl__engine0(void);
 /* Another domain's engine (no progress thread; engine 0's sources marked
  * each_domain), NULL when out of memory; and its end (nothing in flight). */
@@ -144,6 +145,12 @@ struct ovl__source {
     /* messages that arrived on the current domain and no receive took
      * (ovl_domains_free) */
     int (*held)(void);
+    /* collective, every rank for the same domains in the same order:
+     * attach gives @n new domains what the source keeps per domain across
+     * ranks (an ovl error code, agreed on every rank; on failure nothing
+     * is left attached); detach takes it away before they are freed */
+    int (*dom_attach)(struct ovl__dom *const *d, int n);
+    void (*dom_detach)(struct ovl__dom *const *d, int n);
 };
 /* ---- sched.c: the progress thread's sleep, a pure function ----------- */
 
@@ -202,6 +209,10 @@ void ovl__engine_sources_forget(void);
 int ovl__engine_sources_dom_new(void **state);
 void ovl__engine_sources_dom_free(void **state);
 int ovl__engine_source_slot(const struct ovl__source *src);
+/* Every source's dom_attach (collective; on failure the sources attached
+ * before are detached) and dom_detach, for @n domains. */
+int ovl__engine_sources_dom_attach(struct ovl__dom *const *d, int n);
+void ovl__engine_sources_dom_detach(struct ovl__dom *const *d, int n);
 /* The current domain's sources: messages held (their held hooks). */
 int ovl__engine_sources_held(void);
 int ovl__engine_start(void);

@@ -9,7 +9,11 @@
 /* ---- segment.c, rma.c: one-sided get/put ------------------------------- */
 
 struct ovl__seg {
-    MPI_Win win;
+    MPI_Win win; /* domain 0's (MPI_Win_allocate); ovl_lock's atomics */
+    /* every domain's window over the same memory, by domain index
+     * (OVL_DOMAINS_MAX entries, MPI_WIN_NULL where none; [0] is win) */
+    MPI_Win *dwin;
+    size_t win_bytes; /* each window's size at this rank */
     char *base;
     size_t bytes;   /* this rank's size */
     size_t *sizes;  /* every rank's size (checked before each transfer) */
@@ -23,9 +27,14 @@ struct ovl__seg {
 };
 /* A valid segment for a handle, or an error recorded for @fn. */
 int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out);
-/* Retire every outstanding transfer on @s (NULL: all) to @rank (-1: all):
- * gets installed, puts left and flushed. Blocking. */
-int ovl__rma_retire(struct ovl__seg *s, int rank);
+/* Retire every outstanding transfer on @s (NULL: all) to @rank (-1: all)
+ * issued on domain @d (NULL: every domain): gets installed, puts left and
+ * flushed. Blocking; drives each transfer's domain. */
+int ovl__rma_retire(struct ovl__seg *s, int rank, struct ovl__dom *d);
+/* The window of @s that domain @d's transfers use. */
+MPI_Win ovl__seg_win(const struct ovl__seg *s, const struct ovl__dom *d);
+/* Flush @s's window of @d (NULL: every one) to @rank (-1: all); an MPI code. */
+int ovl__seg_flush(struct ovl__seg *s, const struct ovl__dom *d, int rank);
 /* Transfers outstanding on @s (NULL: any). */
 int ovl__rma_outstanding(struct ovl__seg *s);
 /* Progress hook (driver): keeps passive-target RMA moving while segments exist. */
@@ -45,6 +54,7 @@ const char *ovl__rma_serving_said(void);
 void ovl__rma_finalize(void);
 void ovl__rma_stats(ovl_stats_t *s);
 void ovl__segment_free_all(void);
+/* ovl__seg_flush of every live segment (every domain's windows). */
 int ovl__seg_flush_all(void);
 
 #endif /* OVL_INTERNAL_RMA_H */

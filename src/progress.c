@@ -251,6 +251,29 @@ void ovl__engine_sources_dom_free(void **state)
     }
 }
 
+int ovl__engine_sources_dom_attach(struct ovl__dom *const *d, int n)
+{
+    struct ovl__engine *e = &engine0;
+    for (int i = 0; i < e->nsources; i++) {
+        int rc;
+        if (e->sources[i]->dom_attach && (rc = e->sources[i]->dom_attach(d, n)) != OVL_SUCCESS) {
+            while (i-- > 0)
+                if (e->sources[i]->dom_detach)
+                    e->sources[i]->dom_detach(d, n);
+            return rc;
+        }
+    }
+    return OVL_SUCCESS;
+}
+
+void ovl__engine_sources_dom_detach(struct ovl__dom *const *d, int n)
+{
+    struct ovl__engine *e = &engine0;
+    for (int i = e->nsources; i-- > 0;)
+        if (e->sources[i]->dom_detach)
+            e->sources[i]->dom_detach(d, n);
+}
+
 int ovl__engine_source_slot(const struct ovl__source *src)
 {
     for (int i = 0; i < engine0.nsources; i++)

@@ -38,8 +38,10 @@
  * the transfer completes inside the call, unsplit and unguarded (direct();
  * the model's rule, ovl__model_direct).
  *
- * Every MPI request of a guarded transfer is an engine op (progress.c);
- * nothing here polls MPI.
+ * Every MPI request of a guarded transfer is an engine op (progress.c) of
+ * the domain it was issued on, through that domain's window of the segment
+ * (segment.c); nothing here polls MPI. Waits (ovl_get_need, retiring)
+ * enter the domain of each transfer they wait for.
  * Synchronisation (ovl_fence, ovl_barrier, ovl_lock/unlock, segment free)
  * retires transfers through ovl__rma_retire.
  */
@@ -70,6 +72,8 @@ struct strip {
 struct xfer {
     int is_put;
     struct ovl__seg *seg;
+    struct ovl__dom *dom; /* issued on it: its engine drives the strips */
+    MPI_Win win;          /* the segment's window of that domain */
     int rank;
     size_t toff, bytes;
     char *ubuf;
@@ -408,12 +412,12 @@ static int issue_locked(struct xfer *x, const char *fn)
         MPI_Aint disp = (MPI_Aint)(x->toff + p->off);
         if (x->is_put) {
             const char *src = p->user ? x->ubuf + p->off : x->staging + p->off;
-            rc = MPI_Rput(src, (int)p->len, MPI_BYTE, x->rank, disp, (int)p->len, MPI_BYTE,
-                          x->seg->win, &p->op.mreq);
+            rc = MPI_Rput(src, (int)p->len, MPI_BYTE, x->rank, disp, (int)p->len, MPI_BYTE, x->win,
+                          &p->op.mreq);
         } else {
             char *dst = x->direct ? x->ubuf + p->off : x->staging + p->off;
-            rc = MPI_Rget(dst, (int)p->len, MPI_BYTE, x->rank, disp, (int)p->len, MPI_BYTE,
-                          x->seg->win, &p->op.mreq);
+            rc = MPI_Rget(dst, (int)p->len, MPI_BYTE, x->rank, disp, (int)p->len, MPI_BYTE, x->win,
+                          &p->op.mreq);
         }
         if (rc != MPI_SUCCESS)
             break;
@@ -491,13 +495,14 @@ static int direct(const char *fn, int is_put, char *buf, struct ovl__seg *s, int
             ovl__watch_read(stage, buf, bytes);
         buf = stage;
     }
+    MPI_Win win = ovl__seg_win(s, ovl__dom_cur());
     for (size_t at = 0; at < bytes && rc == MPI_SUCCESS;) {
         int n = (int)(bytes - at < MAX_STRIP ? bytes - at : MAX_STRIP);
         MPI_Aint disp = (MPI_Aint)(offset + at);
-        rc = is_put ? MPI_Put(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win)
-                    : MPI_Get(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, s->win);
+        rc = is_put ? MPI_Put(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, win)
+                    : MPI_Get(buf + at, n, MPI_BYTE, rank, disp, n, MPI_BYTE, win);
         if (rc == MPI_SUCCESS)
-            rc = MPI_Win_flush_local(rank, s->win);
+            rc = MPI_Win_flush_local(rank, win);
         at += (size_t)n;
     }
     if (stage) {
@@ -571,6 +576,8 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
         goto fail_req;
     }
     x->seg = s;
+    x->dom = ovl__dom_cur();
+    x->win = ovl__seg_win(s, x->dom);
     x->rank = rank;
     x->toff = offset;
     x->bytes = bytes;
@@ -598,8 +605,9 @@ static int get_impl(const char *fn, void *dst, int rank, size_t offset, size_t b
             page_shared = 1;
         /* the list is newest first; a get with a request still
          * waiting for its only strip cannot hold that strip back */
-        if (!anchor && !o->direct && o->w && !o->last_arrived && !(o->req && o->first == o->last))
-            anchor = o;
+        if (!anchor && !o->direct && o->w && !o->last_arrived && !(o->req && o->first == o->last) &&
+            o->dom == x->dom)
+            anchor = o; /* (its domain drives the train too) */
     }
     /* A train (HUNT 5.3): under the segment's piggyback hint, by its count of
      * outstanding gets, with any monitor (the program promised to use
@@ -709,8 +717,8 @@ fail_req:
     return rc;
 }
 
-static int get_dom0(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-                    const ovl_param_t *param, ovl_request_t *req)
+int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+            const ovl_param_t *param, ovl_request_t *req)
 {
     int rc = ovl__param_check("ovl_get", param, 0);
     return rc ? rc : get_impl("ovl_get", dst, rank, offset, bytes, seg, req);
@@ -749,35 +757,42 @@ static int wait_while(const char *fn, int (*pending)(const void *), const void *
     return OVL_SUCCESS;
 }
 
+/* Waiting for transfers that may have been issued on other domains: the
+ * domain of one still pending, entered while its own are waited for (its
+ * engine drives them), until none is left. */
 struct range_arg {
     const char *p;
     size_t n;
-    int err;
 };
 
-/* Some outstanding get into [p, p+n) has a page there not yet valid. */
-static int range_pending(const void *arg)
+/* The domain (@d, or any if NULL) of an outstanding get into [p, p+n)
+ * with a page there not yet valid; NULL if none. */
+static struct ovl__dom *range_pending_on(const struct range_arg *a, struct ovl__dom *d)
 {
-    const struct range_arg *a = arg;
-    int pend = 0;
+    struct ovl__dom *pend = NULL;
     pthread_mutex_lock(&X.lock);
     for (struct xfer *x = X.head; x && !pend; x = x->next) {
-        if (x->is_put || !overlaps(x->ubuf, x->bytes, a->p, a->n))
+        if (x->is_put || (d && x->dom != d) || !overlaps(x->ubuf, x->bytes, a->p, a->n))
             continue;
         if (x->direct || !x->w) {
-            pend = 1;
+            pend = x->dom;
             continue;
         }
         const char *lo = a->p > x->ubuf ? a->p : x->ubuf;
         const char *hi = a->p + a->n < x->ubuf + x->bytes ? a->p + a->n : x->ubuf + x->bytes;
         if (!ovl__watch_recv_ready(x->w, (size_t)(lo - x->ubuf), (size_t)(hi - lo)))
-            pend = 1;
+            pend = x->dom;
     }
     pthread_mutex_unlock(&X.lock);
     return pend;
 }
 
-static int get_need_dom0(const void *dst, size_t bytes)
+static int range_pending_here(const void *arg)
+{
+    return range_pending_on(arg, ovl__dom_cur()) != NULL;
+}
+
+int ovl_get_need(const void *dst, size_t bytes)
 {
     static const char *fn = "ovl_get_need";
     int rc;
@@ -785,12 +800,20 @@ static int get_need_dom0(const void *dst, size_t bytes)
         return rc;
     if (!dst && bytes > 0)
         return ovl__error(OVL_ERR_ARG, fn, "dst is NULL with %zu bytes", bytes);
-    struct range_arg a = { dst, bytes, 0 };
-    return wait_while(fn, range_pending, &a, "bytes", (long long)bytes);
+    struct range_arg a = { dst, bytes };
+    struct ovl__dom *d;
+    while ((d = range_pending_on(&a, NULL)) != NULL) {
+        struct ovl__dom *prev = ovl__dom_enter(d);
+        rc = wait_while(fn, range_pending_here, &a, "bytes", (long long)bytes);
+        ovl__dom_leave(prev);
+        if (rc)
+            return rc;
+    }
+    return OVL_SUCCESS;
 }
 
-static int put_dom0(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-                    const ovl_param_t *param)
+int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
+            const ovl_param_t *param)
 {
     static const char *fn = "ovl_put";
     int rc;
@@ -823,6 +846,8 @@ static int put_dom0(const void *src, int rank, size_t offset, size_t bytes, ovl_
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a transfer");
     x->is_put = 1;
     x->seg = s;
+    x->dom = ovl__dom_cur();
+    x->win = ovl__seg_win(s, x->dom);
     x->rank = rank;
     x->toff = offset;
     x->bytes = bytes;
@@ -902,29 +927,40 @@ struct retire_arg {
     int rank;
 };
 
-static int retire_pending(const void *arg)
+/* The domain (@d, or any if NULL) of an outstanding transfer matching @a. */
+static struct ovl__dom *retire_pending_on(const struct retire_arg *a, struct ovl__dom *d)
 {
-    const struct retire_arg *a = arg;
-    int pend = 0;
+    struct ovl__dom *pend = NULL;
     pthread_mutex_lock(&X.lock);
     for (struct xfer *x = X.head; x && !pend; x = x->next)
-        if ((!a->s || x->seg == a->s) && (a->rank < 0 || x->rank == a->rank))
-            pend = 1;
+        if ((!a->s || x->seg == a->s) && (a->rank < 0 || x->rank == a->rank) && (!d || x->dom == d))
+            pend = x->dom;
     pthread_mutex_unlock(&X.lock);
     return pend;
 }
 
-int ovl__rma_retire(struct ovl__seg *s, int rank)
+static int retire_pending_here(const void *arg)
+{
+    return retire_pending_on(arg, ovl__dom_cur()) != NULL;
+}
+
+int ovl__rma_retire(struct ovl__seg *s, int rank, struct ovl__dom *only)
 {
     struct retire_arg a = { s, rank };
-    int rc = wait_while("ovl_fence", retire_pending, &a, "peer", rank);
+    struct ovl__dom *d;
+    int rc = OVL_SUCCESS;
+    while (!rc && (d = retire_pending_on(&a, only)) != NULL) {
+        struct ovl__dom *prev = ovl__dom_enter(d);
+        rc = wait_while("ovl_fence", retire_pending_here, &a, "peer", rank);
+        ovl__dom_leave(prev);
+    }
     if (rc)
         return rc;
     /* Puts complete at their targets. */
     if (!s) {
         rc = ovl__seg_flush_all();
     } else {
-        int mrc = rank < 0 ? MPI_Win_flush_all(s->win) : MPI_Win_flush(rank, s->win);
+        int mrc = ovl__seg_flush(s, only, rank);
         if (mrc != MPI_SUCCESS)
             rc = ovl__mpi_error(mrc, "ovl_fence", "MPI_Win_flush");
     }
@@ -936,16 +972,19 @@ int ovl__rma_retire(struct ovl__seg *s, int rank)
     return rc;
 }
 
-static int fence_dom0(ovl_segment_t seg)
+/* The calling domain's transfers on @seg (ovl.h: a fence retires the
+ * calling domain's; ovl_barrier every domain's). */
+int ovl_fence(ovl_segment_t seg)
 {
     static const char *fn = "ovl_fence";
     int rc;
     struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__seg_lookup(fn, seg, &s)))
         return rc;
-    if ((rc = ovl__rma_retire(s, -1)))
+    struct ovl__dom *d = ovl__dom_cur();
+    if ((rc = ovl__rma_retire(s, -1, d)))
         return rc;
-    MPI_Win_sync(s->win);
+    MPI_Win_sync(ovl__seg_win(s, d));
     return OVL_SUCCESS;
 }
 
@@ -973,43 +1012,4 @@ void ovl__rma_finalize(void)
     pthread_mutex_lock(&X.lock);
     X.err = 0;
     pthread_mutex_unlock(&X.lock);
-}
-
-/* ---- entry points --------------------------------------------------------
- * One-sided transfers, segments and locks go through domain 0 (its
- * windows, its engine) whatever the caller's domain: memory is reachable
- * from every domain (ovl.h). */
-
-int ovl_fence(ovl_segment_t seg)
-{
-    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
-    int rc = fence_dom0(seg);
-    ovl__dom_leave(prev);
-    return rc;
-}
-
-int ovl_get(void *dst, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-            const ovl_param_t *param, ovl_request_t *req)
-{
-    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
-    int rc = get_dom0(dst, rank, offset, bytes, seg, param, req);
-    ovl__dom_leave(prev);
-    return rc;
-}
-
-int ovl_get_need(const void *dst, size_t bytes)
-{
-    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
-    int rc = get_need_dom0(dst, bytes);
-    ovl__dom_leave(prev);
-    return rc;
-}
-
-int ovl_put(const void *src, int rank, size_t offset, size_t bytes, ovl_segment_t seg,
-            const ovl_param_t *param)
-{
-    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
-    int rc = put_dom0(src, rank, offset, bytes, seg, param);
-    ovl__dom_leave(prev);
-    return rc;
 }

@@ -235,12 +235,17 @@ static void serving_forget(void)
     S.said[0] = 0;
 }
 
+static int seg_dom_attach(struct ovl__dom *const *d, int n);
+static void seg_dom_detach(struct ovl__dom *const *d, int n);
+
 const struct ovl__source ovl__rma_source = {
     .name = "rma",
     .poll = ovl__rma_poll,
     .serving = ovl__rma_wants_progress,
     .close = ovl__rma_finalize,
     .forget = serving_forget,
+    .dom_attach = seg_dom_attach,
+    .dom_detach = seg_dom_detach,
 };
 
 /* Agree on failure before the next collective, so that no rank returns
@@ -268,6 +273,175 @@ static int agree(const char *fn, MPI_Comm comm, int mine, int flag, int *any)
                       all[1] - 1, ovl_strerror(-all[0]));
 }
 
+/* ---- one window per domain -------------------------------------------------
+ * Every domain reaches a segment through a window of its own over the same
+ * memory (MPI_Win_create on the segment's communicator), so its transfers,
+ * flushes and MPI's per-window state are its own; ovl_lock's atomics stay
+ * on domain 0's window, the only one MPI makes them atomic in. */
+
+MPI_Win ovl__seg_win(const struct ovl__seg *s, const struct ovl__dom *d)
+{
+    MPI_Win w = d && d->id > 0 ? s->dwin[d->id] : MPI_WIN_NULL;
+    return w != MPI_WIN_NULL ? w : s->win;
+}
+
+/* S.lock held (or @s not shared yet) when @d is NULL: the windows may change */
+static int flush_locked(struct ovl__seg *s, const struct ovl__dom *d, int rank)
+{
+    if (d) {
+        MPI_Win w = ovl__seg_win(s, d);
+        return rank < 0 ? MPI_Win_flush_all(w) : MPI_Win_flush(rank, w);
+    }
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < OVL_DOMAINS_MAX && rc == MPI_SUCCESS; i++)
+        if (s->dwin[i] != MPI_WIN_NULL)
+            rc = rank < 0 ? MPI_Win_flush_all(s->dwin[i]) : MPI_Win_flush(rank, s->dwin[i]);
+    return rc;
+}
+
+int ovl__seg_flush(struct ovl__seg *s, const struct ovl__dom *d, int rank)
+{
+    if (d)
+        return flush_locked(s, d, rank);
+    pthread_mutex_lock(&S.lock);
+    int rc = flush_locked(s, NULL, rank);
+    pthread_mutex_unlock(&S.lock);
+    return rc;
+}
+
+/* Free @s's window of domain @id (collective). */
+static void win_free(struct ovl__seg *s, int id)
+{
+    pthread_mutex_lock(&S.lock);
+    MPI_Win w = s->dwin[id];
+    s->dwin[id] = MPI_WIN_NULL;
+    pthread_mutex_unlock(&S.lock);
+    if (w != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(w);
+        MPI_Win_free(&w);
+    }
+}
+
+/* Windows of @s for domains @ids[0..n) (collective: every rank takes
+ * every step, then agrees). On failure none is left: each window every
+ * rank has is freed, any other left to MPI_Finalize (MPI_Win_free is
+ * collective). */
+static int wins_make(struct ovl__seg *s, const int *ids, int n, const char *fn)
+{
+    int bad = OVL_SUCCESS, lacks = 0, any = 0;
+    MPI_Win *w = malloc((size_t)n * sizeof *w);
+    int *locked = calloc((size_t)n, sizeof *locked);
+    if (!w || !locked)
+        bad = ovl__error(OVL_ERR_NOMEM, fn, "no memory for %d windows", n);
+    for (int i = 0; i < n; i++) {
+        MPI_Win wi = MPI_WIN_NULL;
+        int mrc = MPI_Win_create(s->base, (MPI_Aint)s->win_bytes, 1, MPI_INFO_NULL, S.comm, &wi);
+        if (mrc != MPI_SUCCESS) {
+            lacks = 1;
+            if (!bad)
+                bad = ovl__mpi_error(mrc, fn,
+                                     "MPI_Win_create of a domain's window (MPI may have run out "
+                                     "of communicator contexts: one per window)");
+        } else {
+            MPI_Win_set_errhandler(wi, MPI_ERRORS_RETURN);
+            if ((mrc = MPI_Win_lock_all(MPI_MODE_NOCHECK, wi)) != MPI_SUCCESS && !bad)
+                bad = ovl__mpi_error(mrc, fn, "MPI_Win_lock_all");
+        }
+        if (w) {
+            w[i] = wi;
+            locked[i] = wi != MPI_WIN_NULL && mrc == MPI_SUCCESS;
+        }
+    }
+    int rc = agree(fn, S.comm, bad, lacks || !w, &any);
+    if (rc && w && any) {
+        /* free each window every rank has (the others are left to
+         * MPI_Finalize): which, by one MPI_MIN over the ranks */
+        MPI_Request r;
+        for (int i = 0; i < n; i++)
+            locked[i] = (locked[i] ? 2 : 0) | (w[i] != MPI_WIN_NULL);
+        int *all = malloc((size_t)n * sizeof *all);
+        if (all && MPI_Iallreduce(locked, all, n, MPI_INT, MPI_MIN, S.comm, &r) == MPI_SUCCESS &&
+            ovl__engine_spin_mpi(&r) == MPI_SUCCESS)
+            for (int i = 0; i < n; i++) {
+                if (locked[i] & 2)
+                    MPI_Win_unlock_all(w[i]);
+                if (all[i] & 1)
+                    MPI_Win_free(&w[i]);
+            }
+        free(all);
+    } else if (rc && w) {
+        for (int i = 0; i < n; i++) {
+            if (locked[i])
+                MPI_Win_unlock_all(w[i]);
+            if (w[i] != MPI_WIN_NULL)
+                MPI_Win_free(&w[i]);
+        }
+    } else if (!rc) {
+        pthread_mutex_lock(&S.lock);
+        for (int i = 0; i < n; i++)
+            s->dwin[ids[i]] = w[i];
+        pthread_mutex_unlock(&S.lock);
+    }
+    free(w);
+    free(locked);
+    return rc;
+}
+
+/* The live segments in slot order (the same on every rank). */
+static int live_segs(struct ovl__seg **v)
+{
+    int n = 0;
+    pthread_mutex_lock(&S.lock);
+    for (int i = 0; i < MAX_SEGS; i++)
+        if (S.v[i])
+            v[n++] = S.v[i];
+    pthread_mutex_unlock(&S.lock);
+    return n;
+}
+
+static int *ids_of(struct ovl__dom *const *d, int n)
+{
+    int *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    for (int i = 0; ids && i < n; i++)
+        ids[i] = d[i]->id;
+    return ids;
+}
+
+/* ovl_domains_create (collective): windows of every live segment for the
+ * new domains. */
+static int seg_dom_attach(struct ovl__dom *const *d, int n)
+{
+    static const char *fn = "ovl_domains_create";
+    struct ovl__seg *v[MAX_SEGS];
+    int nv = live_segs(v), rc = OVL_SUCCESS, any = 0;
+    if (!nv)
+        return OVL_SUCCESS;
+    int *ids = ids_of(d, n);
+    if ((rc = agree(fn, S.comm, ids ? 0 : ovl__error(OVL_ERR_NOMEM, fn, "no memory"), 0, &any))) {
+        free(ids);
+        return rc;
+    }
+    for (int k = 0; k < nv; k++)
+        if ((rc = wins_make(v[k], ids, n, fn))) {
+            while (k-- > 0)
+                for (int i = 0; i < n; i++)
+                    win_free(v[k], ids[i]);
+            break;
+        }
+    free(ids);
+    return rc;
+}
+
+/* ovl_domains_free (collective; nothing is in flight on the domains). */
+static void seg_dom_detach(struct ovl__dom *const *d, int n)
+{
+    struct ovl__seg *v[MAX_SEGS];
+    int nv = live_segs(v);
+    for (int k = 0; k < nv; k++)
+        for (int i = 0; i < n; i++)
+            win_free(v[k], d[i]->id);
+}
+
 static int segment_create_dom0(size_t bytes, void **base, ovl_segment_t *seg)
 {
     static const char *fn = "ovl_segment_create";
@@ -287,7 +461,11 @@ static int segment_create_dom0(size_t bytes, void **base, ovl_segment_t *seg)
     struct ovl__seg *s = calloc(1, sizeof *s);
     size_t *sizes = calloc((size_t)ovl__g.size, sizeof *sizes);
     unsigned long long mine = bytes, *all = calloc((size_t)ovl__g.size, sizeof *all);
-    if ((!s || !sizes || !all) && !bad)
+    MPI_Win *dwin = malloc(OVL_DOMAINS_MAX * sizeof *dwin);
+    int *ids = malloc(OVL_DOMAINS_MAX * sizeof *ids);
+    for (int i = 0; dwin && i < OVL_DOMAINS_MAX; i++)
+        dwin[i] = MPI_WIN_NULL;
+    if ((!s || !sizes || !all || !dwin || !ids) && !bad)
         bad = ovl__error(OVL_ERR_NOMEM, fn, "no memory for a segment");
     pthread_mutex_lock(&S.lock);
     int slot = -1, dup = S.comm == MPI_COMM_NULL; /* the same on every rank */
@@ -340,8 +518,8 @@ static int segment_create_dom0(size_t bytes, void **base, ovl_segment_t *seg)
     void *b = NULL;
     /* whole cache lines: MPICH 4.0 (ch4, shared memory) misplaces remote
      * displacements when the ranks' sizes are not multiples of 16 */
-    mrc = MPI_Win_allocate((MPI_Aint)((s->lock_at + 8 + PROBE_BYTES + 63) / 64 * 64), 1,
-                           MPI_INFO_NULL, S.comm, &b, &s->win);
+    s->win_bytes = (s->lock_at + 8 + PROBE_BYTES + 63) / 64 * 64;
+    mrc = MPI_Win_allocate((MPI_Aint)s->win_bytes, 1, MPI_INFO_NULL, S.comm, &b, &s->win);
     int have_win = mrc == MPI_SUCCESS, locked = 0;
     if (!have_win) {
         bad = bad ? bad : ovl__mpi_error(mrc, fn, "MPI_Win_allocate");
@@ -365,6 +543,21 @@ static int segment_create_dom0(size_t bytes, void **base, ovl_segment_t *seg)
             MPI_Win_free(&s->win);
         goto fail_alloc;
     }
+    /* A window over the same memory for every other domain (reachability:
+     * a domain's transfers and flushes are its own). */
+    s->dwin = dwin;
+    s->dwin[0] = s->win;
+    int nd = 0;
+    for (int i = 1; i < OVL_DOMAINS_MAX; i++)
+        if (ovl__dom_at(i))
+            ids[nd++] = i;
+    if (nd && (rc = wins_make(s, ids, nd, fn))) {
+        MPI_Win_unlock_all(s->win);
+        MPI_Win_free(&s->win);
+        goto fail_alloc;
+    }
+    free(ids);
+    ids = NULL;
     if (!S.probed) /* the same on every rank: segments are collective */
         probe_serving(s);
     pthread_mutex_lock(&S.lock);
@@ -382,13 +575,15 @@ static int segment_create_dom0(size_t bytes, void **base, ovl_segment_t *seg)
 fail_alloc:
     free(all);
     free(sizes);
+    free(dwin);
+    free(ids);
     free(s);
     return rc;
 }
 
 static int free_seg(struct ovl__seg *s, const char *fn)
 {
-    int rc = ovl__rma_retire(s, -1);
+    int rc = ovl__rma_retire(s, -1, NULL);
     pthread_mutex_lock(&S.lock);
     s->live = 0;
     S.v[s->slot] = NULL;
@@ -406,11 +601,18 @@ static int free_seg(struct ovl__seg *s, const char *fn)
     int mrc = MPI_Ibarrier(S.comm, &r);
     if (mrc == MPI_SUCCESS)
         mrc = ovl__engine_spin_mpi(&r);
+    for (int i = 1; i < OVL_DOMAINS_MAX && mrc == MPI_SUCCESS; i++)
+        if (s->dwin[i] != MPI_WIN_NULL) { /* every rank has the same */
+            mrc = MPI_Win_unlock_all(s->dwin[i]);
+            if (mrc == MPI_SUCCESS)
+                mrc = MPI_Win_free(&s->dwin[i]);
+        }
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Win_unlock_all(s->win);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Win_free(&s->win);
     free(s->sizes);
+    free(s->dwin);
     free(s);
     if (mrc != MPI_SUCCESS && rc == OVL_SUCCESS)
         rc = ovl__mpi_error(mrc, fn, "freeing the window");
@@ -463,7 +665,7 @@ static int barrier_dom0(void)
     int rc;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
-    int first = ovl__rma_retire(NULL, -1); /* every segment, puts flushed */
+    int first = ovl__rma_retire(NULL, -1, NULL); /* every segment and domain, puts flushed */
     MPI_Comm c = S.comm != MPI_COMM_NULL ? S.comm : ovl__g.comm_msg;
     MPI_Request r;
     int mrc = MPI_Ibarrier(c, &r);
@@ -474,8 +676,9 @@ static int barrier_dom0(void)
     /* Make remote writes to this rank's memory visible to its loads. */
     pthread_mutex_lock(&S.lock);
     for (int i = 0; i < MAX_SEGS; i++)
-        if (S.v[i])
-            MPI_Win_sync(S.v[i]->win);
+        for (int k = 0; S.v[i] && k < OVL_DOMAINS_MAX; k++)
+            if (S.v[i]->dwin[k] != MPI_WIN_NULL)
+                MPI_Win_sync(S.v[i]->dwin[k]);
     pthread_mutex_unlock(&S.lock);
     return first;
 }
@@ -487,7 +690,7 @@ int ovl__seg_flush_all(void)
     pthread_mutex_lock(&S.lock);
     for (int i = 0; i < MAX_SEGS; i++)
         if (S.v[i] && rc == MPI_SUCCESS)
-            rc = MPI_Win_flush_all(S.v[i]->win);
+            rc = flush_locked(S.v[i], NULL, -1);
     pthread_mutex_unlock(&S.lock);
     return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, "ovl_barrier", "MPI_Win_flush_all");
 }
@@ -527,7 +730,7 @@ static int lock_dom0(ovl_segment_t seg, int rank)
         return ovl__error(OVL_ERR_BUSY, fn, "this rank already holds the lock of rank %d", rank);
     if (full)
         return ovl__error(OVL_ERR_NOMEM, fn, "more than 64 locks held");
-    if ((rc = ovl__rma_retire(s, rank)))
+    if ((rc = ovl__rma_retire(s, rank, NULL)))
         return rc;
     /* A ticket lock in one 64-bit word: tickets handed out in the high
      * half, the ticket being served in the low half. Taking a ticket
@@ -569,7 +772,7 @@ static int unlock_dom0(ovl_segment_t seg, int rank)
     pthread_mutex_unlock(&S.lock);
     if (k < 0)
         return ovl__error(OVL_ERR_ARG, fn, "the lock of rank %d is not held by this rank", rank);
-    int trc = ovl__rma_retire(s, rank); /* puts complete at the target before release */
+    int trc = ovl__rma_retire(s, rank, NULL); /* puts complete at the target before release */
     pthread_mutex_lock(&S.lock);
     if ((k = held_index(s, rank)) < 0) { /* another thread released it meanwhile */
         pthread_mutex_unlock(&S.lock);

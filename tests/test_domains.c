@@ -14,6 +14,11 @@
  *   exhaust  - domains until ovl or MPI runs out: a clear error, and ovl
  *              still works on domain 0 and on the domains made
  *   streams  - more private domains than MPI has streams
+ *   rma      - one window per domain: segments made before and after the
+ *              domains, gets and puts on each thread's domain, a get
+ *              issued on one domain and waited for on another, ovl_lock
+ *              counting exactly over every domain, domains freed while
+ *              segments live
  *   env      - OVL_DOMAINS=3 (set by the test's environment)
  */
 #include "harness.h"
@@ -361,6 +366,8 @@ static void phase_pending(void)
 
 /* ---- exhaust ---------------------------------------------------------------- */
 
+static ovl_segment_t xseg = OVL_SEGMENT_NULL; /* exhaust: reached from every domain */
+
 static void exchange_on(ovl_domain_t d, int k)
 {
     CHECK_OK(ovl_domain_bind(d));
@@ -371,6 +378,18 @@ static void exchange_on(ovl_domain_t d, int k)
     CHECK_OK(ovl_isend(sb, sizeof sb, MPI_BYTE, right(), 9, &rq[1]));
     CHECK_OK(ovl_waitall(2, rq, NULL));
     CHECK(bad_at(rb, sizeof rb, left(), d, k) == sizeof rb);
+    if (xseg != OVL_SEGMENT_NULL) {
+        size_t off = (size_t)(d % 16) * sizeof sb;
+        unsigned char *hb = calloc(1, sizeof sb); /* a get's destination: not the stack */
+        CHECK(hb != NULL);
+        CHECK_OK(ovl_put(sb, right(), off, sizeof sb, xseg, NULL));
+        CHECK_OK(ovl_fence(xseg));
+        ovl_request_t g;
+        CHECK_OK(ovl_get(hb, right(), off, sizeof sb, xseg, NULL, &g));
+        CHECK_OK(ovl_wait(&g, NULL));
+        CHECK(bad_at(hb, sizeof sb, th_rank, d, k) == sizeof sb);
+        free(hb);
+    }
     CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
 }
 
@@ -379,6 +398,9 @@ static void phase_exhaust(void)
     enum { BATCH = 64 };
     ovl_domain_t *all = malloc(OVL_DOMAINS_MAX * sizeof *all);
     CHECK(all != NULL);
+    /* a live segment: every new domain needs a window of it too */
+    void *xbase;
+    CHECK_OK(ovl_segment_create(16 * 64, &xbase, &xseg));
     int n = 0, rc = OVL_SUCCESS;
     while (n + BATCH < OVL_DOMAINS_MAX) {
         rc = ovl_domains_create(BATCH, OVL_DOMAIN_SHARED, all + n);
@@ -405,6 +427,7 @@ static void phase_exhaust(void)
     CHECK_OK(ovl_domains_create(2, OVL_DOMAIN_SHARED, all));
     exchange_on(all[1], 3);
     CHECK_OK(ovl_domains_free(2, all));
+    CHECK_OK(ovl_segment_free(&xseg));
     free(all);
 }
 
@@ -436,6 +459,104 @@ static void phase_streams(void)
     CHECK_OK(ovl_stats_get(&st2, sizeof st2));
     CHECK(st2.domains_on_streams == st.domains_on_streams);
     CHECK_OK(ovl_domains_free(3, d));
+}
+
+/* ---- rma ------------------------------------------------------------------------ */
+
+#define RMA_SLOT (256 * 1024)
+static ovl_segment_t rseg[2];
+static unsigned char *rbase[2];
+
+static void *rma_worker(void *p)
+{
+    int t = (int)(intptr_t)p;
+    size_t n = RMA_SLOT;
+    unsigned char *sb = malloc(n), *rb = malloc(n);
+    CHECK(sb && rb);
+    CHECK_OK(ovl_domain_bind(tdom[t]));
+    for (int k = 0; k < 6; k++) {
+        for (int g = 0; g < 2; g++) {
+            /* put this thread's slot at the right; the fence retires this
+             * domain's transfers */
+            size_t m = k % 2 ? n : 3000 + (size_t)k;
+            size_t off = (size_t)t * RMA_SLOT;
+            fill(sb, m, th_rank, t, k * 2 + g);
+            CHECK_OK(ovl_put(sb, right(), off, m, rseg[g], NULL));
+            CHECK_OK(ovl_fence(rseg[g]));
+            memset(rb, 0, m);
+            CHECK_OK(ovl_get(rb, right(), off, m, rseg[g], NULL, NULL));
+            if (k == 3) {
+                /* waited for from domain 0: it drives this domain's strips */
+                CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
+                CHECK_OK(ovl_get_need(rb, m));
+                CHECK_OK(ovl_domain_bind(tdom[t]));
+            } else {
+                CHECK_OK(ovl_get_need(rb, m));
+            }
+            CHECKF(bad_at(rb, m, th_rank, t, k * 2 + g) == m, "thread %d round %d seg %d: byte %zu",
+                   t, k, g, bad_at(rb, m, th_rank, t, k * 2 + g));
+        }
+    }
+    /* ovl_lock: its atomics on domain 0's window, the data on this domain's */
+    /* (a rank holds a lock once: its threads take turns, as with
+     * MPI_Win_lock, and the ranks count through the ticket lock) */
+    static pthread_mutex_t turn = PTHREAD_MUTEX_INITIALIZER;
+    uint64_t *v = (uint64_t *)rb;
+    for (int k = 0; k < 10; k++) {
+        pthread_mutex_lock(&turn);
+        CHECK_OK(ovl_lock(rseg[0], 0));
+        ovl_request_t g;
+        CHECK_OK(ovl_get(v, 0, (size_t)T * RMA_SLOT, sizeof *v, rseg[0], NULL, &g));
+        CHECK_OK(ovl_wait(&g, NULL));
+        ++*v;
+        CHECK_OK(ovl_put(v, 0, (size_t)T * RMA_SLOT, sizeof *v, rseg[0], NULL));
+        CHECK_OK(ovl_unlock(rseg[0], 0));
+        pthread_mutex_unlock(&turn);
+    }
+    CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
+    free(sb);
+    free(rb);
+    return NULL;
+}
+
+static void phase_rma(int mode)
+{
+    size_t bytes = (size_t)T * RMA_SLOT + 64;
+    /* one segment before the domains (they get windows of it), one after */
+    CHECK_OK(ovl_segment_create(bytes, (void **)&rbase[0], &rseg[0]));
+    memset(rbase[0] + (size_t)T * RMA_SLOT, 0, 64);
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_domains_create(T, mode, tdom));
+    CHECK_OK(ovl_segment_create(bytes, (void **)&rbase[1], &rseg[1]));
+    pthread_t th[T];
+    for (int t = 0; t < T; t++)
+        CHECK(pthread_create(&th[t], NULL, rma_worker, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < T; t++)
+        CHECK(pthread_join(th[t], NULL) == 0);
+    CHECK_OK(ovl_barrier());
+    if (th_rank == 0) {
+        uint64_t c;
+        memcpy(&c, rbase[0] + (size_t)T * RMA_SLOT, sizeof c);
+        CHECKF(c == (uint64_t)th_size * T * 10, "ovl_lock counted %llu of %d",
+               (unsigned long long)c, th_size * T * 10);
+    }
+    /* the domains go first; the segments stay reachable from domain 0 */
+    CHECK_OK(ovl_domains_free(T, tdom));
+    unsigned char b[128], *r = malloc(sizeof b);
+    CHECK(r != NULL);
+    for (int g = 0; g < 2; g++) {
+        fill(b, sizeof b, th_rank, 9, g);
+        CHECK_OK(ovl_put(b, right(), 0, sizeof b, rseg[g], NULL));
+        CHECK_OK(ovl_fence(rseg[g]));
+        ovl_request_t q;
+        CHECK_OK(ovl_get(r, right(), 0, sizeof b, rseg[g], NULL, &q));
+        CHECK_OK(ovl_wait(&q, NULL));
+        CHECK(bad_at(r, sizeof b, th_rank, 9, g) == sizeof b);
+    }
+    free(r);
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_segment_free(&rseg[1]));
+    CHECK_OK(ovl_segment_free(&rseg[0]));
 }
 
 /* ---- env ---------------------------------------------------------------------- */
@@ -473,5 +594,11 @@ int main(int argc, char **argv)
         phase_env();
     if (!strcmp(ph, "streams"))
         phase_streams();
+    if (!strcmp(ph, "rma")) {
+        const char *m = argc > 2 ? argv[2] : "shared";
+        phase_rma(!strcmp(m, "private")      ? OVL_DOMAIN_PRIVATE
+                  : !strcmp(m, "serialized") ? OVL_DOMAIN_SERIALIZED
+                                             : OVL_DOMAIN_SHARED);
+    }
     return th_finish();
 }
