@@ -1274,6 +1274,234 @@ typedef struct {
  */
 OVL_NODISCARD int ovl_stats_get(ovl_stats_t *stats, size_t size);
 
+/* ------------------------------------------------------------------------ */
+/* Access descriptors (LMAD)                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A linear memory access descriptor (LMAD) describes the bytes a loop
+ * nest's reference touches in one buffer: a base, an element of contiguous
+ * bytes, and per dimension a stride and a count. The loop-nest planner
+ * analyses references through these calls; a program can use them to
+ * reason about its own layouts, or to turn an MPI datatype into runs and
+ * back.
+ *
+ * Every call of this section is a pure function of its arguments: none
+ * needs ovl_init() (they work before it and after ovl_finalize()), none
+ * communicates, none keeps state, and any thread may call them at once.
+ * The datatype calls (ovl_lmad_from_datatype(), ovl_lmad_to_datatype())
+ * need MPI initialised, for MPI's datatype calls only. Errors are recorded
+ * as every call's are (ovl_error_detail(), OVL_ERRORS).
+ */
+
+/** Most dimensions an LMAD has. */
+#define OVL_LMAD_MAX_DIMS 8
+
+/** One dimension of an LMAD. */
+typedef struct {
+    int64_t stride; /**< bytes from one point to the next (any sign; 0 repeats a point) */
+    int64_t count;  /**< points, at least 1 */
+    int depth;      /**< depth of the loop that drives it (0: the outermost), -1: none or
+                         unknown */
+} ovl_lmad_dim_t;
+
+/**
+ * A linear memory access descriptor: the byte ranges
+ *
+ *     base + sum_i k_i * dim[i].stride + [0, elem)   for 0 <= k_i < dim[i].count,
+ *
+ * offsets relative to the start of a buffer (base and strides may be
+ * negative). The points are ordered with dim[0] varying fastest, each
+ * dimension from k_i = 0 upwards: the order of an MPI type map, which
+ * ovl_lmad_from_subarray(), ovl_lmad_from_datatype() and
+ * ovl_lmad_to_datatype() keep. The ranges may overlap (a stride 0, or one
+ * shorter than the block it repeats): such a byte is covered more than
+ * once.
+ *
+ * Valid: 0 <= ndims <= OVL_LMAD_MAX_DIMS, elem >= 1, every count >= 1,
+ * every depth >= -1, and every byte offset, the number of points and the
+ * number of bytes covered fit in int64_t. Every call refuses an invalid
+ * LMAD with OVL_ERR_ARG. Entries of dim[] beyond ndims are never read.
+ */
+typedef struct {
+    int64_t base; /**< byte offset of the first point */
+    int64_t elem; /**< contiguous bytes at each point, at least 1 */
+    int ndims;    /**< dimensions in use, 0 to OVL_LMAD_MAX_DIMS */
+    ovl_lmad_dim_t dim[OVL_LMAD_MAX_DIMS];
+} ovl_lmad_t;
+
+/** An LMAD reduced to runs (ovl_lmad_runs()). */
+typedef struct {
+    int64_t n;      /**< runs: points after coalescing */
+    int64_t size;   /**< bytes of each run: the element after coalescing */
+    int64_t lo;     /**< lowest byte offset covered */
+    int64_t extent; /**< bytes from lo to one past the highest byte covered */
+} ovl_lmad_runs_t;
+
+/** What ovl_lmad_combine() and ovl_lmad_interleave() did. */
+typedef struct {
+    int combined; /**< 1: the output covers exactly the bytes of both; 0: not combined */
+    int dim;      /**< the output's dimension that grew; -1: none (the element grew, the
+                       references interleave, or they are the same) */
+    int depth;    /**< that dimension's depth (-1 when dim is -1) */
+    /** the memory distance between the two bases: points of dimension
+     *  @c dim (the lookahead, in iterations of that dimension's loop, that
+     *  one transfer of the output needs to serve both references), or
+     *  bytes when @c dim is -1 (both within one point) */
+    int64_t distance;
+} ovl_lmad_combine_t;
+
+/** Answers of ovl_lmad_overlap(). */
+typedef enum {
+    OVL_LMAD_DISJOINT = 0,   /**< no byte in common (certain) */
+    OVL_LMAD_OVERLAP = 1,    /**< at least one byte in common (certain) */
+    OVL_LMAD_MAY_OVERLAP = 2 /**< not decided: too many runs to compare (conservative) */
+} ovl_lmad_overlap_t;
+
+/**
+ * The LMAD of MPI_Type_create_subarray(ndims, sizes, subsizes, starts,
+ * order, t) for a type t of @p elem contiguous bytes (extent = size =
+ * @p elem), used with count 1 at the start of the array: one dimension per
+ * array dimension, none dropped, dim[0] the fastest-varying array
+ * dimension (the last in MPI_ORDER_C, the first in MPI_ORDER_FORTRAN).
+ * Depths follow the loop nest that walks the array in memory order: the
+ * slowest array dimension has depth 0, dim[0] depth @p ndims - 1.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (a NULL pointer, @p ndims outside
+ *         1..OVL_LMAD_MAX_DIMS, a size or subsize below 1, a start below 0
+ *         or with start + subsize above size, an order that is neither
+ *         MPI_ORDER_C nor MPI_ORDER_FORTRAN, @p elem below 1, an array
+ *         whose byte offsets overflow int64_t)
+ */
+OVL_NODISCARD int ovl_lmad_from_subarray(int ndims, const int sizes[], const int subsizes[],
+                                         const int starts[], int order, int64_t elem,
+                                         ovl_lmad_t *lmad);
+
+/**
+ * The LMAD of @p count items of @p type at a buffer's start, as MPI reads
+ * them (MPI_Send(buf, count, type, ...)), in the type map's order. Types
+ * are taken apart with MPI_Type_get_envelope()/MPI_Type_get_contents(),
+ * recursively: predefined types whose bytes are contiguous (not
+ * MPI_SHORT_INT, MPI_LONG_DOUBLE_INT and other pair types with a hole),
+ * contiguous, vector, hvector, subarray, resized and dup types, and
+ * indexed, hindexed, indexed_block, hindexed_block and struct types of
+ * exactly one block (a displacement). Each constructor adds dimensions
+ * (depth -1); dimensions of one point are dropped, and neighbours that
+ * tile each other in order are merged (a dimension whose stride is the
+ * element's size grows the element; one whose stride is the span of the
+ * next-inner one's points joins it), so the order of the bytes is kept.
+ * @p type need not be committed; MPI must be initialised (ovl need not).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT (MPI not initialised or already
+ *         finalised), OVL_ERR_ARG (NULL @p lmad, MPI_DATATYPE_NULL,
+ *         @p count below 1, a type of size 0, byte offsets that overflow
+ *         int64_t), OVL_ERR_UNSUPPORTED (any other constructor, a block
+ *         count above 1, a predefined type with a hole, more than
+ *         OVL_LMAD_MAX_DIMS dimensions left after merging: the detail
+ *         names which), OVL_ERR_NOMEM, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_lmad_from_datatype(MPI_Datatype type, int count, ovl_lmad_t *lmad);
+
+/**
+ * A committed MPI datatype whose type map is @p lmad's bytes in
+ * @p lmad's order: MPI_BYTE blocks of elem bytes nested in one hvector per
+ * dimension (negative and zero strides as given), displaced by base with
+ * a one-block hindexed. Use it with count 1 at the buffer's start; its lower
+ * bound and extent are the bounding box's (ovl_lmad_runs(): lo, extent).
+ * The caller frees it with MPI_Type_free(). MPI must be initialised.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT (MPI not initialised or already
+ *         finalised), OVL_ERR_ARG (NULL pointer, invalid @p lmad),
+ *         OVL_ERR_UNSUPPORTED (elem or a count above INT_MAX, which MPI's
+ *         int arguments cannot hold), OVL_ERR_MPI; *type is written only
+ *         on success
+ */
+OVL_NODISCARD int ovl_lmad_to_datatype(const ovl_lmad_t *lmad, MPI_Datatype *type);
+
+/**
+ * Normalise: every negative stride made positive by moving the base to
+ * that dimension's last point, dimensions of one point dropped, the rest
+ * sorted by increasing stride (then count, then depth). The bytes covered,
+ * and how often each is, do not change; their order may. @p out may be
+ * @p lmad.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL pointer, invalid @p lmad)
+ */
+OVL_NODISCARD int ovl_lmad_normalize(const ovl_lmad_t *lmad, ovl_lmad_t *out);
+
+/**
+ * Normalise, then merge dimensions that tile each other exactly until none
+ * do: a dimension whose stride is the element's size grows the element
+ * (elem *= count); a dimension whose stride is count * stride of another
+ * joins it (counts multiplied, the outer dimension's depth kept). The
+ * result is sorted as ovl_lmad_normalize()'s. The bytes covered, and how
+ * often each is, do not change. @p out may be @p lmad.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL pointer, invalid @p lmad)
+ */
+OVL_NODISCARD int ovl_lmad_coalesce(const ovl_lmad_t *lmad, ovl_lmad_t *out);
+
+/**
+ * Reduce @p lmad to @p runs->n runs of @p runs->size contiguous bytes (its
+ * coalesced form's points and element) inside the bounding box
+ * [lo, lo + extent). n * size is the number of bytes covered counted with
+ * their multiplicity: the number of distinct bytes when no two runs
+ * overlap.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL pointer, invalid @p lmad)
+ */
+OVL_NODISCARD int ovl_lmad_runs(const ovl_lmad_t *lmad, ovl_lmad_runs_t *runs);
+
+/**
+ * Combine two references of one shape whose bases differ by a multiple of
+ * a stride, such as b[i][j] and b[i+1][j]: @p a and @p b must have the same
+ * element and, normalised, the same dimensions (strides, counts, depths).
+ * When the bases differ by m points of a dimension, with 1 <= m <= its
+ * count, @p out is the normalised @p a from the lower base with m more
+ * points in that dimension (the smallest such m over the dimensions; a
+ * larger m would leave a gap, and is not combined), and @p how says which
+ * dimension and m, the memory distance. Otherwise, when the bases differ
+ * by at most the element, the element grows by the difference (distance in
+ * bytes, dimension -1). @p out covers exactly the bytes of @p a and @p b.
+ * @p how is always written; @p out only when they combine, and may be
+ * @p a or @p b.
+ * @return OVL_SUCCESS (combined or not: see @p how), OVL_ERR_ARG (NULL
+ *         pointer, invalid @p a or @p b)
+ */
+OVL_NODISCARD int ovl_lmad_combine(const ovl_lmad_t *a, const ovl_lmad_t *b, ovl_lmad_t *out,
+                                   ovl_lmad_combine_t *how);
+
+/**
+ * Combine two interleaved references of one shape, such as a[2*i] and
+ * a[2*i+1] (same element and normalised dimensions as ovl_lmad_combine()
+ * asks, bases d bytes apart, usually less than the smallest stride): their
+ * union is @p a with one more dimension (stride d, count 2). They combine
+ * when that dimension coalesces away, so the result is denser and has no
+ * more dimensions than @p a coalesced: a[2*i] and a[2*i+1] become one run,
+ * a[4*i] and a[4*i+2] become a[2*i]; a[10*i] and a[10*i+3] do not combine.
+ * @p out, when they combine, is the coalesced union (covering exactly the
+ * bytes of both) and @p how says dimension -1 and distance d bytes.
+ * @p how is always written; @p out only when they combine, and may be
+ * @p a or @p b.
+ * @return OVL_SUCCESS (combined or not: see @p how), OVL_ERR_ARG (NULL
+ *         pointer, invalid @p a or @p b)
+ */
+OVL_NODISCARD int ovl_lmad_interleave(const ovl_lmad_t *a, const ovl_lmad_t *b, ovl_lmad_t *out,
+                                      ovl_lmad_combine_t *how);
+
+/**
+ * Whether @p a and @p b have a byte in common (*result: an
+ * ovl_lmad_overlap_t). The answer is exact (OVL_LMAD_DISJOINT or
+ * OVL_LMAD_OVERLAP) when
+ *  - the bounding boxes are disjoint;
+ *  - both, coalesced, have one dimension of the same nonzero stride (a
+ *    formula);
+ *  - one has at most 65536 runs after coalescing and the other's runs are
+ *    ordered and disjoint (each stride, sorted, at least the span of the
+ *    dimensions inside it): each run of the first is looked up in the
+ *    second;
+ *  - or they have at most 65536 runs together (all compared, sorted).
+ * Otherwise it is OVL_LMAD_MAY_OVERLAP, which a caller refusing
+ * overlapping writes must treat as an overlap.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL pointer, invalid @p a or @p b),
+ *         OVL_ERR_NOMEM (sorting the runs needs 8 bytes each)
+ */
+OVL_NODISCARD int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int *result);
+
 #ifdef __cplusplus
 }
 #endif

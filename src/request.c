@@ -14,11 +14,20 @@
  * marks it freed by the user (GEN_DETACHED: the engine releases it once
  * complete) or unpins it. Exactly one holder of a handle gets to release
  * its slot; every other gets OVL_ERR_REQUEST.
+ *
+ * Free slots are cached per thread (up to TCACHE indices, moved to and
+ * from the table's free stack TCACHE/2 at a time), so threads posting on
+ * domains of their own do not meet on the table's lock for every request.
+ * A cache belongs to one table generation (tab.epoch, raised by
+ * ovl_finalize): a cache from before is dropped, never used. A thread's
+ * cache goes back to the table when the thread exits.
  */
 #include "ovl_internal.h"
 
 #include <stddef.h>
 #include <stdlib.h>
+
+#define TCACHE 32
 
 _Static_assert(sizeof(uintptr_t) >= 8, "handles pack index and generation in 64 bits");
 
@@ -36,7 +45,16 @@ static struct {
      * before ovl_finalize, so a handle kept across finalize and a new
      * ovl_init never matches a new request in the same slot. */
     uint32_t first_gen;
+    atomic_uint epoch; /* raised at every ovl_finalize: caches of before are void */
 } tab = { .lock = PTHREAD_MUTEX_INITIALIZER, .first_gen = 1 };
+
+static _Thread_local struct tcache {
+    unsigned epoch, n;
+    int keyed; /* the exit hook knows it */
+    uint32_t idx[TCACHE];
+} tc;
+static pthread_key_t tc_key;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
 
 /* The generation word of a slot: a generation (what handles carry) and two
  * state bits that no handle has. */
@@ -81,6 +99,7 @@ void ovl__req_table_fini(void)
     ovl__page_free(tab.free_idx);
     tab.free_idx = NULL;
     tab.nfree = tab.cap_free = 0;
+    atomic_fetch_add(&tab.epoch, 1);
     pthread_mutex_unlock(&tab.lock);
 }
 
@@ -118,17 +137,65 @@ static int grow(void)
     return OVL_SUCCESS;
 }
 
+/* A thread's exit: its cached slots back to the table (lock not held). */
+static void tc_exit(void *arg)
+{
+    struct tcache *c = arg;
+    pthread_mutex_lock(&tab.lock);
+    if (c->epoch == atomic_load(&tab.epoch))
+        while (c->n)
+            tab.free_idx[tab.nfree++] = c->idx[--c->n];
+    c->n = 0;
+    pthread_mutex_unlock(&tab.lock);
+}
+
+static void tc_key_make(void)
+{
+    if (pthread_key_create(&tc_key, tc_exit) != 0)
+        tc_key = (pthread_key_t)-1;
+}
+
+/* The calling thread's cache, valid for the table's generation (lock
+ * held); NULL when it cannot have one (no exit hook). */
+static struct tcache *tc_get_locked(void)
+{
+    unsigned e = atomic_load(&tab.epoch);
+    if (tc.epoch != e) {
+        tc.epoch = e;
+        tc.n = 0;
+    }
+    if (!tc.keyed) {
+        pthread_once(&tc_once, tc_key_make);
+        if (tc_key == (pthread_key_t)-1 || pthread_setspecific(tc_key, &tc) != 0)
+            return NULL;
+        tc.keyed = 1;
+    }
+    return &tc;
+}
+
 int ovl__req_alloc(int kind, struct ovl__req **out, ovl_request_t *handle)
 {
-    pthread_mutex_lock(&tab.lock);
-    if (tab.nfree == 0 && grow() != OVL_SUCCESS) {
+    uint32_t idx;
+    if (tc.n > 0 && tc.epoch == atomic_load_explicit(&tab.epoch, memory_order_relaxed)) {
+        idx = tc.idx[--tc.n];
+    } else {
+        pthread_mutex_lock(&tab.lock);
+        struct tcache *c = tc_get_locked();
+        /* half a cache's worth, the first for this call */
+        for (unsigned k = 0; c && k < TCACHE / 2 - 1 && (tab.nfree > 1 || grow() == OVL_SUCCESS);
+             k++)
+            c->idx[c->n++] = tab.free_idx[--tab.nfree];
+        if (tab.nfree == 0 && grow() != OVL_SUCCESS) {
+            pthread_mutex_unlock(&tab.lock);
+            return OVL_ERR_NOMEM;
+        }
+        idx = tab.free_idx[--tab.nfree];
         pthread_mutex_unlock(&tab.lock);
-        return OVL_ERR_NOMEM;
     }
-    uint32_t idx = tab.free_idx[--tab.nfree];
     struct ovl__req *r = slot(idx);
-    uint32_t gen = r->gen;
-    pthread_mutex_unlock(&tab.lock);
+    if (!r) /* (a free index names a slot of a chunk that exists) */
+        return OVL_ERR_INTERNAL;
+    uint32_t gen = __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE);
 
     memset((char *)r + offsetof(struct ovl__req, kind), 0,
            sizeof *r - offsetof(struct ovl__req, kind));
@@ -226,9 +293,18 @@ static void recycle(struct ovl__req *r, uint32_t next)
     const struct ovl__req_ops *ops = req_ops(r);
     if (ops && ops->release)
         ops->release(r);
-    pthread_mutex_lock(&tab.lock);
     __atomic_store_n(&r->in_use, 0, __ATOMIC_RELEASE);
+    if (tc.n < TCACHE && tc.epoch == atomic_load_explicit(&tab.epoch, memory_order_relaxed) &&
+        tc.keyed) {
+        tc.idx[tc.n++] = r->idx;
+        return;
+    }
+    pthread_mutex_lock(&tab.lock);
+    struct tcache *c = tc_get_locked();
     tab.free_idx[tab.nfree++] = r->idx;
+    /* a full cache keeps half */
+    while (c && c->n > TCACHE / 2)
+        tab.free_idx[tab.nfree++] = c->idx[--c->n];
     pthread_mutex_unlock(&tab.lock);
 }
 

@@ -263,7 +263,8 @@ static void mpi_neighbours(void)
 
 /* `local` (OVL_RMA_LOCAL=direct, the default): the peer shares this node,
  * so a fault-monitored delta send is a plain transfer: nothing watched, no
- * fault, the largest pieces (256 KiB) at send_end. */
+ * fault, the largest pieces (256 KiB) at send_end, in order, which the
+ * receiver lands in place. */
 static void local(void)
 {
     size_t n = (size_t)1 << 20;
@@ -285,11 +286,38 @@ static void local(void)
                "a 1 MiB delta send on one node took %llu pieces",
                (unsigned long long)(z.deltas_sent - a.deltas_sent));
     } else {
+        ovl_stats_t a = stats();
         CHECK_OK(
             ovl_delta_recv(b, (int)n, MPI_BYTE, peer, 9, TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
         for (size_t i = 0; i < n; i++)
             CHECKF(b[i] == val(i, 21), "byte %zu arrived as %u", i, b[i]);
         CHECK_OK(ovl_wait(&q, NULL));
+        ovl_stats_t z = stats();
+        CHECKF(z.deltas_received - a.deltas_received == 4, "received in %llu pieces",
+               (unsigned long long)(z.deltas_received - a.deltas_received));
+    }
+    /* into an ovl_irecv (in place, no monitor), unaligned, a short last
+     * piece, and a message shorter than the receive */
+    size_t m = n - 5000, off = 13;
+    if (even) {
+        CHECK_OK(ovl_delta_send_begin(b + off, (int)m, MPI_BYTE, peer, 10,
+                                      TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
+        for (size_t i = 0; i < m; i++)
+            b[off + i] = val(i, 22);
+        CHECK_OK(ovl_delta_send_end(q, NULL));
+        CHECK_OK(ovl_wait(&q, NULL));
+    } else {
+        memset(b, 0xee, n);
+        ovl_status_t st;
+        CHECK_OK(ovl_irecv(b + off, (int)(m + 1000), MPI_BYTE, peer, 10, &q));
+        CHECK_OK(ovl_wait(&q, &st));
+        CHECKF(st.bytes == m, "%zu bytes", st.bytes);
+        for (size_t i = 0; i < m; i++)
+            CHECKF(b[off + i] == val(i, 22), "byte %zu arrived as %u", i, b[off + i]);
+        for (size_t i = 0; i < off; i++)
+            CHECK(b[i] == 0xee);
+        for (size_t i = off + m; i < n; i++)
+            CHECKF(b[i] == 0xee, "byte %zu past the message changed", i);
     }
     free(b);
 }
