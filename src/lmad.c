@@ -256,32 +256,29 @@ static void lm_compact(struct lm *l)
     }
 }
 
-int ovl_lmad_normalize(const ovl_lmad_t *lmad, ovl_lmad_t *out)
+/* A public call that loads @lmad, applies @op and stores the result. */
+static int transform(const char *fn, const ovl_lmad_t *lmad, ovl_lmad_t *out,
+                     void (*op)(struct lm *))
 {
-    static const char fn[] = "ovl_lmad_normalize";
     struct lm l;
     int rc = lm_load(fn, "lmad", lmad, &l);
     if (rc)
         return rc;
     if (!out)
         return ovl__error(OVL_ERR_ARG, fn, "out is NULL");
-    lm_normalize(&l);
+    op(&l);
     lm_store(&l, out);
     return OVL_SUCCESS;
 }
 
+int ovl_lmad_normalize(const ovl_lmad_t *lmad, ovl_lmad_t *out)
+{
+    return transform("ovl_lmad_normalize", lmad, out, lm_normalize);
+}
+
 int ovl_lmad_coalesce(const ovl_lmad_t *lmad, ovl_lmad_t *out)
 {
-    static const char fn[] = "ovl_lmad_coalesce";
-    struct lm l;
-    int rc = lm_load(fn, "lmad", lmad, &l);
-    if (rc)
-        return rc;
-    if (!out)
-        return ovl__error(OVL_ERR_ARG, fn, "out is NULL");
-    lm_coalesce(&l);
-    lm_store(&l, out);
-    return OVL_SUCCESS;
+    return transform("ovl_lmad_coalesce", lmad, out, lm_coalesce);
 }
 
 int ovl_lmad_runs(const ovl_lmad_t *lmad, ovl_lmad_runs_t *runs)
