@@ -1,0 +1,522 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_plan: the loop-nest planner (src/plan.c). Every rank fills its
+ * segment with bytes that encode (rank, offset); plans read strided blocks
+ * from a neighbour, and every byte received is checked against the pairs
+ * of offsets this file expands from the LMADs on its own (an odometer over
+ * the dimensions, independent of the library). The checks:
+ *  - a column block of a row-major matrix, a subarray of a 3-D array into
+ *    a padded local array, a contiguous range, and a plan of two
+ *    references on two targets, each under every protocol forced and the
+ *    model's choice, with strips of 2, 5 and the model's size: when
+ *    ovl_plan_next hands a strip out, its iterations' bytes are in place;
+ *    after ovl_plan_end every byte is, and local bytes no reference
+ *    covers are untouched; strips tile the outermost loop in order;
+ *  - the plan cache: the same key gives the same plan, analysed once;
+ *    described again the same (another local buffer taken over), it runs
+ *    without analysis; another shape or another param is refused with
+ *    OVL_ERR_ARG and the committed plan still runs;
+ *  - ovl_plan_explain prints the tuple and the choice;
+ *  - error paths: NULL pointers, bad depths and trips, references outside
+ *    the segment or that do not pair, calls out of order, bad params, a
+ *    plan freed while executing, a freed plan used.
+ */
+#include "harness.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEG      (1 << 20)
+#define SENTINEL 0xEE
+
+/* The byte at @off of @rank's segment. */
+static uint8_t pat(int rank, int64_t off)
+{
+    return (uint8_t)th_mix(((uint64_t)(rank + 1) << 40) ^ (uint64_t)off);
+}
+
+/* An LMAD's byte offsets in its order (dim[0] fastest), with the index of
+ * each byte's point in the slowest dimension (the outermost iteration). */
+typedef struct {
+    int64_t *off, *it, n;
+} bytes_t;
+
+static bytes_t expand(const ovl_lmad_t *l)
+{
+    int64_t pts = 1;
+    for (int i = 0; i < l->ndims; i++)
+        pts *= l->dim[i].count;
+    bytes_t b = { malloc((size_t)(pts * l->elem) * sizeof(int64_t)),
+                  malloc((size_t)(pts * l->elem) * sizeof(int64_t)), 0 };
+    CHECK(b.off && b.it);
+    int64_t k[OVL_LMAD_MAX_DIMS] = { 0 };
+    for (int64_t p = 0; p < pts; p++) {
+        int64_t at = l->base;
+        for (int i = 0; i < l->ndims; i++)
+            at += k[i] * l->dim[i].stride;
+        int64_t it = l->ndims && l->dim[l->ndims - 1].depth == 0 ? k[l->ndims - 1] : 0;
+        for (int64_t e = 0; e < l->elem; e++) {
+            b.off[b.n] = at + e;
+            b.it[b.n++] = it;
+        }
+        for (int i = 0; i < l->ndims && ++k[i] == l->dim[i].count; i++)
+            k[i] = 0;
+    }
+    return b;
+}
+
+static void bytes_free(bytes_t *b)
+{
+    free(b->off);
+    free(b->it);
+}
+
+/* One reference of a case. */
+typedef struct {
+    int rank;
+    ovl_lmad_t rem, loc;
+    uint8_t *buf;
+    size_t buf_bytes;
+    bytes_t rb, lb;
+} ref_t;
+
+static void ref_make(ref_t *r, int rank, const ovl_lmad_t *rem, const ovl_lmad_t *loc,
+                     size_t buf_bytes)
+{
+    r->rank = rank;
+    r->rem = *rem;
+    r->loc = *loc;
+    r->buf_bytes = buf_bytes;
+    r->buf = malloc(buf_bytes);
+    CHECK(r->buf != NULL);
+    r->rb = expand(rem);
+    r->lb = expand(loc);
+    CHECKF(r->rb.n == r->lb.n, "case set-up: %" PRId64 " remote bytes, %" PRId64 " local", r->rb.n,
+           r->lb.n);
+}
+
+static void ref_free(ref_t *r)
+{
+    free(r->buf);
+    bytes_free(&r->rb);
+    bytes_free(&r->lb);
+}
+
+/* Bytes of iterations [lo, hi) of @r are in place (@all: and every local
+ * byte no point covers is the sentinel). */
+static void verify(const ref_t *r, int64_t lo, int64_t hi, int all, const char *what)
+{
+    for (int64_t i = 0; i < r->rb.n; i++) {
+        if (r->rb.it[i] < lo || r->rb.it[i] >= hi)
+            continue;
+        uint8_t got = r->buf[r->lb.off[i]], want = pat(r->rank, r->rb.off[i]);
+        if (got != want)
+            CHECKF(got == want,
+                   "%s: iteration %" PRId64 ", remote offset %" PRId64 " -> local %" PRId64
+                   ": got 0x%02x, want 0x%02x",
+                   what, r->rb.it[i], r->rb.off[i], r->lb.off[i], got, want);
+    }
+    th_pass();
+    if (!all)
+        return;
+    uint8_t *covered = calloc(r->buf_bytes, 1);
+    CHECK(covered != NULL);
+    for (int64_t i = 0; i < r->lb.n; i++)
+        covered[r->lb.off[i]] = 1;
+    for (size_t i = 0; i < r->buf_bytes; i++)
+        if (!covered[i] && r->buf[i] != SENTINEL)
+            CHECKF(0, "%s: local byte %zu, covered by no reference, was written", what, i);
+    free(covered);
+    th_pass();
+}
+
+/* Run a committed plan over @refs once, checking each strip as it is handed
+ * out; returns the strips seen. */
+static int64_t run(ovl_plan_t p, ref_t *refs, int nrefs, int64_t trips, const char *what)
+{
+    for (int j = 0; j < nrefs; j++)
+        memset(refs[j].buf, SENTINEL, refs[j].buf_bytes);
+    CHECK_OK(ovl_plan_begin(p));
+    int64_t i0 = -1, n = -1, at = 0, strips = 0;
+    while (1) {
+        CHECK_OK(ovl_plan_next(p, &i0, &n));
+        if (n == 0)
+            break;
+        CHECKF(i0 == at && n > 0 && i0 + n <= trips,
+               "%s: strip [%" PRId64 ", +%" PRId64 ") where %" PRId64 " was next", what, i0, n, at);
+        for (int j = 0; j < nrefs; j++)
+            verify(&refs[j], i0, i0 + n, 0, what);
+        at += n;
+        strips++;
+    }
+    CHECKF(at == trips, "%s: strips covered %" PRId64 " of %" PRId64 " iterations", what, at,
+           trips);
+    /* after the last: stays at the end */
+    CHECK_OK(ovl_plan_next(p, &i0, &n));
+    CHECK(n == 0);
+    CHECK_OK(ovl_plan_end(p));
+    for (int j = 0; j < nrefs; j++)
+        verify(&refs[j], 0, trips, 1, what);
+    return strips;
+}
+
+/* Describe @refs on plan @p: @ndepth loops. */
+static void describe(ovl_plan_t p, ovl_segment_t seg, ref_t *refs, int nrefs, const int64_t *trips,
+                     int ndepth)
+{
+    for (int d = 0; d < ndepth; d++)
+        CHECK_OK(ovl_plan_loop(p, d, trips[d]));
+    for (int j = 0; j < nrefs; j++)
+        CHECK_OK(ovl_plan_read(p, seg, refs[j].rank, &refs[j].rem, refs[j].buf, &refs[j].loc));
+}
+
+static const char *const pname[] = { "auto", "datatype", "runs", "bbox" };
+
+/* Every protocol x strip size on one case. */
+static void sweep(const char *name, ovl_segment_t seg, ref_t *refs, int nrefs, const int64_t *trips,
+                  int ndepth)
+{
+    const int64_t strips[] = { 2, 5, 0 }; /* 0: the model's */
+    for (int q = 0; q <= OVL_PLAN_BBOX; q++)
+        for (size_t s = 0; s < sizeof strips / sizeof strips[0]; s++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s, %s, strip %" PRId64, name, pname[q], strips[s]);
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, refs, nrefs, trips, ndepth);
+            ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_LOOKAHEAD,
+                               .protocol = (ovl_plan_protocol_t)q,
+                               .lookahead = (unsigned)(s + 1) };
+            if (strips[s]) {
+                pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                pm.strip = strips[s];
+            }
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            snprintf(what, sizeof what, "%s, %s (%s), strip %" PRId64 " (%" PRId64 " strips)", name,
+                     pname[q], pname[in.protocol], strips[s], in.nstrips);
+            CHECKF(q == 0 || ((int)in.protocol == q && in.forced), "%s: protocol %d forced %d",
+                   what, (int)in.protocol, in.forced);
+            CHECKF(q != 0 || (!in.forced && in.predicted_us[in.protocol] >= 0),
+                   "%s: the model chose %d", what, (int)in.protocol);
+            for (int k = 1; q == 0 && k <= OVL_PLAN_BBOX; k++)
+                CHECKF(in.predicted_us[k] < 0 || in.predicted_us[in.protocol] <= in.predicted_us[k],
+                       "%s: chose %s (%.1f us) over %s (%.1f us)", what, pname[in.protocol],
+                       in.predicted_us[in.protocol], pname[k], in.predicted_us[k]);
+            CHECKF(!strips[s] || in.strip == (strips[s] < trips[0] ? strips[s] : trips[0]),
+                   "%s: strip %" PRId64, what, in.strip);
+            int64_t seen = run(p, refs, nrefs, trips[0], what);
+            CHECKF(seen == in.nstrips, "%s: %" PRId64 " strips handed out, %" PRId64 " planned",
+                   what, seen, in.nstrips);
+            /* a committed plan runs again */
+            if (s == 0)
+                (void)run(p, refs, nrefs, trips[0], what);
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECK(in.analyses == 1 && in.runs == (s == 0 ? 2u : 1u));
+            CHECK_OK(ovl_plan_free(&p));
+            CHECK(p == OVL_PLAN_NULL);
+        }
+}
+
+static ovl_lmad_t sub(int nd, const int *sizes, const int *subs, const int *starts, int64_t elem,
+                      int64_t base)
+{
+    ovl_lmad_t l;
+    CHECK_OK(ovl_lmad_from_subarray(nd, sizes, subs, starts, MPI_ORDER_C, elem, &l));
+    l.base += base;
+    return l;
+}
+
+/* Remote layouts in the segment. */
+#define MAT_OFF   4096   /* 64 x 96 doubles */
+#define CUBE_OFF  65536  /* 8 x 10 x 12 floats */
+#define RANGE_OFF 200003 /* 777 x 8 bytes, unaligned */
+
+static void cases(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    /* a column block of a row-major matrix: columns [10, 20) of 64 x 96 */
+    {
+        ref_t r;
+        ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+        ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+        ref_make(&r, next, &rem, &loc, 64 * 10 * 8);
+        sweep("column block", seg, &r, 1, (int64_t[]){ 64, 10 }, 2);
+        ref_free(&r);
+    }
+    /* a 5 x 4 x 6 subarray of an 8 x 10 x 12 array into a padded 5 x 4 x 8 one */
+    {
+        ref_t r;
+        ovl_lmad_t rem =
+            sub(3, (int[]){ 8, 10, 12 }, (int[]){ 5, 4, 6 }, (int[]){ 2, 3, 4 }, 4, CUBE_OFF);
+        ovl_lmad_t loc = sub(3, (int[]){ 5, 4, 8 }, (int[]){ 5, 4, 6 }, (int[]){ 0, 0, 1 }, 4, 0);
+        ref_make(&r, next, &rem, &loc, 5 * 4 * 8 * 4);
+        sweep("3-D subarray", seg, &r, 1, (int64_t[]){ 5, 4, 6 }, 3);
+        ref_free(&r);
+    }
+    /* a contiguous range */
+    {
+        ref_t r;
+        ovl_lmad_t rem = { .base = RANGE_OFF, .elem = 8, .ndims = 1, .dim = { { 8, 777, 0 } } };
+        ovl_lmad_t loc = { .base = 0, .elem = 8, .ndims = 1, .dim = { { 8, 777, 0 } } };
+        ref_make(&r, prev, &rem, &loc, 777 * 8);
+        sweep("contiguous range", seg, &r, 1, (int64_t[]){ 777 }, 1);
+        ref_free(&r);
+    }
+    /* two references on two targets, one of them loop-invariant: rows
+     * 3..34 of the matrix (a strided 2-D block, 8 of 96 columns) from the
+     * next rank, and a 100-byte range read whole from the previous one */
+    {
+        ref_t r[2];
+        ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 32, 8 }, (int[]){ 3, 40 }, 8, MAT_OFF);
+        ovl_lmad_t loc = sub(2, (int[]){ 32, 9 }, (int[]){ 32, 8 }, (int[]){ 0, 1 }, 8, 0);
+        ref_make(&r[0], next, &rem, &loc, 32 * 9 * 8);
+        ovl_lmad_t inv = { .base = 17, .elem = 100, .ndims = 0 };
+        ovl_lmad_t invl = { .base = 3, .elem = 100, .ndims = 0 };
+        ref_make(&r[1], prev, &inv, &invl, 110);
+        /* (the invariant reference's bytes are iteration 0's: checked with the first strip) */
+        sweep("two references", seg, r, 2, (int64_t[]){ 32, 8 }, 2);
+        ref_free(&r[0]);
+        ref_free(&r[1]);
+    }
+}
+
+/* The plan cache. */
+static void cache(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    ref_t r;
+    ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+    ref_make(&r, next, &rem, &loc, 64 * 10 * 8);
+    const int64_t trips[] = { 64, 10 };
+    const ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 16 };
+    ovl_plan_t p = OVL_PLAN_NULL, q = OVL_PLAN_NULL;
+    int found = -1;
+    CHECK_OK(ovl_plan_create("test_plan.cache", &p, &found));
+    CHECK(found == 0 && p != OVL_PLAN_NULL);
+    describe(p, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(p, &pm));
+    ovl_plan_info_t in;
+    CHECK_OK(ovl_plan_query(p, &in));
+    CHECK(in.analyses == 1 && in.strip == 16 && in.nstrips == 4);
+    (void)run(p, &r, 1, 64, "cache, first");
+    /* the same key: the same plan, described again the same: no analysis */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    CHECK(found == 1 && q == p);
+    describe(q, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    CHECK_OK(ovl_plan_query(q, &in));
+    CHECK(in.analyses == 1);
+    (void)run(q, &r, 1, 64, "cache, described again");
+    /* another local buffer: taken over, no analysis */
+    uint8_t *old = r.buf;
+    r.buf = malloc(r.buf_bytes);
+    CHECK(r.buf != NULL);
+    memset(old, SENTINEL, r.buf_bytes);
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    describe(q, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    (void)run(q, &r, 1, 64, "cache, new buffer");
+    for (size_t i = 0; i < r.buf_bytes; i++)
+        CHECKF(old[i] == SENTINEL, "the old buffer's byte %zu was written", i);
+    free(old);
+    /* found again, not described: runs as it is */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    CHECK(found == 1 && q == p);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    (void)run(q, &r, 1, 64, "cache, not described");
+    /* another shape with the same key: refused, the committed plan intact */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    describe(q, seg, &r, 1, (int64_t[]){ 64, 9 }, 2);
+    EXPECT_ERR(ovl_plan_commit(q, &pm), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "another shape") != NULL);
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    ovl_lmad_t rem2 = rem;
+    rem2.base += 8;
+    CHECK_OK(ovl_plan_loop(q, 0, 64));
+    CHECK_OK(ovl_plan_loop(q, 1, 10));
+    CHECK_OK(ovl_plan_read(q, seg, next, &rem2, r.buf, &loc));
+    EXPECT_ERR(ovl_plan_commit(q, &pm), OVL_ERR_ARG);
+    /* described again, not committed: begin refuses, until a commit */
+    CHECK_OK(ovl_plan_loop(q, 0, 64));
+    EXPECT_ERR(ovl_plan_begin(q), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(q, &pm), OVL_ERR_ARG); /* incomplete: differs */
+    /* another param: refused */
+    EXPECT_ERR(ovl_plan_commit(q, NULL), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    (void)run(q, &r, 1, 64, "cache, after refusals");
+    CHECK_OK(ovl_plan_query(q, &in));
+    CHECK(in.analyses == 1 && in.runs == 5);
+    /* explain */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    CHECK_OK(ovl_plan_explain(p, f));
+    fclose(f);
+    CHECKF(strstr(text, "Type=") && strstr(text, "S=16") && strstr(text, "<- chosen") &&
+               strstr(text, "datatype") && strstr(text, "runs") && strstr(text, "bbox"),
+           "explain printed: %s", text);
+    if (th_rank == 0)
+        fputs(text, stdout);
+    free(text);
+    /* freed: the key makes a new plan */
+    CHECK_OK(ovl_plan_free(&p));
+    EXPECT_ERR(ovl_plan_begin(q), OVL_ERR_ARG); /* q was p */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    CHECK(found == 0);
+    EXPECT_ERR(ovl_plan_begin(q), OVL_ERR_ARG); /* not committed */
+    CHECK_OK(ovl_plan_free(&q));
+    /* a cached plan left for ovl_finalize to free */
+    CHECK_OK(ovl_plan_create("test_plan.left", &q, &found));
+    describe(q, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(q, NULL));
+    ref_free(&r);
+}
+
+static void errors(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    uint8_t buf[64 * 10 * 8];
+    ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+    ovl_plan_t p = OVL_PLAN_NULL;
+    int64_t i0, n;
+    char longkey[300];
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    EXPECT_ERR(ovl_plan_create(NULL, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_create(longkey, &p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(OVL_PLAN_NULL, 0, 4), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    /* before anything is described */
+    EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_begin(p), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_next(p, &i0, &n), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_end(p), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_explain(p, stdout), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG); /* no loop */
+    /* depths */
+    EXPECT_ERR(ovl_plan_loop(p, -1, 4), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(p, OVL_PLAN_MAX_DEPTH, 4), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(p, 1, 4), OVL_ERR_ARG); /* out of order */
+    EXPECT_ERR(ovl_plan_loop(p, 0, 0), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_loop(p, 0, 64));
+    EXPECT_ERR(ovl_plan_loop(p, 0, 64), OVL_ERR_ARG);                      /* twice */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG); /* depth 1 undeclared */
+    CHECK_OK(ovl_plan_loop(p, 1, 10));
+    /* references */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, NULL, buf, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, NULL, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, OVL_SEGMENT_NULL, next, &rem, buf, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, th_size, &rem, buf, &loc), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_plan_read(p, seg, -1, &rem, buf, &loc), OVL_ERR_RANK);
+    ovl_lmad_t bad = rem;
+    bad.base = SEG - 100; /* runs past the segment's end */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "outside") != NULL);
+    bad.base = -8;
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    bad = rem;
+    bad.elem = 0; /* invalid */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    bad = loc;
+    bad.dim[0].count = 9; /* 9 columns locally: bytes do not pair */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &bad), OVL_ERR_ARG);
+    ovl_lmad_t r2 = sub(2, (int[]){ 64, 96 }, (int[]){ 32, 20 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t l2 = sub(2, (int[]){ 32, 20 }, (int[]){ 32, 20 }, (int[]){ 0, 0 }, 8, 0);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &r2, buf, &l2), OVL_ERR_ARG); /* 32 rows, 64 trips */
+    bad = rem;
+    bad.dim[0].depth = 0;
+    bad.dim[1].depth = 1; /* depth 0 not the slowest */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    bad = loc;
+    bad.dim[1].depth = -1; /* depth 0 on the remote side only */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &bad), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_read(p, seg, next, &rem, buf, &loc));
+    EXPECT_ERR(ovl_plan_loop(p, 2, 3), OVL_ERR_ARG); /* after a reference */
+    /* params */
+    EXPECT_ERR(
+        ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 0 }),
+        OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                  .protocol = (ovl_plan_protocol_t)9 }),
+               OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(
+                   p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_LOOKAHEAD, .lookahead = 65 }),
+               OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(p, TH_DECOMP(1)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_query(p, &(ovl_plan_info_t){ 0 }), OVL_ERR_ARG); /* not committed */
+    CHECK_OK(ovl_plan_commit(p, NULL));
+    EXPECT_ERR(ovl_plan_query(p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_explain(p, NULL), OVL_ERR_ARG);
+    /* out of order */
+    EXPECT_ERR(ovl_plan_next(p, &i0, &n), OVL_ERR_ARG); /* before begin */
+    EXPECT_ERR(ovl_plan_end(p), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_begin(p));
+    EXPECT_ERR(ovl_plan_begin(p), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_next(p, NULL, &n), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_next(p, &i0, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(p, 0, 64), OVL_ERR_ARG); /* executing */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_free(&p), OVL_ERR_PENDING); /* freed while executing */
+    CHECK(p != OVL_PLAN_NULL);
+    CHECK_OK(ovl_plan_next(p, &i0, &n)); /* one strip, then end early */
+    CHECK(i0 == 0 && n > 0);
+    CHECK_OK(ovl_plan_end(p));
+    ovl_plan_t dead = p;
+    CHECK_OK(ovl_plan_free(&p));
+    EXPECT_ERR(ovl_plan_begin(dead), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_free(&dead), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_free(NULL), OVL_ERR_ARG);
+    /* a forced protocol that cannot move the plan: a box above 256 MiB
+     * cannot exist in this segment, so a column of 70000 single bytes
+     * (more runs per strip than RUNS and BBOX enumerate) */
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(ovl_plan_loop(p, 0, 1));
+    CHECK_OK(ovl_plan_loop(p, 1, 70000));
+    ovl_lmad_t many = { .base = 0, .elem = 1, .ndims = 2, .dim = { { 2, 70000, 1 }, { 0, 1, 0 } } };
+    ovl_lmad_t manyl = { .base = 0, .elem = 70000, .ndims = 1, .dim = { { 0, 1, 0 } } };
+    uint8_t *mb = malloc(70000);
+    CHECK(mb != NULL);
+    CHECK_OK(ovl_plan_read(p, seg, next, &many, mb, &manyl));
+    EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                  .protocol = OVL_PLAN_RUNS }),
+               OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_commit(p, NULL)); /* the model takes the datatype */
+    ovl_plan_info_t in;
+    CHECK_OK(ovl_plan_query(p, &in));
+    CHECK(in.protocol == OVL_PLAN_DATATYPE && in.predicted_us[OVL_PLAN_RUNS] < 0 &&
+          in.predicted_us[OVL_PLAN_BBOX] < 0);
+    CHECK_OK(ovl_plan_begin(p));
+    CHECK_OK(ovl_plan_next(p, &i0, &n));
+    CHECK(i0 == 0 && n == 1);
+    for (int64_t i = 0; i < 70000; i++)
+        if (mb[i] != pat(next, 2 * i))
+            CHECKF(0, "many runs: byte %" PRId64, i);
+    CHECK_OK(ovl_plan_end(p));
+    CHECK_OK(ovl_plan_free(&p));
+    free(mb);
+}
+
+int main(int argc, char **argv)
+{
+    th_init(&argc, &argv, "test_plan", NULL);
+    void *base = NULL;
+    ovl_segment_t seg = OVL_SEGMENT_NULL;
+    CHECK_OK(ovl_segment_create(SEG, &base, &seg));
+    for (int64_t i = 0; i < SEG; i++)
+        ((uint8_t *)base)[i] = pat(th_rank, i);
+    CHECK_OK(ovl_barrier()); /* every segment filled before anyone reads */
+    cases(seg);
+    cache(seg);
+    errors(seg);
+    CHECK_OK(ovl_barrier()); /* nobody reads any more */
+    CHECK_OK(ovl_segment_free(&seg));
+    return th_finish();
+}
