@@ -1530,7 +1530,7 @@ OVL_NODISCARD int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int
 /* ------------------------------------------------------------------------ */
 
 /*
- * A plan describes a loop nest's remote reads once: the nest's depths and
+ * A plan describes a loop nest's remote reads and writes once: the nest's depths and
  * trip counts, and per reference the segment, target rank, the bytes read
  * there (an LMAD on the target's part of the segment) and where they go
  * (an LMAD on a local buffer). ovl_plan_commit() analyses it and chooses
@@ -1631,6 +1631,22 @@ OVL_NODISCARD int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank,
                                 const ovl_lmad_t *local);
 
 /**
+ * Add a write: the bytes @p local describes at @p local_base go to the
+ * bytes @p remote describes on @p rank's part of @p seg, in order. A
+ * strip's bytes leave when the strip is final: at the ovl_plan_next()
+ * after the one that handed it out, or at ovl_plan_end() (a write with no
+ * depth-0 dimension leaves with the last strip); the program must not
+ * change them afterwards until ovl_plan_end(), which returns once every
+ * put is complete at its target. Write references of a plan that may
+ * overlap on one target are refused at ovl_plan_commit(). Reads and
+ * writes of the same remote bytes in one plan are not ordered.
+ * @return as ovl_plan_read()
+ */
+OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
+                                 const ovl_lmad_t *remote, void *local_base,
+                                 const ovl_lmad_t *local);
+
+/**
  * Analyse the plan and choose its protocol, strip size and lookahead (see
  * ovl_plan_explain()); for a cached plan described again, compare the
  * description instead. @p param (NULL: the model decides) takes
@@ -1640,7 +1656,9 @@ OVL_NODISCARD int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, no
  *         loop or reference, a description that differs from the cached
  *         plan's, a bad param, a forced protocol that cannot move these
- *         references: the detail says why), OVL_ERR_NOMEM, OVL_ERR_MPI
+ *         references: the detail says why, write references that overlap
+ *         or may overlap on one target: ovl_lmad_overlap()), OVL_ERR_NOMEM,
+ *         OVL_ERR_MPI
  */
 OVL_NODISCARD int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param);
 
@@ -1654,7 +1672,7 @@ OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
 
 /**
  * Hand out the next strip: the strip the program was working on (if any)
- * is done with, the strip @p lookahead places further is issued, and the
+ * is done with (its writes leave), the strip @p lookahead places further is issued, and the
  * call returns when the next strip's bytes are in place: iterations
  * [*first, *first + *iters) of the outermost loop. After the last strip
  * *iters is 0 (and stays 0 until ovl_plan_end()).
@@ -1665,8 +1683,10 @@ OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
 OVL_NODISCARD int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters);
 
 /**
- * End the execution: wait for every transfer still in flight (strips not
- * handed out may be left partly written). The plan stays committed, ready
+ * End the execution: the strip handed out last is final (its writes
+ * leave); wait for every transfer still in flight, writes complete at
+ * their targets (strips not handed out may be left partly read, and
+ * their writes never leave). The plan stays committed, ready
  * for ovl_plan_begin().
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, not
  *         begun), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI (a transfer failed)

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The loop-nest planner (front end): a loop nest's remote reads described
- * once as LMADs (lmad.c), analysed at commit into a communication plan,
- * then executed strip by strip over the outermost loop, the strips ahead
- * of the one the program computes on in flight.
+ * The loop-nest planner (front end): a loop nest's remote reads and writes
+ * described once as LMADs (lmad.c), analysed at commit into a
+ * communication plan, then executed strip by strip over the outermost
+ * loop: the reads of the strips ahead of the one the program computes on
+ * in flight, the writes of a strip leaving once it is final (the next
+ * ovl_plan_next, or ovl_plan_end, which completes them at their targets).
+ * Write references that may overlap on one target are refused.
  *
  * The plan tuple (the paper's, section "Loop-nest planner" of
  * docs/ARCHITECTURE.md): Type is the protocol (ovl_plan_protocol_t),
@@ -71,6 +74,7 @@ struct shape {
 };
 
 struct ref {
+    int write; /* ovl_plan_write: puts when the strip is final */
     ovl_segment_t seg;
     int rank;
     ovl_lmad_t rem, loc;
@@ -115,13 +119,16 @@ struct plan {
     /* analysis */
     ovl_plan_protocol_t proto;
     int forced;
-    int64_t S, nstrips, ops, bytes, max_ops;
+    int64_t S, nstrips, ops, bytes;
+    int64_t max_ops[2]; /* per strip: reads, writes */
+    int writes;         /* references that write */
     unsigned lookahead;
     double pred[NPROTO];
     char why[NPROTO][96];
     unsigned long analyses, runs;
     /* execution */
-    struct slot *slots; /* lookahead + 1 */
+    struct slot *slots;  /* reads: lookahead + 1 */
+    struct slot *wslots; /* writes: as many (NULL: no write reference) */
     int nslots;
     int64_t cur, issued; /* strip handed out (-1: none), strips issued */
     struct ovl__dom *dom;
@@ -170,9 +177,12 @@ static void slots_free(struct plan *p)
         free(p->slots[i].ops);
         for (int j = 0; j < OVL_PLAN_MAX_REFS; j++)
             free(p->slots[i].stage[j]);
+        if (p->wslots)
+            free(p->wslots[i].ops);
     }
     free(p->slots);
-    p->slots = NULL;
+    free(p->wslots);
+    p->slots = p->wslots = NULL;
     p->nslots = 0;
 }
 
@@ -285,10 +295,9 @@ static int depth0(const char *fn, const char *side, const ovl_lmad_t *l, int nde
     return OVL_SUCCESS;
 }
 
-int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,
-                  void *local_base, const ovl_lmad_t *local)
+static int add_ref(const char *fn, int write, ovl_plan_t plan, ovl_segment_t seg, int rank,
+                   const ovl_lmad_t *remote, void *local_base, const ovl_lmad_t *local)
 {
-    static const char *fn = "ovl_plan_read";
     int rc;
     struct plan *p = NULL;
     struct desc *d = NULL;
@@ -332,6 +341,7 @@ int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t
         return ovl__error(OVL_ERR_ARG, fn, "a depth-0 dimension on the %s side only",
                           dr < 0 ? "local" : "remote");
     struct ref *r = &d->refs[d->nrefs++];
+    r->write = write;
     r->seg = seg;
     r->rank = rank;
     r->rem = *remote;
@@ -341,6 +351,18 @@ int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t
     r->rstep = dr < 0 ? 0 : remote->dim[dr].stride;
     r->lstep = dl < 0 ? 0 : local->dim[dl].stride;
     return OVL_SUCCESS;
+}
+
+int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,
+                  void *local_base, const ovl_lmad_t *local)
+{
+    return add_ref("ovl_plan_read", 0, plan, seg, rank, remote, local_base, local);
+}
+
+int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,
+                   void *local_base, const ovl_lmad_t *local)
+{
+    return add_ref("ovl_plan_write", 1, plan, seg, rank, remote, local_base, local);
 }
 
 /* ---- analysis -------------------------------------------------------------- */
@@ -551,7 +573,7 @@ static const char *differs(const struct desc *a, const struct desc *b)
         return "the numbers of references";
     for (int j = 0; j < a->nrefs; j++) {
         const struct ref *x = &a->refs[j], *y = &b->refs[j];
-        if (x->seg != y->seg || x->rank != y->rank)
+        if (x->write != y->write || x->seg != y->seg || x->rank != y->rank)
             return "the segments or ranks of a reference";
         if (!same_lmad(&x->rem, &y->rem) || !same_lmad(&x->loc, &y->loc))
             return "the LMADs of a reference";
@@ -611,6 +633,26 @@ static int analyse(const char *fn, struct plan *p)
                 return ovl__error(rc, fn, "no memory for reference %d's runs", j);
         }
     }
+    /* write references: none may overlap another on the same target */
+    p->writes = 0;
+    for (int j = 0; j < d->nrefs; j++) {
+        const struct ref *a = &d->refs[j];
+        p->writes += a->write;
+        for (int i = 0; i < j && a->write; i++) {
+            const struct ref *b = &d->refs[i];
+            int res = OVL_LMAD_MAY_OVERLAP;
+            if (!b->write || b->seg != a->seg || b->rank != a->rank)
+                continue;
+            if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
+                return ovl__error(rc, fn, "comparing write references %d and %d", i, j);
+            if (res != OVL_LMAD_DISJOINT)
+                return ovl__error(OVL_ERR_ARG, fn,
+                                  "write references %d and %d %s on rank %d: their order would "
+                                  "be undefined",
+                                  i, j, res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap",
+                                  a->rank);
+        }
+    }
     /* predicted time of one execution per protocol */
     const int64_t nfull = p->nstrips - 1;
     for (int q = 1; q < NPROTO; q++) {
@@ -623,6 +665,10 @@ static int analyse(const char *fn, struct plan *p)
                 t = -1;
             else
                 t += r->invariant ? a : (double)nfull * a + b;
+        }
+        if (q == OVL_PLAN_BBOX && p->writes && t >= 0) {
+            t = -1;
+            why = "the plan writes (the box is for reads only)";
         }
         p->pred[q] = t;
         snprintf(p->why[q], sizeof p->why[q], "%s", t < 0 ? why : "");
@@ -645,8 +691,8 @@ static int analyse(const char *fn, struct plan *p)
             return ovl__error(OVL_ERR_ARG, fn, "no protocol can move this plan (%s)", p->why[1]);
     }
     /* the chosen protocol's datatypes, counts */
-    p->ops = p->bytes = p->max_ops = 0;
-    int64_t mx[2] = { 0, 0 };
+    p->ops = p->bytes = p->max_ops[0] = p->max_ops[1] = 0;
+    int64_t mx[2][2] = { { 0, 0 }, { 0, 0 } };
     for (int j = 0; j < d->nrefs; j++) {
         struct ref *r = &d->refs[j];
         for (int k = 0; k < 2; k++) {
@@ -657,14 +703,15 @@ static int analyse(const char *fn, struct plan *p)
                 snprintf(why, sizeof why, "%s", ovl_error_detail());
                 return ovl__error(rc, fn, "reference %d's datatypes (%s)", j, why);
             }
-            mx[k] += ops_of(p->proto, s);
+            mx[r->write][k] += ops_of(p->proto, s);
         }
         int64_t o0 = ops_of(p->proto, &r->sh[0]), o1 = ops_of(p->proto, &r->sh[1]);
         int64_t b0 = r->sh[0].rr.n * r->sh[0].rr.size, b1 = r->sh[1].rr.n * r->sh[1].rr.size;
         p->ops += r->invariant ? o0 : nfull * o0 + o1;
         p->bytes += r->invariant ? b0 : nfull * b0 + b1;
     }
-    p->max_ops = mx[0] > mx[1] ? mx[0] : mx[1];
+    for (int w = 0; w < 2; w++)
+        p->max_ops[w] = mx[w][0] > mx[w][1] ? mx[w][0] : mx[w][1];
     p->analyses++;
     return OVL_SUCCESS;
 }
@@ -728,9 +775,9 @@ static void op_done(struct ovl__op *op, MPI_Status *st)
     atomic_fetch_sub(&o->sl->left, 1);
 }
 
-/* Issue strip @k into slot @sl; returns an ovl code (ops not issued count
- * as done). */
-static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k)
+/* Issue strip @k's reads (@w 0) or writes (@w 1) into slot @sl; returns
+ * an ovl code (ops not issued count as done). */
+static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int w)
 {
     const int64_t i0 = k * p->S;
     const int kind = k == p->nstrips - 1 ? 1 : 0;
@@ -746,11 +793,12 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k)
             return rc;
         wins[j] = ovl__seg_win(s, p->dom);
     }
-    atomic_store(&sl->left, (int)p->max_ops);
+    atomic_store(&sl->left, (int)p->max_ops[w]);
     int mrc = MPI_SUCCESS;
     for (int j = 0; j < p->d.nrefs && mrc == MPI_SUCCESS; j++) {
         struct ref *r = &p->d.refs[j];
-        if (r->invariant && k > 0)
+        /* a loop-invariant read comes with the first strip, a write leaves with the last */
+        if (r->write != w || (r->invariant && k != (w ? p->nstrips - 1 : 0)))
             continue;
         MPI_Win win = wins[j];
         const struct shape *sh = &r->sh[r->invariant ? 0 : kind];
@@ -758,17 +806,22 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k)
         const int64_t from = n;
         switch (p->proto) {
         case OVL_PLAN_DATATYPE:
-            mrc = MPI_Rget(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank,
-                           (MPI_Aint)(sh->rr.lo + rs), 1, sh->rtype, win, &sl->ops[n].op.mreq);
+            mrc = w ? MPI_Rput(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank,
+                               (MPI_Aint)(sh->rr.lo + rs), 1, sh->rtype, win, &sl->ops[n].op.mreq)
+                    : MPI_Rget(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank,
+                               (MPI_Aint)(sh->rr.lo + rs), 1, sh->rtype, win, &sl->ops[n].op.mreq);
             if (mrc == MPI_SUCCESS)
                 n++;
             break;
         case OVL_PLAN_RUNS:
             for (int64_t i = 0; i < sh->npc && mrc == MPI_SUCCESS; i++) {
                 const struct piece *c = &sh->pc[i];
-                mrc = MPI_Rget(r->base + c->loff + ls, (int)c->len, MPI_BYTE, r->rank,
-                               (MPI_Aint)(c->roff + rs), (int)c->len, MPI_BYTE, win,
-                               &sl->ops[n].op.mreq);
+                mrc = w ? MPI_Rput(r->base + c->loff + ls, (int)c->len, MPI_BYTE, r->rank,
+                                   (MPI_Aint)(c->roff + rs), (int)c->len, MPI_BYTE, win,
+                                   &sl->ops[n].op.mreq)
+                        : MPI_Rget(r->base + c->loff + ls, (int)c->len, MPI_BYTE, r->rank,
+                                   (MPI_Aint)(c->roff + rs), (int)c->len, MPI_BYTE, win,
+                                   &sl->ops[n].op.mreq);
                 if (mrc == MPI_SUCCESS)
                     n++;
             }
@@ -785,7 +838,7 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k)
             sl->ops[i].op.peer = r->rank;
     }
     /* the ops that will not be issued count as done before any is posted */
-    atomic_fetch_sub(&sl->left, (int)(p->max_ops - n));
+    atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n));
     for (int64_t i = 0; i < n; i++) {
         struct pop *o = &sl->ops[i];
         o->sl = sl;
@@ -800,7 +853,7 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k)
         }
     }
     if (mrc != MPI_SUCCESS)
-        return ovl__mpi_error(mrc, fn, "MPI_Rget");
+        return ovl__mpi_error(mrc, fn, w ? "MPI_Rput" : "MPI_Rget");
     return OVL_SUCCESS;
 }
 
@@ -815,7 +868,7 @@ static int slot_wait(const char *fn, struct slot *sl)
     if (!slot_done(sl))
         ovl__engine_spin(slot_done, sl);
     int e = atomic_load(&sl->err);
-    return e == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(e, fn, "a strip's MPI_Rget");
+    return e == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(e, fn, "a strip's transfer");
 }
 
 int ovl_plan_begin(ovl_plan_t plan)
@@ -841,14 +894,25 @@ int ovl_plan_begin(ovl_plan_t plan)
         want = (int)p->nstrips;
     if (p->nslots != want) {
         slots_free(p);
-        if (!(p->slots = calloc((size_t)want, sizeof *p->slots)))
+        p->slots = calloc((size_t)want, sizeof *p->slots);
+        p->wslots = p->writes ? calloc((size_t)want, sizeof *p->wslots) : NULL;
+        if (!p->slots || (p->writes && !p->wslots)) {
+            free(p->slots);
+            free(p->wslots);
+            p->slots = p->wslots = NULL;
             return ovl__error(OVL_ERR_NOMEM, fn, "no memory for %d strips", want);
+        }
         p->nslots = want;
         for (int i = 0; i < want; i++) {
             struct slot *sl = &p->slots[i];
             sl->strip = -1;
-            sl->ops = calloc((size_t)(p->max_ops ? p->max_ops : 1), sizeof *sl->ops);
+            sl->ops = calloc((size_t)(p->max_ops[0] ? p->max_ops[0] : 1), sizeof *sl->ops);
             int ok = sl->ops != NULL;
+            if (ok && p->wslots) {
+                p->wslots[i].strip = -1;
+                ok = (p->wslots[i].ops = calloc((size_t)(p->max_ops[1] ? p->max_ops[1] : 1),
+                                                sizeof *sl->ops)) != NULL;
+            }
             for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_BBOX; j++)
                 ok = (sl->stage[j] = malloc((size_t)p->d.refs[j].sh[0].rr.extent + 1)) != NULL;
             if (!ok) {
@@ -864,7 +928,7 @@ int ovl_plan_begin(ovl_plan_t plan)
     p->runs++;
     rc = OVL_SUCCESS;
     for (; p->issued < p->nslots && rc == OVL_SUCCESS; p->issued++)
-        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued);
+        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
     return rc;
 }
 
@@ -879,8 +943,9 @@ static int flush_strip(const char *fn, struct plan *p, int64_t k)
         const struct ref *r = &p->d.refs[j];
         int dup = 0;
         for (int i = 0; i < j; i++)
-            dup |= p->d.refs[i].seg == r->seg && p->d.refs[i].rank == r->rank;
-        if (dup || (k > 0 && r->invariant))
+            dup |= p->d.refs[i].seg == r->seg && p->d.refs[i].rank == r->rank &&
+                   !p->d.refs[i].write && !(k > 0 && p->d.refs[i].invariant);
+        if (dup || r->write || (k > 0 && r->invariant))
             continue;
         struct ovl__seg *s = NULL;
         int rc = ovl__seg_lookup(fn, r->seg, &s);
@@ -889,6 +954,38 @@ static int flush_strip(const char *fn, struct plan *p, int64_t k)
         int mrc = MPI_Win_flush_local(r->rank, ovl__seg_win(s, p->dom));
         if (mrc != MPI_SUCCESS)
             return ovl__mpi_error(mrc, fn, "MPI_Win_flush_local");
+    }
+    return OVL_SUCCESS;
+}
+
+/* Writes: strip @k is final, its puts leave (slot @k's previous puts, a
+ * lookahead's worth of strips ago, retired first). */
+static int put_strip(const char *fn, struct plan *p, int64_t k)
+{
+    if (!p->writes)
+        return OVL_SUCCESS;
+    struct slot *sl = &p->wslots[k % p->nslots];
+    int rc = slot_wait(fn, sl);
+    return rc ? rc : issue(fn, p, sl, k, 1);
+}
+
+/* Writes complete at their targets: MPI_Win_flush to every write target. */
+static int flush_writes(const char *fn, struct plan *p)
+{
+    for (int j = 0; j < p->d.nrefs; j++) {
+        const struct ref *r = &p->d.refs[j];
+        int dup = 0;
+        for (int i = 0; i < j; i++)
+            dup |= p->d.refs[i].write && p->d.refs[i].seg == r->seg && p->d.refs[i].rank == r->rank;
+        if (dup || !r->write)
+            continue;
+        struct ovl__seg *s = NULL;
+        int rc = ovl__seg_lookup(fn, r->seg, &s);
+        if (rc)
+            return rc;
+        int mrc = MPI_Win_flush(r->rank, ovl__seg_win(s, p->dom));
+        if (mrc != MPI_SUCCESS)
+            return ovl__mpi_error(mrc, fn, "MPI_Win_flush");
     }
     return OVL_SUCCESS;
 }
@@ -923,16 +1020,22 @@ int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
         return ovl__error(OVL_ERR_ARG, fn, "plan not begun (ovl_plan_begin first)");
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
+    struct ovl__dom *prev = ovl__dom_enter(p->dom);
+    /* the strip handed out before is final: its puts leave */
+    if (p->cur >= 0 && p->cur < p->nstrips && (rc = put_strip(fn, p, p->cur))) {
+        ovl__dom_leave(prev);
+        return rc;
+    }
     if (p->cur + 1 >= p->nstrips) { /* past the last strip */
+        ovl__dom_leave(prev);
         p->cur = p->nstrips;
         *first = p->d.trips[0];
         *iters = 0;
         return OVL_SUCCESS;
     }
-    /* the strip handed out before is done with: its slot takes the next */
-    struct ovl__dom *prev = ovl__dom_enter(p->dom);
+    /* and its slot takes the next strip's reads */
     if (p->cur >= 0 && p->issued < p->nstrips) {
-        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued);
+        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
         p->issued++;
     }
     p->cur++;
@@ -955,11 +1058,24 @@ static int drain(const char *fn, struct plan *p)
 {
     int rc = OVL_SUCCESS;
     struct ovl__dom *prev = ovl__dom_enter(p->dom);
+    if (p->cur >= 0 && p->cur < p->nstrips) /* the strip handed out last is final too */
+        rc = put_strip(fn, p, p->cur);
     for (int i = 0; i < p->nslots; i++) {
         int r = slot_wait(fn, &p->slots[i]);
         if (!rc)
             rc = r;
         p->slots[i].strip = -1;
+        if (p->wslots) {
+            r = slot_wait(fn, &p->wslots[i]);
+            if (!rc)
+                rc = r;
+            p->wslots[i].strip = -1;
+        }
+    }
+    if (p->writes) {
+        int r = flush_writes(fn, p);
+        if (!rc)
+            rc = r;
     }
     if (p->proto == OVL_PLAN_DATATYPE) {
         int r = flush_strip(fn, p, -1);
@@ -1037,16 +1153,17 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
         if (ovl_lmad_runs(&r->rem, &rr) != OVL_SUCCESS)
             rr = (ovl_lmad_runs_t){ 0 };
         fprintf(out,
-                "  ref %d: read from rank %d, %" PRId64 " bytes in %" PRId64 " runs of %" PRId64
+                "  ref %d: %s rank %d, %" PRId64 " bytes in %" PRId64 " runs of %" PRId64
                 ", bounding box [%" PRId64 ", %" PRId64 ")%s\n",
-                j, r->rank, rr.n * rr.size, rr.n, rr.size, rr.lo, rr.lo + rr.extent,
+                j, r->write ? "write to" : "read from", r->rank, rr.n * rr.size, rr.n, rr.size,
+                rr.lo, rr.lo + rr.extent,
                 r->invariant ? ", loop-invariant (read with the first strip)" : "");
     }
     fprintf(out,
             "  tuple: Type=%s Comm_Args=%d ref%s N=%" PRId64 " S=%" PRId64 " B_Issue=%" PRId64
             " Init_Level=0 Sync_Level=0 B_Sync=%" PRId64 "\n",
-            proto_name[p->proto], d->nrefs, d->nrefs > 1 ? "s" : "", p->ops, p->S, p->max_ops,
-            p->max_ops);
+            proto_name[p->proto], d->nrefs, d->nrefs > 1 ? "s" : "", p->ops, p->S,
+            p->max_ops[0] + p->max_ops[1], p->max_ops[0] + p->max_ops[1]);
     fprintf(out,
             "  strips: %" PRId64 " of %" PRId64 " iteration%s, %u ahead of the one computed on; "
             "%" PRId64 " bytes per execution\n",

@@ -12,6 +12,12 @@
  *    ovl_plan_next hands a strip out, its iterations' bytes are in place;
  *    after ovl_plan_end every byte is, and local bytes no reference
  *    covers are untouched; strips tile the outermost loop in order;
+ *  - writes: a plan that reads a column block from the next rank and
+ *    writes another into its segment, under each protocol that writes and
+ *    strip size; each strip's results are written while the program holds
+ *    it; after ovl_plan_end and a barrier every byte is at its target and
+ *    no other byte changed; the box refused for writes; overlapping write
+ *    references refused, disjoint ones and other targets accepted;
  *  - the plan cache: the same key gives the same plan, analysed once;
  *    described again the same (another local buffer taken over), it runs
  *    without analysis; another shape or another param is refused with
@@ -283,6 +289,126 @@ static void cases(ovl_segment_t seg)
     }
 }
 
+/* Writes: a region of 64 x 96 doubles other ranks write into. */
+#define WOFF (512 * 1024)
+
+static uint8_t wpat(int rank, int64_t off, int salt)
+{
+    return (uint8_t)th_mix(((uint64_t)(rank + 1) << 48) ^ ((uint64_t)salt << 32) ^ (uint64_t)off);
+}
+
+/* Plans that read a column block from the next rank and write one into its
+ * write region, every protocol that writes x strip sizes: the program
+ * fills each strip's local bytes while it holds the strip; after
+ * ovl_plan_end and a barrier, each rank finds the previous rank's bytes in
+ * its region, and every other byte of the region as it was. */
+static void writes(ovl_segment_t seg, uint8_t *base)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    ref_t rd, wr;
+    ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+    ovl_lmad_t wrem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 7 }, (int[]){ 0, 50 }, 8, WOFF);
+    ovl_lmad_t wloc = sub(2, (int[]){ 64, 8 }, (int[]){ 64, 7 }, (int[]){ 0, 1 }, 8, 0);
+    ref_make(&rd, next, &rem, &loc, 64 * 10 * 8);
+    ref_make(&wr, next, &wrem, &wloc, 64 * 8 * 8);
+    const int64_t trips[] = { 64, 10 };
+    const size_t region = 64 * 96 * 8;
+    uint8_t *written = calloc(region, 1);
+    CHECK(written != NULL);
+    for (int64_t i = 0; i < wr.rb.n; i++)
+        written[wr.rb.off[i] - WOFF] = 1;
+    const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS };
+    const int64_t strips[] = { 2, 5, 0 };
+    int salt = 0;
+    for (size_t q = 0; q < sizeof protos / sizeof protos[0]; q++)
+        for (size_t t = 0; t < sizeof strips / sizeof strips[0]; t++) {
+            char what[128];
+            snprintf(what, sizeof what, "writes, %s, strip %" PRId64, pname[protos[q]], strips[t]);
+            salt++;
+            for (size_t i = 0; i < region; i++)
+                base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+            CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, &rd, 1, trips, 2);
+            CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+            ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL, .protocol = protos[q] };
+            if (strips[t]) {
+                pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                pm.strip = strips[t];
+            }
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECKF(in.protocol != OVL_PLAN_BBOX && in.predicted_us[OVL_PLAN_BBOX] < 0,
+                   "%s: the box chosen for a plan that writes", what);
+            memset(rd.buf, SENTINEL, rd.buf_bytes);
+            memset(wr.buf, SENTINEL, wr.buf_bytes);
+            CHECK_OK(ovl_plan_begin(p));
+            int64_t i0, n, at = 0;
+            while (1) {
+                CHECK_OK(ovl_plan_next(p, &i0, &n));
+                if (n == 0)
+                    break;
+                CHECK(i0 == at);
+                verify(&rd, i0, i0 + n, 0, what);
+                for (int64_t i = 0; i < wr.lb.n; i++) /* compute the strip's results */
+                    if (wr.lb.it[i] >= i0 && wr.lb.it[i] < i0 + n)
+                        wr.buf[wr.lb.off[i]] = wpat(th_rank, wr.lb.off[i], salt);
+                at += n;
+            }
+            CHECK(at == 64);
+            CHECK_OK(ovl_plan_end(p));
+            CHECK_OK(ovl_plan_free(&p));
+            CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+            for (int64_t i = 0; i < wr.rb.n; i++) {
+                uint8_t got = base[wr.rb.off[i]], want = wpat(prev, wr.lb.off[i], salt);
+                if (got != want)
+                    CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
+                           wr.rb.off[i], prev, got, want);
+            }
+            for (size_t i = 0; i < region; i++)
+                if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+                    CHECKF(0, "%s: byte %zu of the region, written by no reference, changed", what,
+                           WOFF + i);
+            th_pass();
+            CHECK_OK(ovl_barrier()); /* checked before the next reset */
+        }
+    /* the box cannot write; write references that overlap are refused */
+    ovl_plan_t p = OVL_PLAN_NULL;
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    describe(p, seg, &rd, 1, trips, 2);
+    CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+    EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                  .protocol = OVL_PLAN_BBOX }),
+               OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "writes") != NULL);
+    CHECK_OK(ovl_plan_free(&p));
+    ovl_lmad_t over = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 7 }, (int[]){ 0, 56 }, 8, WOFF);
+    ovl_lmad_t apart = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 7 }, (int[]){ 0, 57 }, 8, WOFF);
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(ovl_plan_loop(p, 0, 64));
+    CHECK_OK(ovl_plan_loop(p, 1, 7));
+    CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+    CHECK_OK(ovl_plan_write(p, seg, next, &over, wr.buf, &wloc)); /* column 56 twice */
+    EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "overlap") != NULL);
+    CHECK_OK(ovl_plan_free(&p));
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(ovl_plan_loop(p, 0, 64));
+    CHECK_OK(ovl_plan_loop(p, 1, 7));
+    CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+    CHECK_OK(ovl_plan_write(p, seg, next, &apart, wr.buf, &wloc)); /* disjoint: accepted */
+    if (prev != next)                                              /* another target */
+        CHECK_OK(ovl_plan_write(p, seg, prev, &wrem, wr.buf, &wloc));
+    CHECK_OK(ovl_plan_commit(p, NULL));
+    CHECK_OK(ovl_plan_free(&p));
+    free(written);
+    ref_free(&rd);
+    ref_free(&wr);
+}
+
 /* The plan cache. */
 static void cache(ovl_segment_t seg)
 {
@@ -514,6 +640,7 @@ int main(int argc, char **argv)
         ((uint8_t *)base)[i] = pat(th_rank, i);
     CHECK_OK(ovl_barrier()); /* every segment filled before anyone reads */
     cases(seg);
+    writes(seg, base);
     cache(seg);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
