@@ -325,9 +325,8 @@ static int add_ref(const char *fn, int write, ovl_plan_t plan, ovl_segment_t seg
     size_t cap = s->sizes[rank];
     if (rr.lo < 0 || (uint64_t)rr.lo + (uint64_t)rr.extent > cap)
         return ovl__error(OVL_ERR_ARG, fn,
-                          "remote bytes [%" PRId64 ", %" PRId64
-                          ") outside rank %d's segment of %zu "
-                          "bytes",
+                          "remote bytes [%" PRId64 ", %" PRId64 ") outside rank %d's segment "
+                          "of %zu bytes",
                           rr.lo, rr.lo + rr.extent, rank, cap);
     if (rr.n * rr.size != lr.n * lr.size)
         return ovl__error(OVL_ERR_ARG, fn,
