@@ -1631,6 +1631,23 @@ OVL_NODISCARD int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank,
                                 const ovl_lmad_t *local);
 
 /**
+ * The common case in one call: read the subarray (@p ndims, @p sizes,
+ * @p subsizes, @p starts, @p order as MPI_Type_create_subarray() takes
+ * them, elements of @p elem bytes) of @p rank's array starting at byte
+ * @p offset of its part of @p seg into a dense array of @p subsizes at
+ * @p local_base. On a plan with no loop yet it also declares the nest
+ * that walks the subarray in memory order: depth d has the subsize of the
+ * d-th slowest dimension as trips. Otherwise the nest must match the
+ * subarray's (ovl_plan_read()'s rules). No LMAD code needed.
+ * @return as ovl_plan_loop() and ovl_plan_read(), and
+ *         ovl_lmad_from_subarray()'s OVL_ERR_ARG cases
+ */
+OVL_NODISCARD int ovl_plan_read_subarray(ovl_plan_t plan, ovl_segment_t seg, int rank,
+                                         size_t offset, int ndims, const int sizes[],
+                                         const int subsizes[], const int starts[], int order,
+                                         int64_t elem, void *local_base);
+
+/**
  * Add a write: the bytes @p local describes at @p local_base go to the
  * bytes @p remote describes on @p rank's part of @p seg, in order. A
  * strip's bytes leave when the strip is final: at the ovl_plan_next()
@@ -1681,6 +1698,22 @@ OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
  *         transfer failed)
  */
 OVL_NODISCARD int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters);
+
+/** A strip of a plan: iterations [@p first, @p first + @p iters) of the
+ *  outermost loop are in place; return 0 to go on, anything else to stop. */
+typedef int (*ovl_plan_strip_fn)(int64_t first, int64_t iters, void *arg);
+
+/**
+ * Execute the plan with a callback per strip: ovl_plan_begin(), then
+ * @p fn for each strip as ovl_plan_next() hands it out, on the calling
+ * thread (not inside the progress engine: @p fn may call any ovl function
+ * but this plan's), then ovl_plan_end(). A non-zero return of @p fn stops
+ * the execution (the strips after it are retired, not handed out).
+ * @return OVL_SUCCESS, OVL_ERR_CANCELLED (@p fn stopped it), OVL_ERR_ARG
+ *         (NULL @p fn), or what ovl_plan_begin(), ovl_plan_next() and
+ *         ovl_plan_end() return
+ */
+OVL_NODISCARD int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn fn, void *arg);
 
 /**
  * End the execution: the strip handed out last is final (its writes

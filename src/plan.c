@@ -358,6 +358,38 @@ int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t
     return add_ref("ovl_plan_read", 0, plan, seg, rank, remote, local_base, local);
 }
 
+int ovl_plan_read_subarray(ovl_plan_t plan, ovl_segment_t seg, int rank, size_t offset, int ndims,
+                           const int sizes[], const int subsizes[], const int starts[], int order,
+                           int64_t elem, void *local_base)
+{
+    static const char *fn = "ovl_plan_read_subarray";
+    int rc;
+    struct plan *p = NULL;
+    struct desc *d = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) || (rc = desc_target(fn, p, &d)))
+        return rc;
+    if (!sizes || !subsizes || !starts)
+        return ovl__error(OVL_ERR_ARG, fn, "sizes, subsizes or starts is NULL");
+    if (offset > (size_t)INT64_MAX / 2)
+        return ovl__error(OVL_ERR_ARG, fn, "offset %zu too large", offset);
+    ovl_lmad_t rem, loc;
+    int zero[OVL_LMAD_MAX_DIMS] = { 0 };
+    char why[256];
+    if (ovl_lmad_from_subarray(ndims, sizes, subsizes, starts, order, elem, &rem) != OVL_SUCCESS ||
+        ovl_lmad_from_subarray(ndims, subsizes, subsizes, zero, order, elem, &loc) != OVL_SUCCESS) {
+        snprintf(why, sizeof why, "%s", ovl_error_detail());
+        return ovl__error(OVL_ERR_ARG, fn, "%s", why);
+    }
+    rem.base += (int64_t)offset;
+    if (d->ndepth == 0 && d->nrefs == 0) /* the nest walking the subarray, slowest first */
+        for (int k = 0; k < ndims; k++) {
+            int dim = order == MPI_ORDER_C ? k : ndims - 1 - k;
+            if ((rc = ovl_plan_loop(plan, k, subsizes[dim])))
+                return rc;
+        }
+    return add_ref(fn, 0, plan, seg, rank, &rem, local_base, &loc);
+}
+
 int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,
                    void *local_base, const ovl_lmad_t *local)
 {
@@ -1100,6 +1132,33 @@ int ovl_plan_end(ovl_plan_t plan)
     p->state = ST_COMMITTED;
     p->cur = -1;
     return rc;
+}
+
+int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn cb, void *arg)
+{
+    static const char *fn = "ovl_plan_run";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+        return rc;
+    if (!cb)
+        return ovl__error(OVL_ERR_ARG, fn, "the strip callback is NULL");
+    if ((rc = ovl_plan_begin(plan)))
+        return rc;
+    int64_t first, iters;
+    int stop = 0;
+    while (!stop && (rc = ovl_plan_next(plan, &first, &iters)) == OVL_SUCCESS && iters > 0)
+        stop = cb(first, iters, arg) != 0;
+    int erc = ovl_plan_end(plan);
+    if (rc)
+        return rc;
+    if (erc)
+        return erc;
+    return stop ? ovl__error(OVL_ERR_CANCELLED, fn,
+                             "the strip callback stopped the execution at "
+                             "iteration %" PRId64,
+                             first)
+                : OVL_SUCCESS;
 }
 
 /* ---- reporting ------------------------------------------------------------- */

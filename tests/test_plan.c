@@ -18,6 +18,10 @@
  *    it; after ovl_plan_end and a barrier every byte is at its target and
  *    no other byte changed; the box refused for writes; overlapping write
  *    references refused, disjoint ones and other targets accepted;
+ *  - ovl_plan_read_subarray declares the nest and reads a subarray (C and
+ *    Fortran order); ovl_plan_run calls back per strip, in order, each
+ *    strip in place; a callback that stops gives OVL_ERR_CANCELLED and the
+ *    plan runs again;
  *  - the plan cache: the same key gives the same plan, analysed once;
  *    described again the same (another local buffer taken over), it runs
  *    without analysis; another shape or another param is refused with
@@ -409,6 +413,88 @@ static void writes(ovl_segment_t seg, uint8_t *base)
     ref_free(&wr);
 }
 
+/* ovl_plan_run's callback: checks each strip as it comes. */
+struct strips_seen {
+    ref_t *r;
+    int64_t at, stop_at; /* next iteration expected; stop when reached (-1: never) */
+    int calls;
+};
+
+static int on_strip(int64_t first, int64_t iters, void *arg)
+{
+    struct strips_seen *c = arg;
+    CHECKF(first == c->at && iters > 0,
+           "strip [%" PRId64 ", +%" PRId64 ") where %" PRId64 " was next", first, iters, c->at);
+    verify(c->r, first, first + iters, 0, "ovl_plan_run");
+    c->at += iters;
+    c->calls++;
+    return c->stop_at >= 0 && c->at >= c->stop_at;
+}
+
+/* ovl_plan_read_subarray (the nest declared from the subarray, C and
+ * Fortran order) executed by ovl_plan_run, stopped early by the callback
+ * too. */
+static void subarrays(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    for (int order = 0; order < 2; order++) {
+        const int mo = order ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
+        const int sizes[] = { 8, 10, 12 }, subs[] = { 5, 4, 6 }, starts[] = { 2, 3, 4 };
+        ovl_lmad_t rem, loc;
+        CHECK_OK(ovl_lmad_from_subarray(3, sizes, subs, starts, mo, 4, &rem));
+        CHECK_OK(ovl_lmad_from_subarray(3, subs, subs, (int[]){ 0, 0, 0 }, mo, 4, &loc));
+        rem.base += CUBE_OFF;
+        ref_t r;
+        ref_make(&r, next, &rem, &loc, 5 * 4 * 6 * 4);
+        const int64_t outer = order ? 6 : 5; /* the slowest dimension's subsize */
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(
+            ovl_plan_read_subarray(p, seg, next, CUBE_OFF, 3, sizes, subs, starts, mo, 4, r.buf));
+        CHECK_OK(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 2 }));
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(p, &in));
+        CHECK(in.nstrips == (outer + 1) / 2);
+        memset(r.buf, SENTINEL, r.buf_bytes);
+        struct strips_seen c = { &r, 0, -1, 0 };
+        CHECK_OK(ovl_plan_run(p, on_strip, &c));
+        CHECK(c.at == outer && c.calls == in.nstrips);
+        verify(&r, 0, outer, 1, "ovl_plan_read_subarray");
+        /* stopped after the first strip: OVL_ERR_CANCELLED, the plan reusable */
+        c = (struct strips_seen){ &r, 0, 1, 0 };
+        EXPECT_ERR(ovl_plan_run(p, on_strip, &c), OVL_ERR_CANCELLED);
+        CHECK(c.calls == 1);
+        c = (struct strips_seen){ &r, 0, -1, 0 };
+        memset(r.buf, SENTINEL, r.buf_bytes);
+        CHECK_OK(ovl_plan_run(p, on_strip, &c));
+        CHECK(c.at == outer);
+        EXPECT_ERR(ovl_plan_run(p, NULL, NULL), OVL_ERR_ARG);
+        /* described again with another subarray: refused at commit */
+        CHECK_OK(ovl_plan_read_subarray(p, seg, next, 0, 2, (int[]){ 64, 96 }, (int[]){ 64, 10 },
+                                        (int[]){ 0, 0 }, mo, 8, r.buf));
+        EXPECT_ERR(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 2 }),
+            OVL_ERR_ARG);
+        CHECK_OK(ovl_plan_free(&p));
+        /* on a nest declared first, the subarray must fit it */
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(ovl_plan_loop(p, 0, 3));
+        EXPECT_ERR(
+            ovl_plan_read_subarray(p, seg, next, CUBE_OFF, 3, sizes, subs, starts, mo, 4, r.buf),
+            OVL_ERR_ARG); /* 3 trips, the slowest dimension has 5 or 6 points */
+        EXPECT_ERR(ovl_plan_read_subarray(p, seg, next, 0, 3, sizes, subs, (int[]){ 4, 0, 0 }, mo,
+                                          4, r.buf),
+                   OVL_ERR_ARG); /* start + subsize beyond size */
+        EXPECT_ERR(ovl_plan_read_subarray(p, seg, next, 0, 3, NULL, subs, starts, mo, 4, r.buf),
+                   OVL_ERR_ARG);
+        EXPECT_ERR(ovl_plan_read_subarray(p, seg, next, SEG, 3, sizes, subs, starts, mo, 4, r.buf),
+                   OVL_ERR_ARG); /* beyond the segment */
+        CHECK_OK(ovl_plan_free(&p));
+        ref_free(&r);
+    }
+}
+
 /* The plan cache. */
 static void cache(ovl_segment_t seg)
 {
@@ -641,6 +727,7 @@ int main(int argc, char **argv)
     CHECK_OK(ovl_barrier()); /* every segment filled before anyone reads */
     cases(seg);
     writes(seg, base);
+    subarrays(seg);
     cache(seg);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
