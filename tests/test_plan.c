@@ -29,7 +29,8 @@
  *  - ovl_plan_explain prints the tuple and the choice;
  *  - error paths: NULL pointers, bad depths and trips, references outside
  *    the segment or that do not pair, calls out of order, bad params, a
- *    plan freed while executing, a freed plan used.
+ *    plan freed while executing, a freed plan used, ovl_plan_next and
+ *    ovl_plan_end inside a continuation (OVL_ERR_IN_CALLBACK).
  */
 #include "harness.h"
 
@@ -589,6 +590,22 @@ static void cache(ovl_segment_t seg)
     ref_free(&r);
 }
 
+/* A continuation that calls the blocking plan calls. */
+struct in_cb {
+    ovl_plan_t p;
+    atomic_int next_rc, end_rc, ran;
+};
+
+static void blocking_in_cb(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    struct in_cb *c = arg;
+    int64_t i0, n;
+    atomic_store(&c->next_rc, ovl_plan_next(c->p, &i0, &n));
+    atomic_store(&c->end_rc, ovl_plan_end(c->p));
+    atomic_store(&c->ran, 1);
+}
+
 static void errors(ovl_segment_t seg)
 {
     const int next = (th_rank + 1) % th_size;
@@ -677,6 +694,21 @@ static void errors(ovl_segment_t seg)
     EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG);
     EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
     EXPECT_ERR(ovl_plan_free(&p), OVL_ERR_PENDING); /* freed while executing */
+    /* blocking plan calls inside a continuation */
+    {
+        struct in_cb c = { .p = p };
+        int v = 7, w = 0;
+        ovl_request_t rr = OVL_REQUEST_NULL, sr = OVL_REQUEST_NULL;
+        CHECK_OK(ovl_irecv(&w, 1, MPI_INT, th_rank, 91, &rr));
+        CHECK_OK(ovl_continue(rr, blocking_in_cb, &c));
+        CHECK_OK(ovl_isend(&v, 1, MPI_INT, th_rank, 91, &sr));
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&sr, &st));
+        CHECK_OK(ovl_wait(&rr, &st));
+        TH_WAIT_UNTIL(atomic_load(&c.ran), 10, th_progress());
+        EXPECT_ERR(atomic_load(&c.next_rc), OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(atomic_load(&c.end_rc), OVL_ERR_IN_CALLBACK);
+    }
     CHECK(p != OVL_PLAN_NULL);
     CHECK_OK(ovl_plan_next(p, &i0, &n)); /* one strip, then end early */
     CHECK(i0 == 0 && n > 0);
