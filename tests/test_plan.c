@@ -18,6 +18,10 @@
  *    it; after ovl_plan_end and a barrier every byte is at its target and
  *    no other byte changed; the box refused for writes; overlapping write
  *    references refused, disjoint ones and other targets accepted;
+ *  - 40 random rounds: subarrays of 1-3 dimensions (C or Fortran order,
+ *    elements of 1-8 bytes) read into padded local arrays, with a random
+ *    subarray written half the time, under a random protocol, strip size
+ *    and lookahead, every byte checked at both ends;
  *  - ovl_plan_read_subarray declares the nest and reads a subarray (C and
  *    Fortran order); ovl_plan_run calls back per strip, in order, each
  *    strip in place; a callback that stops gives OVL_ERR_CANCELLED and the
@@ -414,6 +418,141 @@ static void writes(ovl_segment_t seg, uint8_t *base)
     ref_free(&wr);
 }
 
+/* Random subarrays (1-3 dimensions, C or Fortran order, elements of 1-8
+ * bytes) read from the next rank into padded local arrays and written
+ * into its write region, under a random protocol, strip size and
+ * lookahead. Every rank draws the same shapes (the generator is seeded
+ * alike), so the barriers pair up and each rank knows what the previous
+ * one wrote into its region. */
+static void random_shape(th_rng_t *g, int mo, int64_t base, ovl_lmad_t *rem, ovl_lmad_t *loc,
+                         size_t *loc_bytes, int64_t *trips, int *nd, int64_t elem, int outer)
+{
+    int sizes[3], subs[3], starts[3], lsizes[3], lstarts[3];
+    if (!outer) /* else: @nd dimensions, the slowest @outer points */
+        *nd = 1 + (int)th_below(g, 3);
+    const int slowest = mo == MPI_ORDER_C ? 0 : *nd - 1;
+    *loc_bytes = (size_t)elem;
+    for (int k = 0; k < *nd; k++) {
+        sizes[k] = 1 + (int)th_below(g, 12);
+        subs[k] = 1 + (int)th_below(g, (uint64_t)sizes[k]);
+        if (outer && k == slowest) {
+            subs[k] = outer;
+            sizes[k] = outer + (int)th_below(g, 3);
+        }
+        starts[k] = (int)th_below(g, (uint64_t)(sizes[k] - subs[k] + 1));
+        lsizes[k] = subs[k] + (int)th_below(g, 3);
+        lstarts[k] = (int)th_below(g, (uint64_t)(lsizes[k] - subs[k] + 1));
+        *loc_bytes *= (size_t)lsizes[k];
+    }
+    CHECK_OK(ovl_lmad_from_subarray(*nd, sizes, subs, starts, mo, elem, rem));
+    CHECK_OK(ovl_lmad_from_subarray(*nd, lsizes, subs, lstarts, mo, elem, loc));
+    rem->base += base;
+    for (int k = 0; k < *nd; k++) /* the nest, slowest dimension first */
+        trips[k] = subs[mo == MPI_ORDER_C ? k : *nd - 1 - k];
+}
+
+static void random_plans(ovl_segment_t seg, uint8_t *base)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    th_rng_t g;
+    th_rng_init(&g, 37, 2, 0); /* the same on every rank */
+    const int64_t elems[] = { 1, 2, 3, 4, 8 };
+    const size_t region = 64 * 96 * 8;
+    int writes_run = 0, per_proto[4] = { 0 };
+    for (int round = 0; round < 40; round++) {
+        const int mo = th_below(&g, 2) ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
+        const int64_t elem = elems[th_below(&g, 5)];
+        ovl_lmad_t rem, loc, wrem, wloc;
+        size_t lb, wlb;
+        int64_t trips[3], wtrips[3];
+        int nd, wnd;
+        random_shape(&g, mo, (int64_t)th_below(&g, 4096), &rem, &loc, &lb, trips, &nd, elem, 0);
+        wnd = nd;
+        random_shape(&g, mo, WOFF + (int64_t)th_below(&g, 4096), &wrem, &wloc, &wlb, wtrips, &wnd,
+                     elem, (int)trips[0]);
+        const int with_write = (int)th_below(&g, 2);
+        const ovl_plan_protocol_t proto = (ovl_plan_protocol_t)th_below(&g, 4);
+        const int64_t strip = 1 + (int64_t)th_below(&g, (uint64_t)trips[0] + 1);
+        const unsigned ahead = (unsigned)th_below(&g, 5);
+        char what[160];
+        snprintf(what, sizeof what,
+                 "random round %d: %dD %s, elem %" PRId64 ", %s, strip %" PRId64 ", lookahead %u%s",
+                 round, nd, mo == MPI_ORDER_C ? "C" : "Fortran", elem, pname[proto], strip, ahead,
+                 with_write ? ", with a write" : "");
+        ref_t r, w;
+        ref_make(&r, next, &rem, &loc, lb);
+        ref_make(&w, next, &wrem, &wloc, wlb);
+        for (size_t i = 0; i < region; i++)
+            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+        CHECK_OK(ovl_barrier());
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        for (int k = 0; k < nd; k++)
+            CHECK_OK(ovl_plan_loop(p, k, trips[k]));
+        /* the write shares the read's outermost loop; its inner
+         * dimensions' counts may differ from the read's inner trips (only
+         * depth 0 is strip-mined, and only its count is checked) */
+        CHECK_OK(ovl_plan_read(p, seg, next, &rem, r.buf, &loc));
+        if (with_write)
+            CHECK_OK(ovl_plan_write(p, seg, next, &wrem, w.buf, &wloc));
+        const ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP |
+                                               OVL_PARAM_FIELD_LOOKAHEAD,
+                                 .protocol = proto,
+                                 .strip = strip,
+                                 .lookahead = ahead };
+        if (with_write && proto == OVL_PLAN_BBOX) {
+            EXPECT_ERR(ovl_plan_commit(p, &pm), OVL_ERR_ARG);
+        } else {
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            memset(r.buf, SENTINEL, r.buf_bytes);
+            memset(w.buf, SENTINEL, w.buf_bytes);
+            CHECK_OK(ovl_plan_begin(p));
+            int64_t i0, n, at = 0;
+            while (1) {
+                CHECK_OK(ovl_plan_next(p, &i0, &n));
+                if (n == 0)
+                    break;
+                CHECKF(i0 == at, "%s: strip at %" PRId64 ", %" PRId64 " next", what, i0, at);
+                verify(&r, i0, i0 + n, 0, what);
+                for (int64_t i = 0; with_write && i < w.lb.n; i++)
+                    if (w.lb.it[i] >= i0 && w.lb.it[i] < i0 + n)
+                        w.buf[w.lb.off[i]] = wpat(th_rank, w.lb.off[i], round);
+                at += n;
+            }
+            CHECK_OK(ovl_plan_end(p));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            per_proto[in.protocol]++;
+            writes_run += with_write;
+            CHECKF(at == trips[0], "%s: %" PRId64 " iterations", what, at);
+            verify(&r, 0, trips[0], 1, what);
+        }
+        CHECK_OK(ovl_plan_free(&p));
+        CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+        uint8_t *mine = calloc(region, 1);
+        CHECK(mine != NULL);
+        for (int64_t i = 0; with_write && proto != OVL_PLAN_BBOX && i < w.rb.n; i++) {
+            mine[w.rb.off[i] - WOFF] = 1;
+            uint8_t got = base[w.rb.off[i]], want = wpat(prev, w.lb.off[i], round);
+            if (got != want)
+                CHECKF(0, "%s: written byte %" PRId64 ": got 0x%02x, want 0x%02x", what,
+                       w.rb.off[i], got, want);
+        }
+        for (size_t i = 0; i < region; i++)
+            if (!mine[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+                CHECKF(0, "%s: region byte %zu changed", what, i);
+        th_pass();
+        free(mine);
+        CHECK_OK(ovl_barrier()); /* checked before the next reset */
+        ref_free(&r);
+        ref_free(&w);
+    }
+    if (th_rank == 0)
+        printf("random plans: %d with a write; datatype %d, runs %d, bbox %d\n", writes_run,
+               per_proto[1], per_proto[2], per_proto[3]);
+    CHECK(writes_run > 0 && per_proto[1] > 0 && per_proto[2] > 0 && per_proto[3] > 0);
+}
+
 /* ovl_plan_run's callback: checks each strip as it comes. */
 struct strips_seen {
     ref_t *r;
@@ -760,6 +899,7 @@ int main(int argc, char **argv)
     cases(seg);
     writes(seg, base);
     subarrays(seg);
+    random_plans(seg, base);
     cache(seg);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
