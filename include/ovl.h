@@ -1530,10 +1530,11 @@ OVL_NODISCARD int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int
 /* ------------------------------------------------------------------------ */
 
 /*
- * A plan describes a loop nest's remote reads and writes once: the nest's depths and
- * trip counts, and per reference the segment, target rank, the bytes read
- * there (an LMAD on the target's part of the segment) and where they go
- * (an LMAD on a local buffer). ovl_plan_commit() analyses it and chooses
+ * A plan describes a loop nest's remote reads and writes once: the nest's
+ * depths and trip counts, and per reference the segment, target rank, the
+ * bytes there (an LMAD on the target's part of the segment) and the bytes
+ * here (an LMAD on a local buffer); ovl_plan_read_subarray() does it in
+ * one call for the common case. ovl_plan_commit() analyses it and chooses
  * how to move the bytes (ovl_plan_protocol_t), how many iterations of the
  * outermost loop one strip covers, and how many strips are in flight
  * ahead of the one the program computes on. The program then runs
@@ -1545,12 +1546,14 @@ OVL_NODISCARD int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int
  *             ...iteration i of the outermost loop: its bytes are in place...
  *     ovl_plan_end(plan);
  *
+ * or ovl_plan_run(plan, fn, arg) with a callback per strip.
+ *
  * Strip-mining: every reference must be driven by the outermost loop
  * through its slowest dimension (dim[ndims - 1], depth 0, count equal to
  * that loop's trip count) on both sides, or not at all (no dimension of
- * depth 0: read whole with the first strip). Remote and local LMADs pair
- * their bytes in order (the type map's, dim[0] fastest) and cover the same
- * number of bytes. Depths are those ovl_lmad_from_subarray() gives (the
+ * depth 0: read whole with the first strip, written with the last).
+ * Remote and local LMADs pair their bytes in order (the type map's, dim[0]
+ * fastest) and cover the same number of bytes. Depths are those ovl_lmad_from_subarray() gives (the
  * slowest array dimension 0) or -1.
  *
  * The plan cache: a plan created with a key (any string) stays in the
@@ -1560,15 +1563,15 @@ OVL_NODISCARD int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int
  * The program may skip the description then, or give it again: the
  * description is compared at ovl_plan_commit(), which does nothing more
  * when it is the same (local buffer addresses may change: they are taken
- * over) and fails with OVL_ERR_ARG when the nest or a reference differs
- * (the committed plan stays as it was). A NULL key makes a plan nobody
- * finds again.
+ * over) and fails with OVL_ERR_ARG when the nest, a reference or the
+ * commit's param differs (the committed plan stays as it was). A NULL key
+ * makes a plan nobody finds again.
  *
  * A plan is used by one thread at a time, on one domain (the one in force
- * at ovl_plan_begin()). Gets are MPI_Rget on the segment's window of that
- * domain, driven by its progress engine; the target's data is that of
- * some time between ovl_plan_begin() and the strip's arrival (order
- * against writes with ovl_barrier()). End a plan before freeing a segment
+ * at ovl_plan_begin()). Transfers are MPI_Rget and MPI_Rput on the
+ * segment's window of that domain, driven by its progress engine; the
+ * target's data is that of some time between ovl_plan_begin() and the
+ * strip's arrival (order against writes with ovl_barrier()). End a plan before freeing a segment
  * it reads. The local buffers are written by MPI or by ovl's copies: they
  * must not be the destination of an outstanding ovl_get.
  */
