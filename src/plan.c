@@ -963,9 +963,11 @@ int ovl_plan_begin(ovl_plan_t plan)
     return rc;
 }
 
-/* DATATYPE: MPICH 4.0.2 completes an MPI_Rget whose target datatype is
- * not contiguous before its bytes are in the origin buffer (they land at
- * the next flush), so a strip's requests completing is not enough: flush
+/* DATATYPE: MPICH's CH4/UCX (4.0.2 here; pmodels/mpich#7896) completes an
+ * MPI_Rget with a non-contiguous datatype before its bytes are in the
+ * origin buffer (they land at the next flush: the netmod falls back to an
+ * active message without a request), so a strip's requests completing is
+ * not enough: flush
  * (locally) every target of strip @k (@k < 0: of every reference). This
  * also waits for the strips issued after it to those targets. */
 static int flush_strip(const char *fn, struct plan *p, int64_t k)
