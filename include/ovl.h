@@ -24,6 +24,7 @@
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -389,13 +390,27 @@ typedef enum {
     OVL_ORDER_RANDOM = 2 /**< any order (default) */
 } ovl_order_t;
 
+/** How a loop-nest plan moves its references (OVL_PARAM_FIELD_PROTOCOL,
+ *  ovl_plan_commit()). */
+typedef enum {
+    OVL_PLAN_AUTO = 0,     /**< the protocol of least predicted time (default) */
+    OVL_PLAN_DATATYPE = 1, /**< one MPI_Rget per strip and reference, derived datatypes on
+                                both sides (MPI packs) */
+    OVL_PLAN_RUNS = 2,     /**< one MPI_Rget per contiguous run, a strip's issued together */
+    OVL_PLAN_BBOX = 3      /**< one MPI_Rget of the strip's bounding box into staging, the
+                                runs copied out when the strip is handed out (reads only) */
+} ovl_plan_protocol_t;
+
 /** Bits of ovl_param_t::field_mask: which fields the caller set. */
 enum {
-    OVL_PARAM_FIELD_MONITOR = 1u << 0,  /**< ovl_param_t::monitor */
-    OVL_PARAM_FIELD_COUNT = 1u << 1,    /**< ovl_param_t::count */
-    OVL_PARAM_FIELD_DECOMP = 1u << 2,   /**< ovl_param_t::decomp */
-    OVL_PARAM_FIELD_ORDER = 1u << 3,    /**< ovl_param_t::order */
-    OVL_PARAM_FIELD_PIGGYBACK = 1u << 4 /**< ovl_param_t::piggyback */
+    OVL_PARAM_FIELD_MONITOR = 1u << 0,   /**< ovl_param_t::monitor */
+    OVL_PARAM_FIELD_COUNT = 1u << 1,     /**< ovl_param_t::count */
+    OVL_PARAM_FIELD_DECOMP = 1u << 2,    /**< ovl_param_t::decomp */
+    OVL_PARAM_FIELD_ORDER = 1u << 3,     /**< ovl_param_t::order */
+    OVL_PARAM_FIELD_PIGGYBACK = 1u << 4, /**< ovl_param_t::piggyback */
+    OVL_PARAM_FIELD_PROTOCOL = 1u << 5,  /**< ovl_param_t::protocol */
+    OVL_PARAM_FIELD_STRIP = 1u << 6,     /**< ovl_param_t::strip */
+    OVL_PARAM_FIELD_LOOKAHEAD = 1u << 7  /**< ovl_param_t::lookahead */
 };
 
 /**
@@ -435,6 +450,14 @@ typedef struct {
      *  are outstanding joins a train; 0 turns trains off (the runtime
      *  decides until it is set) */
     unsigned piggyback;
+    /** ovl_plan_commit(): the protocol (OVL_PLAN_AUTO: the model's choice) */
+    ovl_plan_protocol_t protocol;
+    /** ovl_plan_commit(): iterations of the outermost loop per strip, at
+     *  least 1 (the model's choice) */
+    int64_t strip;
+    /** ovl_plan_commit(): strips in flight beyond the one the program works
+     *  on, 0-64 (the model's choice) */
+    unsigned lookahead;
 } ovl_param_t;
 
 /* ------------------------------------------------------------------------ */
@@ -1501,6 +1524,234 @@ OVL_NODISCARD int ovl_lmad_interleave(const ovl_lmad_t *a, const ovl_lmad_t *b, 
  *         OVL_ERR_NOMEM (sorting the runs needs 8 bytes each)
  */
 OVL_NODISCARD int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int *result);
+
+/* ------------------------------------------------------------------------ */
+/* Loop-nest planner                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A plan describes a loop nest's remote reads and writes once: the nest's
+ * depths and trip counts, and per reference the segment, target rank, the
+ * bytes there (an LMAD on the target's part of the segment) and the bytes
+ * here (an LMAD on a local buffer); ovl_plan_read_subarray() does it in
+ * one call for the common case. ovl_plan_commit() analyses it and chooses
+ * how to move the bytes (ovl_plan_protocol_t), how many iterations of the
+ * outermost loop one strip covers, and how many strips are in flight
+ * ahead of the one the program computes on. The program then runs
+ *
+ *     ovl_plan_begin(plan);
+ *     int64_t i0, n;
+ *     while (ovl_plan_next(plan, &i0, &n) == OVL_SUCCESS && n > 0)
+ *         for (int64_t i = i0; i < i0 + n; i++)
+ *             ...iteration i of the outermost loop: its bytes are in place...
+ *     ovl_plan_end(plan);
+ *
+ * or ovl_plan_run(plan, fn, arg) with a callback per strip.
+ *
+ * Strip-mining: every reference must be driven by the outermost loop
+ * through its slowest dimension (dim[ndims - 1], depth 0, count equal to
+ * that loop's trip count) on both sides, or not at all (no dimension of
+ * depth 0: read whole with the first strip, written with the last).
+ * Remote and local LMADs pair their bytes in order (the type map's, dim[0]
+ * fastest) and cover the same number of bytes. Depths are those ovl_lmad_from_subarray() gives (the
+ * slowest array dimension 0) or -1.
+ *
+ * The plan cache: a plan created with a key (any string) stays in the
+ * process's cache until ovl_plan_free() or ovl_finalize(), and
+ * ovl_plan_create() with the same key returns that plan (*found = 1)
+ * instead of a new one, so a loop executed many times is analysed once.
+ * The program may skip the description then, or give it again: the
+ * description is compared at ovl_plan_commit(), which does nothing more
+ * when it is the same (local buffer addresses may change: they are taken
+ * over) and fails with OVL_ERR_ARG when the nest, a reference or the
+ * commit's param differs (the committed plan stays as it was). A NULL key
+ * makes a plan nobody finds again.
+ *
+ * A plan is used by one thread at a time, on one domain (the one in force
+ * at ovl_plan_begin()). Transfers are MPI_Rget and MPI_Rput on the
+ * segment's window of that domain, driven by its progress engine; the
+ * target's data is that of some time between ovl_plan_begin() and the
+ * strip's arrival (order against writes with ovl_barrier()). End a plan before freeing a segment
+ * it reads. The local buffers are written by MPI or by ovl's copies: they
+ * must not be the destination of an outstanding ovl_get.
+ */
+
+/** A loop-nest plan. OVL_PLAN_NULL is the null handle. */
+typedef struct ovl_plan_s *ovl_plan_t;
+#define OVL_PLAN_NULL ((ovl_plan_t)0)
+
+/** Most loop depths of a plan, and most references. */
+#define OVL_PLAN_MAX_DEPTH 8
+#define OVL_PLAN_MAX_REFS  16
+
+/** What ovl_plan_query() reports of a committed plan. */
+typedef struct {
+    ovl_plan_protocol_t protocol; /**< chosen (or forced) */
+    int forced;                   /**< 1: the protocol came from the commit's param */
+    int64_t strip;                /**< S: iterations of the outermost loop per strip */
+    int64_t nstrips;              /**< strips of one execution */
+    unsigned lookahead;           /**< strips in flight ahead of the current one */
+    int64_t ops;                  /**< N: MPI operations of one execution */
+    int64_t bytes;                /**< bytes moved by one execution (staging excluded) */
+    unsigned long analyses;       /**< times this plan was analysed (1 after a commit) */
+    unsigned long runs;           /**< executions begun */
+    /** predicted time of one execution's transfers per protocol, microseconds,
+     *  indexed by ovl_plan_protocol_t (index 0 unused; < 0: not applicable) */
+    double predicted_us[4];
+} ovl_plan_info_t;
+
+/**
+ * The plan of @p key: the cached one (*found = 1), or a new, empty one
+ * entered in the cache (*found = 0). @p key NULL: a new plan, never cached.
+ * @p found may be NULL. Keys are compared as strings, at most 255 bytes.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL @p plan, a key
+ *         longer than 255 bytes), OVL_ERR_NOMEM
+ */
+OVL_NODISCARD int ovl_plan_create(const char *key, ovl_plan_t *plan, int *found);
+
+/**
+ * Declare loop depth @p depth (0: the outermost) with @p trips iterations.
+ * Depths are declared in order, 0 first, each once.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, depth
+ *         out of order or beyond OVL_PLAN_MAX_DEPTH - 1, @p trips below 1,
+ *         a plan executing)
+ */
+OVL_NODISCARD int ovl_plan_loop(ovl_plan_t plan, int depth, int64_t trips);
+
+/**
+ * Add a read: the bytes @p remote describes on @p rank's part of @p seg
+ * go to the bytes @p local describes at @p local_base, in order.
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, no
+ *         loop declared, NULL pointer, invalid LMAD, freed segment,
+ *         @p remote outside the target's part of the segment, byte counts
+ *         that differ, a dimension's depth not declared, a depth-0
+ *         dimension that is not the slowest or whose count is not the
+ *         outermost trip count, or on one side only, more than
+ *         OVL_PLAN_MAX_REFS references, a plan executing), OVL_ERR_RANK
+ */
+OVL_NODISCARD int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank,
+                                const ovl_lmad_t *remote, void *local_base,
+                                const ovl_lmad_t *local);
+
+/**
+ * The common case in one call: read the subarray (@p ndims, @p sizes,
+ * @p subsizes, @p starts, @p order as MPI_Type_create_subarray() takes
+ * them, elements of @p elem bytes) of @p rank's array starting at byte
+ * @p offset of its part of @p seg into a dense array of @p subsizes at
+ * @p local_base. On a plan with no loop yet it also declares the nest
+ * that walks the subarray in memory order: depth d has the subsize of the
+ * d-th slowest dimension as trips. Otherwise the nest must match the
+ * subarray's (ovl_plan_read()'s rules). No LMAD code needed.
+ * @return as ovl_plan_loop() and ovl_plan_read(), and
+ *         ovl_lmad_from_subarray()'s OVL_ERR_ARG cases
+ */
+OVL_NODISCARD int ovl_plan_read_subarray(ovl_plan_t plan, ovl_segment_t seg, int rank,
+                                         size_t offset, int ndims, const int sizes[],
+                                         const int subsizes[], const int starts[], int order,
+                                         int64_t elem, void *local_base);
+
+/**
+ * Add a write: the bytes @p local describes at @p local_base go to the
+ * bytes @p remote describes on @p rank's part of @p seg, in order. A
+ * strip's bytes leave when the strip is final: at the ovl_plan_next()
+ * after the one that handed it out, or at ovl_plan_end() (a write with no
+ * depth-0 dimension leaves with the last strip); the program must not
+ * change them afterwards until ovl_plan_end(), which returns once every
+ * put is complete at its target. Write references of a plan that may
+ * overlap on one target are refused at ovl_plan_commit(). Reads and
+ * writes of the same remote bytes in one plan are not ordered.
+ * @return as ovl_plan_read()
+ */
+OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
+                                 const ovl_lmad_t *remote, void *local_base,
+                                 const ovl_lmad_t *local);
+
+/**
+ * Analyse the plan and choose its protocol, strip size and lookahead (see
+ * ovl_plan_explain()); for a cached plan described again, compare the
+ * description instead. @p param (NULL: the model decides) takes
+ * OVL_PARAM_FIELD_PROTOCOL (a protocol forced, OVL_PLAN_AUTO: the model's),
+ * OVL_PARAM_FIELD_STRIP (iterations per strip, at least 1; more than the
+ * trip count is one strip) and OVL_PARAM_FIELD_LOOKAHEAD (0-64).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, no
+ *         loop or reference, a description that differs from the cached
+ *         plan's, a bad param, a forced protocol that cannot move these
+ *         references: the detail says why, write references that overlap
+ *         or may overlap on one target: ovl_lmad_overlap()), OVL_ERR_NOMEM,
+ *         OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param);
+
+/**
+ * Start an execution: issue the first strips (1 + lookahead).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, not
+ *         committed, described again and not committed, already begun, a
+ *         segment freed), OVL_ERR_NOMEM, OVL_ERR_MPI
+ */
+OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
+
+/**
+ * Hand out the next strip: the strip the program was working on (if any)
+ * is done with (its writes leave), the strip @p lookahead places further is issued, and the
+ * call returns when the next strip's bytes are in place: iterations
+ * [*first, *first + *iters) of the outermost loop. After the last strip
+ * *iters is 0 (and stays 0 until ovl_plan_end()).
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, NULL
+ *         pointer, not begun), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI (a
+ *         transfer failed)
+ */
+OVL_NODISCARD int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters);
+
+/** A strip of a plan: iterations [@p first, @p first + @p iters) of the
+ *  outermost loop are in place; return 0 to go on, anything else to stop. */
+typedef int (*ovl_plan_strip_fn)(int64_t first, int64_t iters, void *arg);
+
+/**
+ * Execute the plan with a callback per strip: ovl_plan_begin(), then
+ * @p fn for each strip as ovl_plan_next() hands it out, on the calling
+ * thread (not inside the progress engine: @p fn may call any ovl function
+ * but this plan's), then ovl_plan_end(). A non-zero return of @p fn stops
+ * the execution (the strips after it are retired, not handed out).
+ * @return OVL_SUCCESS, OVL_ERR_CANCELLED (@p fn stopped it), OVL_ERR_ARG
+ *         (NULL @p fn), or what ovl_plan_begin(), ovl_plan_next() and
+ *         ovl_plan_end() return
+ */
+OVL_NODISCARD int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn fn, void *arg);
+
+/**
+ * End the execution: the strip handed out last is final (its writes
+ * leave); wait for every transfer still in flight, writes complete at
+ * their targets (strips not handed out may be left partly read, and
+ * their writes never leave). The plan stays committed, ready
+ * for ovl_plan_begin().
+ * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, not
+ *         begun), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI (a transfer failed)
+ */
+OVL_NODISCARD int ovl_plan_end(ovl_plan_t plan);
+
+/**
+ * Print the plan to @p out: the nest, each reference (rank, bytes, runs,
+ * bounding box), the plan tuple (Type, Comm_Args, N, S, B_Issue,
+ * Init_Level, Sync_Level, B_Sync), and the predicted time of every
+ * protocol with the reason it was chosen or left.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (unknown plan, NULL @p out, not
+ *         committed)
+ */
+OVL_NODISCARD int ovl_plan_explain(ovl_plan_t plan, FILE *out);
+
+/**
+ * What ovl_plan_commit() chose (ovl_plan_info_t).
+ * @return OVL_SUCCESS, OVL_ERR_ARG (unknown plan, NULL @p info, not
+ *         committed)
+ */
+OVL_NODISCARD int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info);
+
+/**
+ * Remove the plan from the cache and free it; *plan becomes OVL_PLAN_NULL.
+ * @return OVL_SUCCESS, OVL_ERR_ARG (NULL, unknown plan), OVL_ERR_PENDING
+ *         (begun and not ended: nothing freed)
+ */
+OVL_NODISCARD int ovl_plan_free(ovl_plan_t *plan);
 
 #ifdef __cplusplus
 }

@@ -536,6 +536,7 @@ int ovl_finalize(void)
     /* 1. What the program left open is ended: segments are freed
      *    (collective, like their creation), delta sends ended. Then
      *    everything this rank sends has left. */
+    ovl__plan_free_all(); /* plans read segments: before they are freed */
     ovl__engine_sources_close();
     ovl__doms_spin(sends_done, NULL);
     /* 2. Learn how many messages each peer sent here on each domain;

@@ -19,10 +19,11 @@
  *   message.c, stream.c -- front ends: point-to-point and marshal streams
  *   delta_*.c           -- front end: delta send/receive (wire, send, recv)
  *   am.c                -- front end: active messages (handlers on domain 0)
+ *   plan.c              -- front end: the loop-nest planner (plans over get)
  *   init.c              -- ovl_init / ovl_finalize and the global state
  * Each layer's declarations are in its own header, src/ovl_<layer>.h
  * (error, request, engine, domain, match, watch, model, delta, rma, coro, stream, am,
- * global, trace), included below in that order; a file includes this one.
+ * plan, global, trace), included below in that order; a file includes this one.
  */
 #ifndef OVL_INTERNAL_H
 #define OVL_INTERNAL_H
@@ -51,6 +52,7 @@
 #include "ovl_coro.h"
 #include "ovl_stream.h"
 #include "ovl_am.h"
+#include "ovl_plan.h"
 #include "ovl_global.h"
 #include "ovl_trace.h"
 

@@ -15,7 +15,8 @@
 /* Names of the OVL_PARAM_FIELD_* bits, by bit number. */
 static const char *const field_name[] = {
     "OVL_PARAM_FIELD_MONITOR", "OVL_PARAM_FIELD_COUNT",     "OVL_PARAM_FIELD_DECOMP",
-    "OVL_PARAM_FIELD_ORDER",   "OVL_PARAM_FIELD_PIGGYBACK",
+    "OVL_PARAM_FIELD_ORDER",   "OVL_PARAM_FIELD_PIGGYBACK", "OVL_PARAM_FIELD_PROTOCOL",
+    "OVL_PARAM_FIELD_STRIP",   "OVL_PARAM_FIELD_LOOKAHEAD",
 };
 #define NFIELDS ((int)(sizeof field_name / sizeof field_name[0]))
 

@@ -1,0 +1,1291 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The loop-nest planner (front end): a loop nest's remote reads and writes
+ * described once as LMADs (lmad.c), analysed at commit into a
+ * communication plan, then executed strip by strip over the outermost
+ * loop: the reads of the strips ahead of the one the program computes on
+ * in flight, the writes of a strip leaving once it is final (the next
+ * ovl_plan_next, or ovl_plan_end, which completes them at their targets).
+ * Write references that may overlap on one target are refused.
+ *
+ * The plan tuple (the paper's, section "Loop-nest planner" of
+ * docs/ARCHITECTURE.md): Type is the protocol (ovl_plan_protocol_t),
+ * Comm_Args the references, N the MPI operations of one execution, S the
+ * iterations of the outermost loop per strip, B_Issue the operations one
+ * strip issues together, Init_Level and Sync_Level the depth where
+ * transfers are issued and retired (0 here: strips are cut from the
+ * outermost loop only), B_Sync the operations one ovl_plan_next retires.
+ *
+ * Each reference is cut per strip by replacing its depth-0 dimension's
+ * base and count, on both sides: a strip of n iterations at i0 is the
+ * strip of n iterations at 0 shifted by i0 strides (remote: the target
+ * displacement; local: the origin address). So the analysis is made for
+ * two strip shapes only, a full strip and the last, shorter one: their
+ * runs paired remote to local (pieces), their bounding boxes, and their
+ * derived datatypes, built with their lower bound at 0.
+ *
+ * Protocols: DATATYPE, one MPI_Rget per strip and reference with the two
+ * datatypes (MPI packs and unpacks); RUNS, one MPI_Rget of MPI_BYTE per
+ * piece, a strip's all issued together; BBOX, one MPI_Rget of the strip's
+ * bounding box into a staging buffer, the pieces copied out when
+ * ovl_plan_next hands the strip out. The choice is the least predicted
+ * time from the model's figures (ovl__m: RMA latency and bandwidth, the
+ * per-message overhead, the copy rate), see predict(); the strip count is
+ * the model's split decision for the plan's bytes (ovl__model_split).
+ *
+ * Every MPI request is an engine op of the domain in force at
+ * ovl_plan_begin, through that domain's window of the segment (rma.c's
+ * way); waits spin that engine. A plan belongs to one thread at a time.
+ */
+#include "ovl_internal.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_MAX 255
+/* RUNS and BBOX enumerate a strip's pieces; beyond this many per strip and
+ * reference they are not offered (a datatype describes them instead). */
+#define PIECES_MAX (1 << 16)
+/* BBOX stages at most this many bytes per strip and reference. */
+#define BBOX_MAX      ((int64_t)1 << 28)
+#define LOOKAHEAD_MAX 64
+/* Cost of one block of a derived datatype at both ends (MPI's datatype
+ * engine walking it), in microseconds: a fixed figure until measured maps
+ * replace it (issue 37, part 3). */
+#define DT_BLOCK_US 0.05
+
+enum { NPROTO = 4 };
+static const char *const proto_name[NPROTO] = { "auto", "datatype", "runs", "bbox" };
+
+struct piece {
+    int64_t roff, loff, len; /* remote displacement, local offset, bytes */
+};
+
+/* One strip shape of a reference: a full strip or the last one. */
+struct shape {
+    int64_t iters;
+    ovl_lmad_t r, l; /* the sub-LMADs at iteration 0 */
+    ovl_lmad_runs_t rr, lr;
+    struct piece *pc; /* NULL: more than PIECES_MAX */
+    int64_t npc;
+    MPI_Datatype rtype, ltype; /* DATATYPE: lower bound 0 */
+};
+
+struct ref {
+    int write; /* ovl_plan_write: puts when the strip is final */
+    ovl_segment_t seg;
+    int rank;
+    ovl_lmad_t rem, loc;
+    char *base;
+    /* analysis */
+    int invariant;        /* no depth-0 dimension: read whole with strip 0 */
+    int64_t rstep, lstep; /* bytes per outer iteration, each side */
+    struct shape sh[2];   /* full strip, last strip */
+};
+
+struct desc {
+    int ndepth;
+    int64_t trips[OVL_PLAN_MAX_DEPTH];
+    int nrefs;
+    struct ref refs[OVL_PLAN_MAX_REFS];
+};
+
+struct plan;
+struct pop {
+    struct ovl__op op;
+    struct slot *sl;
+};
+/* A strip in flight. */
+struct slot {
+    atomic_int left; /* ops not completed */
+    atomic_int err;  /* first MPI error code of its ops */
+    int64_t strip;   /* -1: free */
+    struct pop *ops;
+    char *stage[OVL_PLAN_MAX_REFS]; /* BBOX */
+};
+
+enum { ST_NEW, ST_COMMITTED, ST_RUNNING };
+
+struct plan {
+    struct plan *next;
+    char *key;
+    int state;
+    struct desc d;  /* the description (committed when state > ST_NEW) */
+    struct desc re; /* a cached plan described again, compared at commit */
+    int redesc;
+    ovl_param_t param; /* the commit's (field_mask 0: none) */
+    /* analysis */
+    ovl_plan_protocol_t proto;
+    int forced;
+    int64_t S, nstrips, ops, bytes;
+    int64_t max_ops[2]; /* per strip: reads, writes */
+    int writes;         /* references that write */
+    unsigned lookahead;
+    double pred[NPROTO];
+    char why[NPROTO][96];
+    unsigned long analyses, runs;
+    /* execution */
+    struct slot *slots;  /* reads: lookahead + 1 */
+    struct slot *wslots; /* writes: as many (NULL: no write reference) */
+    int nslots;
+    int64_t cur, issued; /* strip handed out (-1: none), strips issued */
+    struct ovl__dom *dom;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct plan *head;
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- handles ------------------------------------------------------------- */
+
+static int lookup(const char *fn, ovl_plan_t h, struct plan **out)
+{
+    struct plan *p = NULL;
+    if (h == OVL_PLAN_NULL)
+        return ovl__error(OVL_ERR_ARG, fn, "plan is OVL_PLAN_NULL");
+    pthread_mutex_lock(&P.lock);
+    for (struct plan *q = P.head; q; q = q->next)
+        if (q == (struct plan *)h)
+            p = q;
+    pthread_mutex_unlock(&P.lock);
+    if (!p)
+        return ovl__error(OVL_ERR_ARG, fn, "plan %p was freed or never created", (void *)h);
+    *out = p;
+    return OVL_SUCCESS;
+}
+
+static void shapes_free(struct plan *p)
+{
+    for (int j = 0; j < p->d.nrefs; j++)
+        for (int k = 0; k < 2; k++) {
+            struct shape *s = &p->d.refs[j].sh[k];
+            free(s->pc);
+            s->pc = NULL;
+            if (s->rtype != MPI_DATATYPE_NULL)
+                MPI_Type_free(&s->rtype);
+            if (s->ltype != MPI_DATATYPE_NULL)
+                MPI_Type_free(&s->ltype);
+        }
+}
+
+static void slots_free(struct plan *p)
+{
+    for (int i = 0; i < p->nslots; i++) {
+        free(p->slots[i].ops);
+        for (int j = 0; j < OVL_PLAN_MAX_REFS; j++)
+            free(p->slots[i].stage[j]);
+        if (p->wslots)
+            free(p->wslots[i].ops);
+    }
+    free(p->slots);
+    free(p->wslots);
+    p->slots = p->wslots = NULL;
+    p->nslots = 0;
+}
+
+static void desc_init(struct desc *d)
+{
+    memset(d, 0, sizeof *d);
+    for (int j = 0; j < OVL_PLAN_MAX_REFS; j++)
+        for (int k = 0; k < 2; k++)
+            d->refs[j].sh[k].rtype = d->refs[j].sh[k].ltype = MPI_DATATYPE_NULL;
+}
+
+int ovl_plan_create(const char *key, ovl_plan_t *plan, int *found)
+{
+    static const char *fn = "ovl_plan_create";
+    int rc;
+    if ((rc = ovl__check_init(fn)))
+        return rc;
+    if (!plan)
+        return ovl__error(OVL_ERR_ARG, fn, "plan is NULL");
+    if (key && strlen(key) > KEY_MAX)
+        return ovl__error(OVL_ERR_ARG, fn, "key of %zu bytes, at most %d", strlen(key), KEY_MAX);
+    pthread_mutex_lock(&P.lock);
+    if (key)
+        for (struct plan *q = P.head; q; q = q->next)
+            if (q->key && !strcmp(q->key, key)) {
+                pthread_mutex_unlock(&P.lock);
+                *plan = (ovl_plan_t)q;
+                if (found)
+                    *found = 1;
+                return OVL_SUCCESS;
+            }
+    struct plan *p = calloc(1, sizeof *p);
+    if (!p || (key && !(p->key = strdup(key)))) {
+        pthread_mutex_unlock(&P.lock);
+        free(p);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a plan");
+    }
+    desc_init(&p->d);
+    desc_init(&p->re);
+    p->cur = -1;
+    p->next = P.head;
+    P.head = p;
+    pthread_mutex_unlock(&P.lock);
+    *plan = (ovl_plan_t)p;
+    if (found)
+        *found = 0;
+    return OVL_SUCCESS;
+}
+
+/* The description loop/read add to (lock-free: one thread per plan). */
+static int desc_target(const char *fn, struct plan *p, struct desc **out)
+{
+    if (p->state == ST_RUNNING)
+        return ovl__error(OVL_ERR_ARG, fn, "plan is executing (ovl_plan_end first)");
+    if (p->state == ST_COMMITTED && !p->redesc) { /* a cached plan described again */
+        desc_init(&p->re);
+        p->redesc = 1;
+    }
+    *out = p->state == ST_COMMITTED ? &p->re : &p->d;
+    return OVL_SUCCESS;
+}
+
+int ovl_plan_loop(ovl_plan_t plan, int depth, int64_t trips)
+{
+    static const char *fn = "ovl_plan_loop";
+    int rc;
+    struct plan *p = NULL;
+    struct desc *d = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) || (rc = desc_target(fn, p, &d)))
+        return rc;
+    if (depth < 0 || depth >= OVL_PLAN_MAX_DEPTH)
+        return ovl__error(OVL_ERR_ARG, fn, "depth %d outside 0..%d", depth, OVL_PLAN_MAX_DEPTH - 1);
+    if (depth != d->ndepth)
+        return ovl__error(OVL_ERR_ARG, fn, "depth %d declared out of order (next is %d)", depth,
+                          d->ndepth);
+    if (d->nrefs)
+        return ovl__error(OVL_ERR_ARG, fn, "depth %d declared after a reference", depth);
+    if (trips < 1)
+        return ovl__error(OVL_ERR_ARG, fn, "depth %d: %" PRId64 " trips, at least 1", depth, trips);
+    d->trips[d->ndepth++] = trips;
+    return OVL_SUCCESS;
+}
+
+/* The index of @l's depth-0 dimension (-1: none); refuses one that is not
+ * the slowest, or whose count is not @trips, or a depth not declared. */
+static int depth0(const char *fn, const char *side, const ovl_lmad_t *l, int ndepth, int64_t trips,
+                  int *out)
+{
+    int at = -1;
+    for (int i = 0; i < l->ndims; i++) {
+        if (l->dim[i].depth >= ndepth)
+            return ovl__error(OVL_ERR_ARG, fn, "%s dim[%d] has depth %d; the nest has %d", side, i,
+                              l->dim[i].depth, ndepth);
+        if (l->dim[i].depth != 0)
+            continue;
+        if (at >= 0)
+            return ovl__error(OVL_ERR_ARG, fn, "%s has two dimensions of depth 0", side);
+        at = i;
+    }
+    if (at >= 0 && at != l->ndims - 1)
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "%s dim[%d] has depth 0 but is not the slowest dimension (dim[%d])", side,
+                          at, l->ndims - 1);
+    if (at >= 0 && l->dim[at].count != trips)
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "%s depth-0 dimension has %" PRId64 " points, the outermost loop %" PRId64
+                          " trips",
+                          side, l->dim[at].count, trips);
+    *out = at;
+    return OVL_SUCCESS;
+}
+
+static int add_ref(const char *fn, int write, ovl_plan_t plan, ovl_segment_t seg, int rank,
+                   const ovl_lmad_t *remote, void *local_base, const ovl_lmad_t *local)
+{
+    int rc;
+    struct plan *p = NULL;
+    struct desc *d = NULL;
+    struct ovl__seg *s = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) ||
+        (rc = desc_target(fn, p, &d)) || (rc = ovl__seg_lookup(fn, seg, &s)) ||
+        (rc = ovl__check_peer(fn, rank, 0)))
+        return rc;
+    if (!remote || !local || !local_base)
+        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL",
+                          !remote  ? "remote"
+                          : !local ? "local"
+                                   : "local_base");
+    if (d->ndepth == 0)
+        return ovl__error(OVL_ERR_ARG, fn, "no loop declared (ovl_plan_loop first)");
+    if (d->nrefs >= OVL_PLAN_MAX_REFS)
+        return ovl__error(OVL_ERR_ARG, fn, "more than %d references", OVL_PLAN_MAX_REFS);
+    ovl_lmad_runs_t rr, lr;
+    char why[256];
+    const int rbad = ovl_lmad_runs(remote, &rr) != OVL_SUCCESS;
+    if (rbad || ovl_lmad_runs(local, &lr) != OVL_SUCCESS) {
+        snprintf(why, sizeof why, "%s", ovl_error_detail()); /* before ovl__error rewrites it */
+        return ovl__error(OVL_ERR_ARG, fn, "invalid %s LMAD (%s)", rbad ? "remote" : "local", why);
+    }
+    size_t cap = s->sizes[rank];
+    if (rr.lo < 0 || (uint64_t)rr.lo + (uint64_t)rr.extent > cap)
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "remote bytes [%" PRId64 ", %" PRId64 ") outside rank %d's segment "
+                          "of %zu bytes",
+                          rr.lo, rr.lo + rr.extent, rank, cap);
+    if (rr.n * rr.size != lr.n * lr.size)
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "remote covers %" PRId64 " bytes, local %" PRId64 ": they must pair",
+                          rr.n * rr.size, lr.n * lr.size);
+    int dr, dl;
+    if ((rc = depth0(fn, "remote", remote, d->ndepth, d->trips[0], &dr)) ||
+        (rc = depth0(fn, "local", local, d->ndepth, d->trips[0], &dl)))
+        return rc;
+    if ((dr < 0) != (dl < 0))
+        return ovl__error(OVL_ERR_ARG, fn, "a depth-0 dimension on the %s side only",
+                          dr < 0 ? "local" : "remote");
+    struct ref *r = &d->refs[d->nrefs++];
+    r->write = write;
+    r->seg = seg;
+    r->rank = rank;
+    r->rem = *remote;
+    r->loc = *local;
+    r->base = local_base;
+    r->invariant = dr < 0;
+    r->rstep = dr < 0 ? 0 : remote->dim[dr].stride;
+    r->lstep = dl < 0 ? 0 : local->dim[dl].stride;
+    return OVL_SUCCESS;
+}
+
+int ovl_plan_read(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,
+                  void *local_base, const ovl_lmad_t *local)
+{
+    return add_ref("ovl_plan_read", 0, plan, seg, rank, remote, local_base, local);
+}
+
+int ovl_plan_read_subarray(ovl_plan_t plan, ovl_segment_t seg, int rank, size_t offset, int ndims,
+                           const int sizes[], const int subsizes[], const int starts[], int order,
+                           int64_t elem, void *local_base)
+{
+    static const char *fn = "ovl_plan_read_subarray";
+    int rc;
+    struct plan *p = NULL;
+    struct desc *d = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) || (rc = desc_target(fn, p, &d)))
+        return rc;
+    if (!sizes || !subsizes || !starts)
+        return ovl__error(OVL_ERR_ARG, fn, "sizes, subsizes or starts is NULL");
+    if (offset > (size_t)INT64_MAX / 2)
+        return ovl__error(OVL_ERR_ARG, fn, "offset %zu too large", offset);
+    ovl_lmad_t rem, loc;
+    int zero[OVL_LMAD_MAX_DIMS] = { 0 };
+    char why[256];
+    if (ovl_lmad_from_subarray(ndims, sizes, subsizes, starts, order, elem, &rem) != OVL_SUCCESS ||
+        ovl_lmad_from_subarray(ndims, subsizes, subsizes, zero, order, elem, &loc) != OVL_SUCCESS) {
+        snprintf(why, sizeof why, "%s", ovl_error_detail());
+        return ovl__error(OVL_ERR_ARG, fn, "%s", why);
+    }
+    rem.base += (int64_t)offset;
+    if (d->ndepth == 0 && d->nrefs == 0) /* the nest walking the subarray, slowest first */
+        for (int k = 0; k < ndims; k++) {
+            int dim = order == MPI_ORDER_C ? k : ndims - 1 - k;
+            if ((rc = ovl_plan_loop(plan, k, subsizes[dim])))
+                return rc;
+        }
+    return add_ref(fn, 0, plan, seg, rank, &rem, local_base, &loc);
+}
+
+int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,
+                   void *local_base, const ovl_lmad_t *local)
+{
+    return add_ref("ovl_plan_write", 1, plan, seg, rank, remote, local_base, local);
+}
+
+/* ---- analysis -------------------------------------------------------------- */
+
+/* @l cut to @n iterations at iteration 0 (its depth-0 dimension, the last). */
+static ovl_lmad_t cut(const ovl_lmad_t *l, int invariant, int64_t n)
+{
+    ovl_lmad_t o = *l;
+    if (!invariant)
+        o.dim[o.ndims - 1].count = n;
+    return o;
+}
+
+/* Merge neighbours that tile each other, keeping the order of the points. */
+static void fold(ovl_lmad_t *l)
+{
+    int n = 0;
+    for (int i = 0; i < l->ndims; i++)
+        if (l->dim[i].count > 1)
+            l->dim[n++] = l->dim[i];
+    l->ndims = n;
+    for (;;) {
+        if (l->ndims && l->dim[0].stride == l->elem) {
+            l->elem *= l->dim[0].count;
+            memmove(&l->dim[0], &l->dim[1], (size_t)(l->ndims - 1) * sizeof l->dim[0]);
+            l->ndims--;
+            continue;
+        }
+        int merged = 0;
+        for (int i = 0; i + 1 < l->ndims && !merged; i++)
+            if (l->dim[i + 1].stride == l->dim[i].count * l->dim[i].stride) {
+                l->dim[i].count *= l->dim[i + 1].count;
+                memmove(&l->dim[i + 1], &l->dim[i + 2],
+                        (size_t)(l->ndims - i - 2) * sizeof l->dim[0]);
+                l->ndims--;
+                merged = 1;
+            }
+        if (!merged)
+            return;
+    }
+}
+
+/* The runs of @l in order (consecutive contiguous points merged): offsets
+ * and lengths, at most PIECES_MAX (else 0 and *n = -1). */
+static int runs_of(const ovl_lmad_t *in, int64_t **off, int64_t **len, int64_t *n)
+{
+    ovl_lmad_t l = *in;
+    fold(&l);
+    int64_t pts = 1;
+    for (int i = 0; i < l.ndims; i++)
+        pts *= l.dim[i].count; /* a valid LMAD's point count fits */
+    *off = *len = NULL;
+    *n = -1;
+    if (pts > PIECES_MAX)
+        return OVL_SUCCESS;
+    int64_t *o = malloc((size_t)pts * sizeof *o), *z = malloc((size_t)pts * sizeof *z);
+    if (!o || !z) {
+        free(o);
+        free(z);
+        return OVL_ERR_NOMEM;
+    }
+    int64_t k[OVL_LMAD_MAX_DIMS] = { 0 }, m = 0;
+    for (int64_t p = 0; p < pts; p++) {
+        int64_t at = l.base;
+        for (int i = 0; i < l.ndims; i++)
+            at += k[i] * l.dim[i].stride;
+        if (m && o[m - 1] + z[m - 1] == at) {
+            z[m - 1] += l.elem;
+        } else {
+            o[m] = at;
+            z[m++] = l.elem;
+        }
+        for (int i = 0; i < l.ndims && ++k[i] == l.dim[i].count; i++)
+            k[i] = 0;
+    }
+    *off = o;
+    *len = z;
+    *n = m;
+    return OVL_SUCCESS;
+}
+
+/* Pair the runs of both sides into pieces (NULL when either has too many). */
+static int pieces_of(struct shape *s)
+{
+    int64_t *ro, *rl, *lo, *ll, rn, ln;
+    int rc = runs_of(&s->r, &ro, &rl, &rn);
+    if (rc == OVL_SUCCESS)
+        rc = runs_of(&s->l, &lo, &ll, &ln);
+    else
+        lo = ll = NULL, ln = -1;
+    s->pc = NULL;
+    s->npc = -1;
+    if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0 && rn + ln <= PIECES_MAX &&
+        (s->pc = malloc((size_t)(rn + ln) * sizeof *s->pc)) != NULL) {
+        int64_t i = 0, j = 0, ui = 0, uj = 0, m = 0; /* bytes used of run i, run j */
+        while (i < rn && j < ln) {
+            int64_t a = rl[i] - ui, b = ll[j] - uj, c = a < b ? a : b;
+            s->pc[m++] = (struct piece){ ro[i] + ui, lo[j] + uj, c };
+            ui += c;
+            uj += c;
+            if (ui == rl[i])
+                i++, ui = 0;
+            if (uj == ll[j])
+                j++, uj = 0;
+        }
+        s->npc = m;
+    } else if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0 && rn + ln <= PIECES_MAX) {
+        rc = OVL_ERR_NOMEM;
+    }
+    free(ro);
+    free(rl);
+    free(lo);
+    free(ll);
+    return rc;
+}
+
+/* A datatype of @l with its lower bound moved to 0 (its bounding box at
+ * displacement @lo). */
+static int type_of(const ovl_lmad_t *l, int64_t lo, MPI_Datatype *t)
+{
+    ovl_lmad_t z = *l;
+    z.base -= lo;
+    return ovl_lmad_to_datatype(&z, t);
+}
+
+static int fits_int(const ovl_lmad_t *l)
+{
+    if (l->elem > INT_MAX)
+        return 0;
+    for (int i = 0; i < l->ndims; i++)
+        if (l->dim[i].count > INT_MAX)
+            return 0;
+    return 1;
+}
+
+/* Predicted time of one strip shape of one reference under @proto, in
+ * microseconds; < 0 with *why set when @proto cannot move it. The terms:
+ *   DATATYPE  lat + B / bw + blocks * DT_BLOCK_US
+ *   RUNS      lat + max(pieces * max(o, g), B / bw)   (pipelined issue)
+ *   BBOX      lat + E / bw + B * copy                 (box, then copy-out)
+ * with lat, bw the model's MPI_Rget figures, o and g its per-message
+ * overhead and gap, copy its memory-to-cache cost per byte, B the bytes,
+ * E the remote bounding box, blocks the larger side's runs. */
+static double predict(int proto, const struct shape *s, const char **why)
+{
+    double lat = ovl__m.rma_lat_us, bw = ovl__m.rma_bw_Bpus > 0 ? ovl__m.rma_bw_Bpus : 1.0;
+    double o = ovl__m.o_us > ovl__m.gap_us ? ovl__m.o_us : ovl__m.gap_us;
+    double B = (double)(s->rr.n * s->rr.size);
+    double blocks = (double)(s->rr.n > s->lr.n ? s->rr.n : s->lr.n);
+    switch (proto) {
+    case OVL_PLAN_DATATYPE:
+        if (!fits_int(&s->r) || !fits_int(&s->l)) {
+            *why = "an element or count beyond MPI's int";
+            return -1;
+        }
+        return lat + B / bw + blocks * DT_BLOCK_US;
+    case OVL_PLAN_RUNS: {
+        if (!s->pc) {
+            *why = "more than 65536 runs per strip";
+            return -1;
+        }
+        for (int64_t i = 0; i < s->npc; i++)
+            if (s->pc[i].len > INT_MAX) {
+                *why = "a run beyond MPI's int count";
+                return -1;
+            }
+        double issue = (double)s->npc * o, wire = B / bw;
+        return lat + (issue > wire ? issue : wire);
+    }
+    case OVL_PLAN_BBOX:
+        if (!s->pc) {
+            *why = "more than 65536 runs per strip";
+            return -1;
+        }
+        if (s->rr.extent > BBOX_MAX || s->rr.extent > INT_MAX) {
+            *why = "a bounding box above 256 MiB per strip";
+            return -1;
+        }
+        return lat + (double)s->rr.extent / bw + B * ovl__m.compute_us_per_B;
+    }
+    *why = "unknown protocol";
+    return -1;
+}
+
+/* Operations one strip of shape @s issues under @proto. */
+static int64_t ops_of(int proto, const struct shape *s)
+{
+    return proto == OVL_PLAN_RUNS ? s->npc : 1;
+}
+
+static int same_lmad(const ovl_lmad_t *a, const ovl_lmad_t *b)
+{
+    if (a->base != b->base || a->elem != b->elem || a->ndims != b->ndims)
+        return 0;
+    for (int i = 0; i < a->ndims; i++)
+        if (a->dim[i].stride != b->dim[i].stride || a->dim[i].count != b->dim[i].count ||
+            a->dim[i].depth != b->dim[i].depth)
+            return 0;
+    return 1;
+}
+
+/* Why @b differs from @a (NULL: the same shape). */
+static const char *differs(const struct desc *a, const struct desc *b)
+{
+    if (a->ndepth != b->ndepth || memcmp(a->trips, b->trips, sizeof a->trips))
+        return "the loop nests";
+    if (a->nrefs != b->nrefs)
+        return "the numbers of references";
+    for (int j = 0; j < a->nrefs; j++) {
+        const struct ref *x = &a->refs[j], *y = &b->refs[j];
+        if (x->write != y->write || x->seg != y->seg || x->rank != y->rank)
+            return "the segments or ranks of a reference";
+        if (!same_lmad(&x->rem, &y->rem) || !same_lmad(&x->loc, &y->loc))
+            return "the LMADs of a reference";
+    }
+    return NULL;
+}
+
+static int same_param(const ovl_param_t *a, const ovl_param_t *b)
+{
+    return a->field_mask == b->field_mask &&
+           (!(a->field_mask & OVL_PARAM_FIELD_PROTOCOL) || a->protocol == b->protocol) &&
+           (!(a->field_mask & OVL_PARAM_FIELD_STRIP) || a->strip == b->strip) &&
+           (!(a->field_mask & OVL_PARAM_FIELD_LOOKAHEAD) || a->lookahead == b->lookahead);
+}
+
+static int analyse(const char *fn, struct plan *p)
+{
+    struct desc *d = &p->d;
+    const ovl_param_t *pm = &p->param;
+    const int64_t T = d->trips[0];
+    int rc;
+    /* strip size: the model's split of the plan's bytes, equal strips */
+    int64_t B = 0;
+    for (int j = 0; j < d->nrefs; j++) {
+        ovl_lmad_runs_t rr;
+        if (ovl_lmad_runs(&d->refs[j].rem, &rr) == OVL_SUCCESS)
+            B += rr.n * rr.size;
+    }
+    int64_t ns = 1;
+    if (pm->field_mask & OVL_PARAM_FIELD_STRIP) {
+        p->S = pm->strip < T ? pm->strip : T;
+    } else {
+        struct ovl__split sp;
+        ovl__model_split((size_t)B, d->refs[0].rank, &sp);
+        ns = sp.should_split && sp.nstrips > 1 ? sp.nstrips : 1;
+        if (ns > T)
+            ns = T;
+        p->S = (T + ns - 1) / ns;
+    }
+    p->nstrips = (T + p->S - 1) / p->S;
+    p->lookahead = (pm->field_mask & OVL_PARAM_FIELD_LOOKAHEAD) ? pm->lookahead
+                   : p->nstrips - 1 < 8                         ? (unsigned)(p->nstrips - 1)
+                                                                : 8;
+    const int64_t last = T - (p->nstrips - 1) * p->S; /* iterations of the last strip */
+    /* the two strip shapes of every reference, their pieces */
+    for (int j = 0; j < d->nrefs; j++) {
+        struct ref *r = &d->refs[j];
+        for (int k = 0; k < 2; k++) {
+            struct shape *s = &r->sh[k];
+            s->iters = r->invariant ? T : k ? last : p->S;
+            s->r = cut(&r->rem, r->invariant, s->iters);
+            s->l = cut(&r->loc, r->invariant, s->iters);
+            if (ovl_lmad_runs(&s->r, &s->rr) != OVL_SUCCESS ||
+                ovl_lmad_runs(&s->l, &s->lr) != OVL_SUCCESS)
+                return ovl__error(OVL_ERR_INTERNAL, fn, "a strip's LMAD is invalid");
+            if ((rc = pieces_of(s)))
+                return ovl__error(rc, fn, "no memory for reference %d's runs", j);
+        }
+    }
+    /* write references: none may overlap another on the same target */
+    p->writes = 0;
+    for (int j = 0; j < d->nrefs; j++) {
+        const struct ref *a = &d->refs[j];
+        p->writes += a->write;
+        for (int i = 0; i < j && a->write; i++) {
+            const struct ref *b = &d->refs[i];
+            int res = OVL_LMAD_MAY_OVERLAP;
+            if (!b->write || b->seg != a->seg || b->rank != a->rank)
+                continue;
+            if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
+                return ovl__error(rc, fn, "comparing write references %d and %d", i, j);
+            if (res != OVL_LMAD_DISJOINT)
+                return ovl__error(OVL_ERR_ARG, fn,
+                                  "write references %d and %d %s on rank %d: their order would "
+                                  "be undefined",
+                                  i, j, res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap",
+                                  a->rank);
+        }
+    }
+    /* predicted time of one execution per protocol */
+    const int64_t nfull = p->nstrips - 1;
+    for (int q = 1; q < NPROTO; q++) {
+        double t = 0;
+        const char *why = NULL;
+        for (int j = 0; j < d->nrefs && t >= 0; j++) {
+            const struct ref *r = &d->refs[j];
+            double a = predict(q, &r->sh[0], &why), b = predict(q, &r->sh[1], &why);
+            if (a < 0 || b < 0)
+                t = -1;
+            else
+                t += r->invariant ? a : (double)nfull * a + b;
+        }
+        if (q == OVL_PLAN_BBOX && p->writes && t >= 0) {
+            t = -1;
+            why = "the plan writes (the box is for reads only)";
+        }
+        p->pred[q] = t;
+        snprintf(p->why[q], sizeof p->why[q], "%s", t < 0 ? why : "");
+    }
+    /* the choice */
+    if ((pm->field_mask & OVL_PARAM_FIELD_PROTOCOL) && pm->protocol != OVL_PLAN_AUTO) {
+        p->proto = pm->protocol;
+        p->forced = 1;
+        if (p->pred[p->proto] < 0)
+            return ovl__error(OVL_ERR_ARG, fn,
+                              "protocol %s forced, but it cannot move this plan: %s",
+                              proto_name[p->proto], p->why[p->proto]);
+    } else {
+        p->proto = OVL_PLAN_AUTO;
+        p->forced = 0;
+        for (int q = 1; q < NPROTO; q++)
+            if (p->pred[q] >= 0 && (p->proto == OVL_PLAN_AUTO || p->pred[q] < p->pred[p->proto]))
+                p->proto = (ovl_plan_protocol_t)q;
+        if (p->proto == OVL_PLAN_AUTO)
+            return ovl__error(OVL_ERR_ARG, fn, "no protocol can move this plan (%s)", p->why[1]);
+    }
+    /* the chosen protocol's datatypes, counts */
+    p->ops = p->bytes = p->max_ops[0] = p->max_ops[1] = 0;
+    int64_t mx[2][2] = { { 0, 0 }, { 0, 0 } };
+    for (int j = 0; j < d->nrefs; j++) {
+        struct ref *r = &d->refs[j];
+        for (int k = 0; k < 2; k++) {
+            struct shape *s = &r->sh[k];
+            if (p->proto == OVL_PLAN_DATATYPE && ((rc = type_of(&s->r, s->rr.lo, &s->rtype)) ||
+                                                  (rc = type_of(&s->l, s->lr.lo, &s->ltype)))) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", ovl_error_detail());
+                return ovl__error(rc, fn, "reference %d's datatypes (%s)", j, why);
+            }
+            mx[r->write][k] += ops_of(p->proto, s);
+        }
+        int64_t o0 = ops_of(p->proto, &r->sh[0]), o1 = ops_of(p->proto, &r->sh[1]);
+        int64_t b0 = r->sh[0].rr.n * r->sh[0].rr.size, b1 = r->sh[1].rr.n * r->sh[1].rr.size;
+        p->ops += r->invariant ? o0 : nfull * o0 + o1;
+        p->bytes += r->invariant ? b0 : nfull * b0 + b1;
+    }
+    for (int w = 0; w < 2; w++)
+        p->max_ops[w] = mx[w][0] > mx[w][1] ? mx[w][0] : mx[w][1];
+    p->analyses++;
+    return OVL_SUCCESS;
+}
+
+int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
+{
+    static const char *fn = "ovl_plan_commit";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) ||
+        (rc = ovl__param_check(fn, param,
+                               OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP |
+                                   OVL_PARAM_FIELD_LOOKAHEAD)))
+        return rc;
+    ovl_param_t pm = param ? *param : (ovl_param_t){ 0 };
+    if ((pm.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (unsigned)pm.protocol >= NPROTO)
+        return ovl__error(OVL_ERR_ARG, fn, "unknown param->protocol %d", (int)pm.protocol);
+    if ((pm.field_mask & OVL_PARAM_FIELD_STRIP) && pm.strip < 1)
+        return ovl__error(OVL_ERR_ARG, fn, "param->strip %" PRId64 ", at least 1", pm.strip);
+    if ((pm.field_mask & OVL_PARAM_FIELD_LOOKAHEAD) && pm.lookahead > LOOKAHEAD_MAX)
+        return ovl__error(OVL_ERR_ARG, fn, "param->lookahead %u above %d", pm.lookahead,
+                          LOOKAHEAD_MAX);
+    if (p->state == ST_RUNNING)
+        return ovl__error(OVL_ERR_ARG, fn, "plan is executing (ovl_plan_end first)");
+    if (p->state == ST_COMMITTED) { /* cached: compare, never analyse again */
+        const char *what = p->redesc ? differs(&p->d, &p->re) : NULL;
+        if (!what && !same_param(&p->param, &pm))
+            what = "the commit params";
+        if (what) {
+            p->redesc = 0;
+            return ovl__error(OVL_ERR_ARG, fn,
+                              "plan \"%s\" was committed with another shape: %s differ (use "
+                              "another key, or ovl_plan_free it first)",
+                              p->key ? p->key : "", what);
+        }
+        if (p->redesc)
+            for (int j = 0; j < p->d.nrefs; j++)
+                p->d.refs[j].base = p->re.refs[j].base;
+        p->redesc = 0;
+        return OVL_SUCCESS;
+    }
+    if (p->d.ndepth == 0 || p->d.nrefs == 0)
+        return ovl__error(OVL_ERR_ARG, fn, "plan has %s", p->d.ndepth ? "no reference" : "no loop");
+    p->param = pm;
+    if ((rc = analyse(fn, p))) {
+        shapes_free(p);
+        return rc;
+    }
+    p->state = ST_COMMITTED;
+    return OVL_SUCCESS;
+}
+
+/* ---- execution ------------------------------------------------------------- */
+
+static void op_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct pop *o = (struct pop *)op;
+    int none = MPI_SUCCESS;
+    if (st && st->MPI_ERROR != MPI_SUCCESS)
+        atomic_compare_exchange_strong(&o->sl->err, &none, st->MPI_ERROR);
+    atomic_fetch_sub(&o->sl->left, 1);
+}
+
+/* Issue strip @k's reads (@w 0) or writes (@w 1) into slot @sl; returns
+ * an ovl code (ops not issued count as done). */
+static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int w)
+{
+    const int64_t i0 = k * p->S;
+    const int kind = k == p->nstrips - 1 ? 1 : 0;
+    int64_t n = 0;
+    MPI_Win wins[OVL_PLAN_MAX_REFS];
+    sl->strip = k;
+    atomic_store(&sl->err, MPI_SUCCESS);
+    atomic_store(&sl->left, 0);
+    for (int j = 0; j < p->d.nrefs; j++) { /* a segment freed meanwhile: nothing issued */
+        struct ovl__seg *s = NULL;
+        int rc = ovl__seg_lookup(fn, p->d.refs[j].seg, &s);
+        if (rc)
+            return rc;
+        wins[j] = ovl__seg_win(s, p->dom);
+    }
+    atomic_store(&sl->left, (int)p->max_ops[w]);
+    int mrc = MPI_SUCCESS;
+    for (int j = 0; j < p->d.nrefs && mrc == MPI_SUCCESS; j++) {
+        struct ref *r = &p->d.refs[j];
+        /* a loop-invariant read comes with the first strip, a write leaves with the last */
+        if (r->write != w || (r->invariant && k != (w ? p->nstrips - 1 : 0)))
+            continue;
+        MPI_Win win = wins[j];
+        const struct shape *sh = &r->sh[r->invariant ? 0 : kind];
+        const int64_t rs = r->invariant ? 0 : i0 * r->rstep, ls = r->invariant ? 0 : i0 * r->lstep;
+        const int64_t from = n;
+        switch (p->proto) {
+        case OVL_PLAN_DATATYPE:
+            mrc = w ? MPI_Rput(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank,
+                               (MPI_Aint)(sh->rr.lo + rs), 1, sh->rtype, win, &sl->ops[n].op.mreq)
+                    : MPI_Rget(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank,
+                               (MPI_Aint)(sh->rr.lo + rs), 1, sh->rtype, win, &sl->ops[n].op.mreq);
+            if (mrc == MPI_SUCCESS)
+                n++;
+            break;
+        case OVL_PLAN_RUNS:
+            for (int64_t i = 0; i < sh->npc && mrc == MPI_SUCCESS; i++) {
+                const struct piece *c = &sh->pc[i];
+                mrc = w ? MPI_Rput(r->base + c->loff + ls, (int)c->len, MPI_BYTE, r->rank,
+                                   (MPI_Aint)(c->roff + rs), (int)c->len, MPI_BYTE, win,
+                                   &sl->ops[n].op.mreq)
+                        : MPI_Rget(r->base + c->loff + ls, (int)c->len, MPI_BYTE, r->rank,
+                                   (MPI_Aint)(c->roff + rs), (int)c->len, MPI_BYTE, win,
+                                   &sl->ops[n].op.mreq);
+                if (mrc == MPI_SUCCESS)
+                    n++;
+            }
+            break;
+        default: /* OVL_PLAN_BBOX */
+            mrc = MPI_Rget(sl->stage[j], (int)sh->rr.extent, MPI_BYTE, r->rank,
+                           (MPI_Aint)(sh->rr.lo + rs), (int)sh->rr.extent, MPI_BYTE, win,
+                           &sl->ops[n].op.mreq);
+            if (mrc == MPI_SUCCESS)
+                n++;
+            break;
+        }
+        for (int64_t i = from; i < n; i++)
+            sl->ops[i].op.peer = r->rank;
+    }
+    /* the ops that will not be issued count as done before any is posted */
+    atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n));
+    for (int64_t i = 0; i < n; i++) {
+        struct pop *o = &sl->ops[i];
+        o->sl = sl;
+        o->op.ctx = o;
+        o->op.done = op_done;
+        o->op.kind = OVL__OP_RMA;
+        if (ovl__engine_post(&o->op, NULL) != OVL_SUCCESS) {
+            MPI_Status st;
+            MPI_Wait(&o->op.mreq, &st);
+            st.MPI_ERROR = MPI_SUCCESS;
+            op_done(&o->op, &st);
+        }
+    }
+    if (mrc != MPI_SUCCESS)
+        return ovl__mpi_error(mrc, fn, w ? "MPI_Rput" : "MPI_Rget");
+    return OVL_SUCCESS;
+}
+
+static int slot_done(const void *a)
+{
+    return atomic_load(&((const struct slot *)a)->left) == 0;
+}
+
+/* Wait for @sl's ops; its first MPI error as an ovl code. */
+static int slot_wait(const char *fn, struct slot *sl)
+{
+    if (!slot_done(sl))
+        ovl__engine_spin(slot_done, sl);
+    int e = atomic_load(&sl->err);
+    return e == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(e, fn, "a strip's transfer");
+}
+
+int ovl_plan_begin(ovl_plan_t plan)
+{
+    static const char *fn = "ovl_plan_begin";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+        return rc;
+    if (p->state == ST_NEW)
+        return ovl__error(OVL_ERR_ARG, fn, "plan not committed (ovl_plan_commit first)");
+    if (p->state == ST_RUNNING)
+        return ovl__error(OVL_ERR_ARG, fn, "plan already begun (ovl_plan_end first)");
+    if (p->redesc)
+        return ovl__error(OVL_ERR_ARG, fn, "plan described again but not committed");
+    for (int j = 0; j < p->d.nrefs; j++) {
+        struct ovl__seg *s = NULL;
+        if ((rc = ovl__seg_lookup(fn, p->d.refs[j].seg, &s)))
+            return rc;
+    }
+    int want = (int)p->lookahead + 1;
+    if (want > p->nstrips)
+        want = (int)p->nstrips;
+    if (p->nslots != want) {
+        slots_free(p);
+        p->slots = calloc((size_t)want, sizeof *p->slots);
+        p->wslots = p->writes ? calloc((size_t)want, sizeof *p->wslots) : NULL;
+        if (!p->slots || (p->writes && !p->wslots)) {
+            free(p->slots);
+            free(p->wslots);
+            p->slots = p->wslots = NULL;
+            return ovl__error(OVL_ERR_NOMEM, fn, "no memory for %d strips", want);
+        }
+        p->nslots = want;
+        for (int i = 0; i < want; i++) {
+            struct slot *sl = &p->slots[i];
+            sl->strip = -1;
+            sl->ops = calloc((size_t)(p->max_ops[0] ? p->max_ops[0] : 1), sizeof *sl->ops);
+            int ok = sl->ops != NULL;
+            if (ok && p->wslots) {
+                p->wslots[i].strip = -1;
+                ok = (p->wslots[i].ops = calloc((size_t)(p->max_ops[1] ? p->max_ops[1] : 1),
+                                                sizeof *sl->ops)) != NULL;
+            }
+            for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_BBOX; j++)
+                ok = (sl->stage[j] = malloc((size_t)p->d.refs[j].sh[0].rr.extent + 1)) != NULL;
+            if (!ok) {
+                slots_free(p);
+                return ovl__error(OVL_ERR_NOMEM, fn, "no memory for strip staging");
+            }
+        }
+    }
+    p->dom = ovl__dom_cur();
+    p->cur = -1;
+    p->issued = 0;
+    p->state = ST_RUNNING;
+    p->runs++;
+    rc = OVL_SUCCESS;
+    for (; p->issued < p->nslots && rc == OVL_SUCCESS; p->issued++)
+        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
+    return rc;
+}
+
+/* DATATYPE: MPICH's CH4/UCX (4.0.2 here; pmodels/mpich#7896) completes an
+ * MPI_Rget with a non-contiguous datatype before its bytes are in the
+ * origin buffer (they land at the next flush: the netmod falls back to an
+ * active message without a request), so a strip's requests completing is
+ * not enough: flush
+ * (locally) every target of strip @k (@k < 0: of every reference). This
+ * also waits for the strips issued after it to those targets. */
+static int flush_strip(const char *fn, struct plan *p, int64_t k)
+{
+    for (int j = 0; j < p->d.nrefs; j++) {
+        const struct ref *r = &p->d.refs[j];
+        int dup = 0;
+        for (int i = 0; i < j; i++)
+            dup |= p->d.refs[i].seg == r->seg && p->d.refs[i].rank == r->rank &&
+                   !p->d.refs[i].write && !(k > 0 && p->d.refs[i].invariant);
+        if (dup || r->write || (k > 0 && r->invariant))
+            continue;
+        struct ovl__seg *s = NULL;
+        int rc = ovl__seg_lookup(fn, r->seg, &s);
+        if (rc)
+            return rc;
+        int mrc = MPI_Win_flush_local(r->rank, ovl__seg_win(s, p->dom));
+        if (mrc != MPI_SUCCESS)
+            return ovl__mpi_error(mrc, fn, "MPI_Win_flush_local");
+    }
+    return OVL_SUCCESS;
+}
+
+/* Writes: strip @k is final, its puts leave (slot @k's previous puts, a
+ * lookahead's worth of strips ago, retired first). */
+static int put_strip(const char *fn, struct plan *p, int64_t k)
+{
+    if (!p->writes)
+        return OVL_SUCCESS;
+    struct slot *sl = &p->wslots[k % p->nslots];
+    int rc = slot_wait(fn, sl);
+    return rc ? rc : issue(fn, p, sl, k, 1);
+}
+
+/* Writes complete at their targets: MPI_Win_flush to every write target. */
+static int flush_writes(const char *fn, struct plan *p)
+{
+    for (int j = 0; j < p->d.nrefs; j++) {
+        const struct ref *r = &p->d.refs[j];
+        int dup = 0;
+        for (int i = 0; i < j; i++)
+            dup |= p->d.refs[i].write && p->d.refs[i].seg == r->seg && p->d.refs[i].rank == r->rank;
+        if (dup || !r->write)
+            continue;
+        struct ovl__seg *s = NULL;
+        int rc = ovl__seg_lookup(fn, r->seg, &s);
+        if (rc)
+            return rc;
+        int mrc = MPI_Win_flush(r->rank, ovl__seg_win(s, p->dom));
+        if (mrc != MPI_SUCCESS)
+            return ovl__mpi_error(mrc, fn, "MPI_Win_flush");
+    }
+    return OVL_SUCCESS;
+}
+
+/* Copy a BBOX strip out of its staging. */
+static void copy_out(struct plan *p, struct slot *sl)
+{
+    const int64_t k = sl->strip, i0 = k * p->S;
+    const int kind = k == p->nstrips - 1 ? 1 : 0;
+    for (int j = 0; j < p->d.nrefs; j++) {
+        struct ref *r = &p->d.refs[j];
+        if (r->invariant && k > 0)
+            continue;
+        const struct shape *sh = &r->sh[r->invariant ? 0 : kind];
+        const int64_t ls = r->invariant ? 0 : i0 * r->lstep;
+        for (int64_t i = 0; i < sh->npc; i++)
+            memcpy(r->base + sh->pc[i].loff + ls, sl->stage[j] + (sh->pc[i].roff - sh->rr.lo),
+                   (size_t)sh->pc[i].len);
+    }
+}
+
+int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
+{
+    static const char *fn = "ovl_plan_next";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+        return rc;
+    if (!first || !iters)
+        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL", !first ? "first" : "iters");
+    if (p->state != ST_RUNNING)
+        return ovl__error(OVL_ERR_ARG, fn, "plan not begun (ovl_plan_begin first)");
+    if ((rc = ovl__check_not_in_callback(fn)))
+        return rc;
+    struct ovl__dom *prev = ovl__dom_enter(p->dom);
+    /* the strip handed out before is final: its puts leave */
+    if (p->cur >= 0 && p->cur < p->nstrips && (rc = put_strip(fn, p, p->cur))) {
+        ovl__dom_leave(prev);
+        return rc;
+    }
+    if (p->cur + 1 >= p->nstrips) { /* past the last strip */
+        ovl__dom_leave(prev);
+        p->cur = p->nstrips;
+        *first = p->d.trips[0];
+        *iters = 0;
+        return OVL_SUCCESS;
+    }
+    /* and its slot takes the next strip's reads */
+    if (p->cur >= 0 && p->issued < p->nstrips) {
+        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
+        p->issued++;
+    }
+    p->cur++;
+    struct slot *sl = &p->slots[p->cur % p->nslots];
+    int wrc = slot_wait(fn, sl);
+    if (!wrc && p->proto == OVL_PLAN_DATATYPE)
+        wrc = flush_strip(fn, p, p->cur);
+    ovl__dom_leave(prev);
+    if (rc || (rc = wrc))
+        return rc;
+    if (p->proto == OVL_PLAN_BBOX)
+        copy_out(p, sl);
+    *first = p->cur * p->S;
+    *iters = p->cur == p->nstrips - 1 ? p->d.trips[0] - *first : p->S;
+    return OVL_SUCCESS;
+}
+
+/* Wait for every slot in flight; the first error. */
+static int drain(const char *fn, struct plan *p)
+{
+    int rc = OVL_SUCCESS;
+    struct ovl__dom *prev = ovl__dom_enter(p->dom);
+    if (p->cur >= 0 && p->cur < p->nstrips) /* the strip handed out last is final too */
+        rc = put_strip(fn, p, p->cur);
+    for (int i = 0; i < p->nslots; i++) {
+        int r = slot_wait(fn, &p->slots[i]);
+        if (!rc)
+            rc = r;
+        p->slots[i].strip = -1;
+        if (p->wslots) {
+            r = slot_wait(fn, &p->wslots[i]);
+            if (!rc)
+                rc = r;
+            p->wslots[i].strip = -1;
+        }
+    }
+    if (p->writes) {
+        int r = flush_writes(fn, p);
+        if (!rc)
+            rc = r;
+    }
+    if (p->proto == OVL_PLAN_DATATYPE) {
+        int r = flush_strip(fn, p, -1);
+        if (!rc)
+            rc = r;
+    }
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+int ovl_plan_end(ovl_plan_t plan)
+{
+    static const char *fn = "ovl_plan_end";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+        return rc;
+    if (p->state != ST_RUNNING)
+        return ovl__error(OVL_ERR_ARG, fn, "plan not begun");
+    if ((rc = ovl__check_not_in_callback(fn)))
+        return rc;
+    rc = drain(fn, p);
+    p->state = ST_COMMITTED;
+    p->cur = -1;
+    return rc;
+}
+
+int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn cb, void *arg)
+{
+    static const char *fn = "ovl_plan_run";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+        return rc;
+    if (!cb)
+        return ovl__error(OVL_ERR_ARG, fn, "the strip callback is NULL");
+    if ((rc = ovl_plan_begin(plan)))
+        return rc;
+    int64_t first, iters;
+    int stop = 0;
+    while (!stop && (rc = ovl_plan_next(plan, &first, &iters)) == OVL_SUCCESS && iters > 0)
+        stop = cb(first, iters, arg) != 0;
+    int erc = ovl_plan_end(plan);
+    if (rc)
+        return rc;
+    if (erc)
+        return erc;
+    return stop ? ovl__error(OVL_ERR_CANCELLED, fn,
+                             "the strip callback stopped the execution at "
+                             "iteration %" PRId64,
+                             first)
+                : OVL_SUCCESS;
+}
+
+/* ---- reporting ------------------------------------------------------------- */
+
+int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
+{
+    static const char *fn = "ovl_plan_query";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = lookup(fn, plan, &p)))
+        return rc;
+    if (!info)
+        return ovl__error(OVL_ERR_ARG, fn, "info is NULL");
+    if (p->state == ST_NEW)
+        return ovl__error(OVL_ERR_ARG, fn, "plan not committed");
+    *info = (ovl_plan_info_t){ .protocol = p->proto,
+                               .forced = p->forced,
+                               .strip = p->S,
+                               .nstrips = p->nstrips,
+                               .lookahead = p->lookahead,
+                               .ops = p->ops,
+                               .bytes = p->bytes,
+                               .analyses = p->analyses,
+                               .runs = p->runs };
+    for (int q = 0; q < NPROTO; q++)
+        info->predicted_us[q] = q ? p->pred[q] : -1;
+    return OVL_SUCCESS;
+}
+
+int ovl_plan_explain(ovl_plan_t plan, FILE *out)
+{
+    static const char *fn = "ovl_plan_explain";
+    int rc;
+    struct plan *p = NULL;
+    if ((rc = lookup(fn, plan, &p)))
+        return rc;
+    if (!out)
+        return ovl__error(OVL_ERR_ARG, fn, "out is NULL");
+    if (p->state == ST_NEW)
+        return ovl__error(OVL_ERR_ARG, fn, "plan not committed");
+    const struct desc *d = &p->d;
+    fprintf(out, "plan \"%s\": %d loop%s (", p->key ? p->key : "", d->ndepth,
+            d->ndepth > 1 ? "s" : "");
+    for (int i = 0; i < d->ndepth; i++)
+        fprintf(out, "%sdepth %d: %" PRId64 " trips", i ? ", " : "", i, d->trips[i]);
+    fprintf(out, "), %d reference%s\n", d->nrefs, d->nrefs > 1 ? "s" : "");
+    for (int j = 0; j < d->nrefs; j++) {
+        const struct ref *r = &d->refs[j];
+        ovl_lmad_runs_t rr;
+        if (ovl_lmad_runs(&r->rem, &rr) != OVL_SUCCESS)
+            rr = (ovl_lmad_runs_t){ 0 };
+        fprintf(out,
+                "  ref %d: %s rank %d, %" PRId64 " bytes in %" PRId64 " runs of %" PRId64
+                ", bounding box [%" PRId64 ", %" PRId64 ")%s\n",
+                j, r->write ? "write to" : "read from", r->rank, rr.n * rr.size, rr.n, rr.size,
+                rr.lo, rr.lo + rr.extent,
+                r->invariant ? ", loop-invariant (read with the first strip)" : "");
+    }
+    fprintf(out,
+            "  tuple: Type=%s Comm_Args=%d ref%s N=%" PRId64 " S=%" PRId64 " B_Issue=%" PRId64
+            " Init_Level=0 Sync_Level=0 B_Sync=%" PRId64 "\n",
+            proto_name[p->proto], d->nrefs, d->nrefs > 1 ? "s" : "", p->ops, p->S,
+            p->max_ops[0] + p->max_ops[1], p->max_ops[0] + p->max_ops[1]);
+    fprintf(out,
+            "  strips: %" PRId64 " of %" PRId64 " iteration%s, %u ahead of the one computed on; "
+            "%" PRId64 " bytes per execution\n",
+            p->nstrips, p->S, p->S > 1 ? "s" : "", p->lookahead, p->bytes);
+    fprintf(out, "  predicted (rma latency %.2f us, %.1f B/us, overhead %.2f us):\n",
+            ovl__m.rma_lat_us, ovl__m.rma_bw_Bpus, ovl__m.o_us);
+    for (int q = 1; q < NPROTO; q++) {
+        if (p->pred[q] < 0)
+            fprintf(out, "    %-8s  n/a (%s)\n", proto_name[q], p->why[q]);
+        else
+            fprintf(out, "    %-8s %10.1f us%s\n", proto_name[q], p->pred[q],
+                    q != (int)p->proto ? ""
+                    : p->forced        ? "  <- chosen (forced by the commit's param)"
+                                       : "  <- chosen (least predicted time)");
+    }
+    return OVL_SUCCESS;
+}
+
+/* ---- freeing ------------------------------------------------------------- */
+
+static void plan_destroy(struct plan *p)
+{
+    slots_free(p);
+    shapes_free(p);
+    free(p->key);
+    free(p);
+}
+
+int ovl_plan_free(ovl_plan_t *plan)
+{
+    static const char *fn = "ovl_plan_free";
+    int rc;
+    struct plan *p = NULL;
+    if (!plan)
+        return ovl__error(OVL_ERR_ARG, fn, "plan is NULL");
+    if ((rc = lookup(fn, *plan, &p)))
+        return rc;
+    if (p->state == ST_RUNNING)
+        return ovl__error(OVL_ERR_PENDING, fn, "plan is executing (ovl_plan_end first)");
+    pthread_mutex_lock(&P.lock);
+    for (struct plan **q = &P.head; *q; q = &(*q)->next)
+        if (*q == p) {
+            *q = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&P.lock);
+    plan_destroy(p);
+    *plan = OVL_PLAN_NULL;
+    return OVL_SUCCESS;
+}
+
+void ovl__plan_free_all(void)
+{
+    pthread_mutex_lock(&P.lock);
+    struct plan *p = P.head;
+    P.head = NULL;
+    pthread_mutex_unlock(&P.lock);
+    while (p) {
+        struct plan *n = p->next;
+        if (p->state == ST_RUNNING)
+            (void)drain("ovl_finalize", p);
+        plan_destroy(p);
+        p = n;
+    }
+}

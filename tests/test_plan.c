@@ -1,0 +1,908 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * test_plan: the loop-nest planner (src/plan.c). Every rank fills its
+ * segment with bytes that encode (rank, offset); plans read strided blocks
+ * from a neighbour, and every byte received is checked against the pairs
+ * of offsets this file expands from the LMADs on its own (an odometer over
+ * the dimensions, independent of the library). The checks:
+ *  - a column block of a row-major matrix, a subarray of a 3-D array into
+ *    a padded local array, a contiguous range, and a plan of two
+ *    references on two targets, each under every protocol forced and the
+ *    model's choice, with strips of 2, 5 and the model's size: when
+ *    ovl_plan_next hands a strip out, its iterations' bytes are in place;
+ *    after ovl_plan_end every byte is, and local bytes no reference
+ *    covers are untouched; strips tile the outermost loop in order;
+ *  - writes: a plan that reads a column block from the next rank and
+ *    writes another into its segment, under each protocol that writes and
+ *    strip size; each strip's results are written while the program holds
+ *    it; after ovl_plan_end and a barrier every byte is at its target and
+ *    no other byte changed; the box refused for writes; overlapping write
+ *    references refused, disjoint ones and other targets accepted;
+ *  - 40 random rounds: subarrays of 1-3 dimensions (C or Fortran order,
+ *    elements of 1-8 bytes) read into padded local arrays, with a random
+ *    subarray written half the time, under a random protocol, strip size
+ *    and lookahead, every byte checked at both ends;
+ *  - ovl_plan_read_subarray declares the nest and reads a subarray (C and
+ *    Fortran order); ovl_plan_run calls back per strip, in order, each
+ *    strip in place; a callback that stops gives OVL_ERR_CANCELLED and the
+ *    plan runs again;
+ *  - the plan cache: the same key gives the same plan, analysed once;
+ *    described again the same (another local buffer taken over), it runs
+ *    without analysis; another shape or another param is refused with
+ *    OVL_ERR_ARG and the committed plan still runs;
+ *  - ovl_plan_explain prints the tuple and the choice;
+ *  - error paths: NULL pointers, bad depths and trips, references outside
+ *    the segment or that do not pair, calls out of order, bad params, a
+ *    plan freed while executing, a freed plan used, ovl_plan_next and
+ *    ovl_plan_end inside a continuation (OVL_ERR_IN_CALLBACK).
+ */
+#include "harness.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEG      (1 << 20)
+#define SENTINEL 0xEE
+
+/* The byte at @off of @rank's segment. */
+static uint8_t pat(int rank, int64_t off)
+{
+    return (uint8_t)th_mix(((uint64_t)(rank + 1) << 40) ^ (uint64_t)off);
+}
+
+/* An LMAD's byte offsets in its order (dim[0] fastest), with the index of
+ * each byte's point in the slowest dimension (the outermost iteration). */
+typedef struct {
+    int64_t *off, *it, n;
+} bytes_t;
+
+static bytes_t expand(const ovl_lmad_t *l)
+{
+    int64_t pts = 1;
+    for (int i = 0; i < l->ndims; i++)
+        pts *= l->dim[i].count;
+    bytes_t b = { malloc((size_t)(pts * l->elem) * sizeof(int64_t)),
+                  malloc((size_t)(pts * l->elem) * sizeof(int64_t)), 0 };
+    CHECK(b.off && b.it);
+    int64_t k[OVL_LMAD_MAX_DIMS] = { 0 };
+    for (int64_t p = 0; p < pts; p++) {
+        int64_t at = l->base;
+        for (int i = 0; i < l->ndims; i++)
+            at += k[i] * l->dim[i].stride;
+        int64_t it = l->ndims && l->dim[l->ndims - 1].depth == 0 ? k[l->ndims - 1] : 0;
+        for (int64_t e = 0; e < l->elem; e++) {
+            b.off[b.n] = at + e;
+            b.it[b.n++] = it;
+        }
+        for (int i = 0; i < l->ndims && ++k[i] == l->dim[i].count; i++)
+            k[i] = 0;
+    }
+    return b;
+}
+
+static void bytes_free(bytes_t *b)
+{
+    free(b->off);
+    free(b->it);
+}
+
+/* One reference of a case. */
+typedef struct {
+    int rank;
+    ovl_lmad_t rem, loc;
+    uint8_t *buf;
+    size_t buf_bytes;
+    bytes_t rb, lb;
+} ref_t;
+
+static void ref_make(ref_t *r, int rank, const ovl_lmad_t *rem, const ovl_lmad_t *loc,
+                     size_t buf_bytes)
+{
+    r->rank = rank;
+    r->rem = *rem;
+    r->loc = *loc;
+    r->buf_bytes = buf_bytes;
+    r->buf = malloc(buf_bytes);
+    CHECK(r->buf != NULL);
+    r->rb = expand(rem);
+    r->lb = expand(loc);
+    CHECKF(r->rb.n == r->lb.n, "case set-up: %" PRId64 " remote bytes, %" PRId64 " local", r->rb.n,
+           r->lb.n);
+}
+
+static void ref_free(ref_t *r)
+{
+    free(r->buf);
+    bytes_free(&r->rb);
+    bytes_free(&r->lb);
+}
+
+/* Bytes of iterations [lo, hi) of @r are in place (@all: and every local
+ * byte no point covers is the sentinel). */
+static void verify(const ref_t *r, int64_t lo, int64_t hi, int all, const char *what)
+{
+    for (int64_t i = 0; i < r->rb.n; i++) {
+        if (r->rb.it[i] < lo || r->rb.it[i] >= hi)
+            continue;
+        uint8_t got = r->buf[r->lb.off[i]], want = pat(r->rank, r->rb.off[i]);
+        if (got != want)
+            CHECKF(got == want,
+                   "%s: iteration %" PRId64 ", remote offset %" PRId64 " -> local %" PRId64
+                   ": got 0x%02x, want 0x%02x",
+                   what, r->rb.it[i], r->rb.off[i], r->lb.off[i], got, want);
+    }
+    th_pass();
+    if (!all)
+        return;
+    uint8_t *covered = calloc(r->buf_bytes, 1);
+    CHECK(covered != NULL);
+    for (int64_t i = 0; i < r->lb.n; i++)
+        covered[r->lb.off[i]] = 1;
+    for (size_t i = 0; i < r->buf_bytes; i++)
+        if (!covered[i] && r->buf[i] != SENTINEL)
+            CHECKF(0, "%s: local byte %zu, covered by no reference, was written", what, i);
+    free(covered);
+    th_pass();
+}
+
+/* Run a committed plan over @refs once, checking each strip as it is handed
+ * out; returns the strips seen. */
+static int64_t run(ovl_plan_t p, ref_t *refs, int nrefs, int64_t trips, const char *what)
+{
+    for (int j = 0; j < nrefs; j++)
+        memset(refs[j].buf, SENTINEL, refs[j].buf_bytes);
+    CHECK_OK(ovl_plan_begin(p));
+    int64_t i0 = -1, n = -1, at = 0, strips = 0;
+    while (1) {
+        CHECK_OK(ovl_plan_next(p, &i0, &n));
+        if (n == 0)
+            break;
+        CHECKF(i0 == at && n > 0 && i0 + n <= trips,
+               "%s: strip [%" PRId64 ", +%" PRId64 ") where %" PRId64 " was next", what, i0, n, at);
+        for (int j = 0; j < nrefs; j++)
+            verify(&refs[j], i0, i0 + n, 0, what);
+        at += n;
+        strips++;
+    }
+    CHECKF(at == trips, "%s: strips covered %" PRId64 " of %" PRId64 " iterations", what, at,
+           trips);
+    /* after the last: stays at the end */
+    CHECK_OK(ovl_plan_next(p, &i0, &n));
+    CHECK(n == 0);
+    CHECK_OK(ovl_plan_end(p));
+    for (int j = 0; j < nrefs; j++)
+        verify(&refs[j], 0, trips, 1, what);
+    return strips;
+}
+
+/* Describe @refs on plan @p: @ndepth loops. */
+static void describe(ovl_plan_t p, ovl_segment_t seg, ref_t *refs, int nrefs, const int64_t *trips,
+                     int ndepth)
+{
+    for (int d = 0; d < ndepth; d++)
+        CHECK_OK(ovl_plan_loop(p, d, trips[d]));
+    for (int j = 0; j < nrefs; j++)
+        CHECK_OK(ovl_plan_read(p, seg, refs[j].rank, &refs[j].rem, refs[j].buf, &refs[j].loc));
+}
+
+static const char *const pname[] = { "auto", "datatype", "runs", "bbox" };
+
+/* Every protocol x strip size on one case. */
+static void sweep(const char *name, ovl_segment_t seg, ref_t *refs, int nrefs, const int64_t *trips,
+                  int ndepth)
+{
+    const int64_t strips[] = { 2, 5, 0 }; /* 0: the model's */
+    for (int q = 0; q <= OVL_PLAN_BBOX; q++)
+        for (size_t s = 0; s < sizeof strips / sizeof strips[0]; s++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s, %s, strip %" PRId64, name, pname[q], strips[s]);
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, refs, nrefs, trips, ndepth);
+            ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_LOOKAHEAD,
+                               .protocol = (ovl_plan_protocol_t)q,
+                               .lookahead = (unsigned)(s + 1) };
+            if (strips[s]) {
+                pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                pm.strip = strips[s];
+            }
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            snprintf(what, sizeof what, "%s, %s (%s), strip %" PRId64 " (%" PRId64 " strips)", name,
+                     pname[q], pname[in.protocol], strips[s], in.nstrips);
+            CHECKF(q == 0 || ((int)in.protocol == q && in.forced), "%s: protocol %d forced %d",
+                   what, (int)in.protocol, in.forced);
+            CHECKF(q != 0 || (!in.forced && in.predicted_us[in.protocol] >= 0),
+                   "%s: the model chose %d", what, (int)in.protocol);
+            for (int k = 1; q == 0 && k <= OVL_PLAN_BBOX; k++)
+                CHECKF(in.predicted_us[k] < 0 || in.predicted_us[in.protocol] <= in.predicted_us[k],
+                       "%s: chose %s (%.1f us) over %s (%.1f us)", what, pname[in.protocol],
+                       in.predicted_us[in.protocol], pname[k], in.predicted_us[k]);
+            CHECKF(!strips[s] || in.strip == (strips[s] < trips[0] ? strips[s] : trips[0]),
+                   "%s: strip %" PRId64, what, in.strip);
+            int64_t seen = run(p, refs, nrefs, trips[0], what);
+            CHECKF(seen == in.nstrips, "%s: %" PRId64 " strips handed out, %" PRId64 " planned",
+                   what, seen, in.nstrips);
+            /* a committed plan runs again */
+            if (s == 0)
+                (void)run(p, refs, nrefs, trips[0], what);
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECK(in.analyses == 1 && in.runs == (s == 0 ? 2u : 1u));
+            CHECK_OK(ovl_plan_free(&p));
+            CHECK(p == OVL_PLAN_NULL);
+        }
+}
+
+static ovl_lmad_t sub(int nd, const int *sizes, const int *subs, const int *starts, int64_t elem,
+                      int64_t base)
+{
+    ovl_lmad_t l;
+    CHECK_OK(ovl_lmad_from_subarray(nd, sizes, subs, starts, MPI_ORDER_C, elem, &l));
+    l.base += base;
+    return l;
+}
+
+/* Remote layouts in the segment. */
+#define MAT_OFF   4096   /* 64 x 96 doubles */
+#define CUBE_OFF  65536  /* 8 x 10 x 12 floats */
+#define RANGE_OFF 200003 /* 777 x 8 bytes, unaligned */
+
+static void cases(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    /* a column block of a row-major matrix: columns [10, 20) of 64 x 96 */
+    {
+        ref_t r;
+        ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+        ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+        ref_make(&r, next, &rem, &loc, 64 * 10 * 8);
+        sweep("column block", seg, &r, 1, (int64_t[]){ 64, 10 }, 2);
+        ref_free(&r);
+    }
+    /* a 5 x 4 x 6 subarray of an 8 x 10 x 12 array into a padded 5 x 4 x 8 one */
+    {
+        ref_t r;
+        ovl_lmad_t rem =
+            sub(3, (int[]){ 8, 10, 12 }, (int[]){ 5, 4, 6 }, (int[]){ 2, 3, 4 }, 4, CUBE_OFF);
+        ovl_lmad_t loc = sub(3, (int[]){ 5, 4, 8 }, (int[]){ 5, 4, 6 }, (int[]){ 0, 0, 1 }, 4, 0);
+        ref_make(&r, next, &rem, &loc, 5 * 4 * 8 * 4);
+        sweep("3-D subarray", seg, &r, 1, (int64_t[]){ 5, 4, 6 }, 3);
+        ref_free(&r);
+    }
+    /* a contiguous range */
+    {
+        ref_t r;
+        ovl_lmad_t rem = { .base = RANGE_OFF, .elem = 8, .ndims = 1, .dim = { { 8, 777, 0 } } };
+        ovl_lmad_t loc = { .base = 0, .elem = 8, .ndims = 1, .dim = { { 8, 777, 0 } } };
+        ref_make(&r, prev, &rem, &loc, 777 * 8);
+        sweep("contiguous range", seg, &r, 1, (int64_t[]){ 777 }, 1);
+        ref_free(&r);
+    }
+    /* two references on two targets, one of them loop-invariant: rows
+     * 3..34 of the matrix (a strided 2-D block, 8 of 96 columns) from the
+     * next rank, and a 100-byte range read whole from the previous one */
+    {
+        ref_t r[2];
+        ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 32, 8 }, (int[]){ 3, 40 }, 8, MAT_OFF);
+        ovl_lmad_t loc = sub(2, (int[]){ 32, 9 }, (int[]){ 32, 8 }, (int[]){ 0, 1 }, 8, 0);
+        ref_make(&r[0], next, &rem, &loc, 32 * 9 * 8);
+        ovl_lmad_t inv = { .base = 17, .elem = 100, .ndims = 0 };
+        ovl_lmad_t invl = { .base = 3, .elem = 100, .ndims = 0 };
+        ref_make(&r[1], prev, &inv, &invl, 110);
+        /* (the invariant reference's bytes are iteration 0's: checked with the first strip) */
+        sweep("two references", seg, r, 2, (int64_t[]){ 32, 8 }, 2);
+        ref_free(&r[0]);
+        ref_free(&r[1]);
+    }
+}
+
+/* Writes: a region of 64 x 96 doubles other ranks write into. */
+#define WOFF (512 * 1024)
+
+static uint8_t wpat(int rank, int64_t off, int salt)
+{
+    return (uint8_t)th_mix(((uint64_t)(rank + 1) << 48) ^ ((uint64_t)salt << 32) ^ (uint64_t)off);
+}
+
+/* Plans that read a column block from the next rank and write one into its
+ * write region, every protocol that writes x strip sizes: the program
+ * fills each strip's local bytes while it holds the strip; after
+ * ovl_plan_end and a barrier, each rank finds the previous rank's bytes in
+ * its region, and every other byte of the region as it was. */
+static void writes(ovl_segment_t seg, uint8_t *base)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    ref_t rd, wr;
+    ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+    ovl_lmad_t wrem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 7 }, (int[]){ 0, 50 }, 8, WOFF);
+    ovl_lmad_t wloc = sub(2, (int[]){ 64, 8 }, (int[]){ 64, 7 }, (int[]){ 0, 1 }, 8, 0);
+    ref_make(&rd, next, &rem, &loc, 64 * 10 * 8);
+    ref_make(&wr, next, &wrem, &wloc, 64 * 8 * 8);
+    const int64_t trips[] = { 64, 10 };
+    const size_t region = 64 * 96 * 8;
+    uint8_t *written = calloc(region, 1);
+    CHECK(written != NULL);
+    for (int64_t i = 0; i < wr.rb.n; i++)
+        written[wr.rb.off[i] - WOFF] = 1;
+    const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS };
+    const int64_t strips[] = { 2, 5, 0 };
+    int salt = 0;
+    for (size_t q = 0; q < sizeof protos / sizeof protos[0]; q++)
+        for (size_t t = 0; t < sizeof strips / sizeof strips[0]; t++) {
+            char what[128];
+            snprintf(what, sizeof what, "writes, %s, strip %" PRId64, pname[protos[q]], strips[t]);
+            salt++;
+            for (size_t i = 0; i < region; i++)
+                base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+            CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, &rd, 1, trips, 2);
+            CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+            ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL, .protocol = protos[q] };
+            if (strips[t]) {
+                pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                pm.strip = strips[t];
+            }
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECKF(in.protocol != OVL_PLAN_BBOX && in.predicted_us[OVL_PLAN_BBOX] < 0,
+                   "%s: the box chosen for a plan that writes", what);
+            memset(rd.buf, SENTINEL, rd.buf_bytes);
+            memset(wr.buf, SENTINEL, wr.buf_bytes);
+            CHECK_OK(ovl_plan_begin(p));
+            int64_t i0, n, at = 0;
+            while (1) {
+                CHECK_OK(ovl_plan_next(p, &i0, &n));
+                if (n == 0)
+                    break;
+                CHECK(i0 == at);
+                verify(&rd, i0, i0 + n, 0, what);
+                for (int64_t i = 0; i < wr.lb.n; i++) /* compute the strip's results */
+                    if (wr.lb.it[i] >= i0 && wr.lb.it[i] < i0 + n)
+                        wr.buf[wr.lb.off[i]] = wpat(th_rank, wr.lb.off[i], salt);
+                at += n;
+            }
+            CHECK(at == 64);
+            CHECK_OK(ovl_plan_end(p));
+            CHECK_OK(ovl_plan_free(&p));
+            CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+            for (int64_t i = 0; i < wr.rb.n; i++) {
+                uint8_t got = base[wr.rb.off[i]], want = wpat(prev, wr.lb.off[i], salt);
+                if (got != want)
+                    CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
+                           wr.rb.off[i], prev, got, want);
+            }
+            for (size_t i = 0; i < region; i++)
+                if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+                    CHECKF(0, "%s: byte %zu of the region, written by no reference, changed", what,
+                           WOFF + i);
+            th_pass();
+            CHECK_OK(ovl_barrier()); /* checked before the next reset */
+        }
+    /* the box cannot write; write references that overlap are refused */
+    ovl_plan_t p = OVL_PLAN_NULL;
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    describe(p, seg, &rd, 1, trips, 2);
+    CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+    EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                  .protocol = OVL_PLAN_BBOX }),
+               OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "writes") != NULL);
+    CHECK_OK(ovl_plan_free(&p));
+    ovl_lmad_t over = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 7 }, (int[]){ 0, 56 }, 8, WOFF);
+    ovl_lmad_t apart = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 7 }, (int[]){ 0, 57 }, 8, WOFF);
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(ovl_plan_loop(p, 0, 64));
+    CHECK_OK(ovl_plan_loop(p, 1, 7));
+    CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+    CHECK_OK(ovl_plan_write(p, seg, next, &over, wr.buf, &wloc)); /* column 56 twice */
+    EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "overlap") != NULL);
+    CHECK_OK(ovl_plan_free(&p));
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(ovl_plan_loop(p, 0, 64));
+    CHECK_OK(ovl_plan_loop(p, 1, 7));
+    CHECK_OK(ovl_plan_write(p, seg, next, &wrem, wr.buf, &wloc));
+    CHECK_OK(ovl_plan_write(p, seg, next, &apart, wr.buf, &wloc)); /* disjoint: accepted */
+    if (prev != next)                                              /* another target */
+        CHECK_OK(ovl_plan_write(p, seg, prev, &wrem, wr.buf, &wloc));
+    CHECK_OK(ovl_plan_commit(p, NULL));
+    CHECK_OK(ovl_plan_free(&p));
+    free(written);
+    ref_free(&rd);
+    ref_free(&wr);
+}
+
+/* Random subarrays (1-3 dimensions, C or Fortran order, elements of 1-8
+ * bytes) read from the next rank into padded local arrays and written
+ * into its write region, under a random protocol, strip size and
+ * lookahead. Every rank draws the same shapes (the generator is seeded
+ * alike), so the barriers pair up and each rank knows what the previous
+ * one wrote into its region. */
+static void random_shape(th_rng_t *g, int mo, int64_t base, ovl_lmad_t *rem, ovl_lmad_t *loc,
+                         size_t *loc_bytes, int64_t *trips, int *nd, int64_t elem, int outer)
+{
+    int sizes[3], subs[3], starts[3], lsizes[3], lstarts[3];
+    if (!outer) /* else: @nd dimensions, the slowest @outer points */
+        *nd = 1 + (int)th_below(g, 3);
+    const int slowest = mo == MPI_ORDER_C ? 0 : *nd - 1;
+    *loc_bytes = (size_t)elem;
+    for (int k = 0; k < *nd; k++) {
+        sizes[k] = 1 + (int)th_below(g, 12);
+        subs[k] = 1 + (int)th_below(g, (uint64_t)sizes[k]);
+        if (outer && k == slowest) {
+            subs[k] = outer;
+            sizes[k] = outer + (int)th_below(g, 3);
+        }
+        starts[k] = (int)th_below(g, (uint64_t)(sizes[k] - subs[k] + 1));
+        lsizes[k] = subs[k] + (int)th_below(g, 3);
+        lstarts[k] = (int)th_below(g, (uint64_t)(lsizes[k] - subs[k] + 1));
+        *loc_bytes *= (size_t)lsizes[k];
+    }
+    CHECK_OK(ovl_lmad_from_subarray(*nd, sizes, subs, starts, mo, elem, rem));
+    CHECK_OK(ovl_lmad_from_subarray(*nd, lsizes, subs, lstarts, mo, elem, loc));
+    rem->base += base;
+    for (int k = 0; k < *nd; k++) /* the nest, slowest dimension first */
+        trips[k] = subs[mo == MPI_ORDER_C ? k : *nd - 1 - k];
+}
+
+static void random_plans(ovl_segment_t seg, uint8_t *base)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    th_rng_t g;
+    th_rng_init(&g, 37, 2, 0); /* the same on every rank */
+    const int64_t elems[] = { 1, 2, 3, 4, 8 };
+    const size_t region = 64 * 96 * 8;
+    int writes_run = 0, per_proto[4] = { 0 };
+    for (int round = 0; round < 40; round++) {
+        const int mo = th_below(&g, 2) ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
+        const int64_t elem = elems[th_below(&g, 5)];
+        ovl_lmad_t rem, loc, wrem, wloc;
+        size_t lb, wlb;
+        int64_t trips[3], wtrips[3];
+        int nd, wnd;
+        random_shape(&g, mo, (int64_t)th_below(&g, 4096), &rem, &loc, &lb, trips, &nd, elem, 0);
+        wnd = nd;
+        random_shape(&g, mo, WOFF + (int64_t)th_below(&g, 4096), &wrem, &wloc, &wlb, wtrips, &wnd,
+                     elem, (int)trips[0]);
+        const int with_write = (int)th_below(&g, 2);
+        const ovl_plan_protocol_t proto = (ovl_plan_protocol_t)th_below(&g, 4);
+        const int64_t strip = 1 + (int64_t)th_below(&g, (uint64_t)trips[0] + 1);
+        const unsigned ahead = (unsigned)th_below(&g, 5);
+        char what[160];
+        snprintf(what, sizeof what,
+                 "random round %d: %dD %s, elem %" PRId64 ", %s, strip %" PRId64 ", lookahead %u%s",
+                 round, nd, mo == MPI_ORDER_C ? "C" : "Fortran", elem, pname[proto], strip, ahead,
+                 with_write ? ", with a write" : "");
+        ref_t r, w;
+        ref_make(&r, next, &rem, &loc, lb);
+        ref_make(&w, next, &wrem, &wloc, wlb);
+        for (size_t i = 0; i < region; i++)
+            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+        CHECK_OK(ovl_barrier());
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        for (int k = 0; k < nd; k++)
+            CHECK_OK(ovl_plan_loop(p, k, trips[k]));
+        /* the write shares the read's outermost loop; its inner
+         * dimensions' counts may differ from the read's inner trips (only
+         * depth 0 is strip-mined, and only its count is checked) */
+        CHECK_OK(ovl_plan_read(p, seg, next, &rem, r.buf, &loc));
+        if (with_write)
+            CHECK_OK(ovl_plan_write(p, seg, next, &wrem, w.buf, &wloc));
+        const ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP |
+                                               OVL_PARAM_FIELD_LOOKAHEAD,
+                                 .protocol = proto,
+                                 .strip = strip,
+                                 .lookahead = ahead };
+        if (with_write && proto == OVL_PLAN_BBOX) {
+            EXPECT_ERR(ovl_plan_commit(p, &pm), OVL_ERR_ARG);
+        } else {
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            memset(r.buf, SENTINEL, r.buf_bytes);
+            memset(w.buf, SENTINEL, w.buf_bytes);
+            CHECK_OK(ovl_plan_begin(p));
+            int64_t i0, n, at = 0;
+            while (1) {
+                CHECK_OK(ovl_plan_next(p, &i0, &n));
+                if (n == 0)
+                    break;
+                CHECKF(i0 == at, "%s: strip at %" PRId64 ", %" PRId64 " next", what, i0, at);
+                verify(&r, i0, i0 + n, 0, what);
+                for (int64_t i = 0; with_write && i < w.lb.n; i++)
+                    if (w.lb.it[i] >= i0 && w.lb.it[i] < i0 + n)
+                        w.buf[w.lb.off[i]] = wpat(th_rank, w.lb.off[i], round);
+                at += n;
+            }
+            CHECK_OK(ovl_plan_end(p));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            per_proto[in.protocol]++;
+            writes_run += with_write;
+            CHECKF(at == trips[0], "%s: %" PRId64 " iterations", what, at);
+            verify(&r, 0, trips[0], 1, what);
+        }
+        CHECK_OK(ovl_plan_free(&p));
+        CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+        uint8_t *mine = calloc(region, 1);
+        CHECK(mine != NULL);
+        for (int64_t i = 0; with_write && proto != OVL_PLAN_BBOX && i < w.rb.n; i++) {
+            mine[w.rb.off[i] - WOFF] = 1;
+            uint8_t got = base[w.rb.off[i]], want = wpat(prev, w.lb.off[i], round);
+            if (got != want)
+                CHECKF(0, "%s: written byte %" PRId64 ": got 0x%02x, want 0x%02x", what,
+                       w.rb.off[i], got, want);
+        }
+        for (size_t i = 0; i < region; i++)
+            if (!mine[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+                CHECKF(0, "%s: region byte %zu changed", what, i);
+        th_pass();
+        free(mine);
+        CHECK_OK(ovl_barrier()); /* checked before the next reset */
+        ref_free(&r);
+        ref_free(&w);
+    }
+    if (th_rank == 0)
+        printf("random plans: %d with a write; datatype %d, runs %d, bbox %d\n", writes_run,
+               per_proto[1], per_proto[2], per_proto[3]);
+    CHECK(writes_run > 0 && per_proto[1] > 0 && per_proto[2] > 0 && per_proto[3] > 0);
+}
+
+/* ovl_plan_run's callback: checks each strip as it comes. */
+struct strips_seen {
+    ref_t *r;
+    int64_t at, stop_at; /* next iteration expected; stop when reached (-1: never) */
+    int calls;
+};
+
+static int on_strip(int64_t first, int64_t iters, void *arg)
+{
+    struct strips_seen *c = arg;
+    CHECKF(first == c->at && iters > 0,
+           "strip [%" PRId64 ", +%" PRId64 ") where %" PRId64 " was next", first, iters, c->at);
+    verify(c->r, first, first + iters, 0, "ovl_plan_run");
+    c->at += iters;
+    c->calls++;
+    return c->stop_at >= 0 && c->at >= c->stop_at;
+}
+
+/* ovl_plan_read_subarray (the nest declared from the subarray, C and
+ * Fortran order) executed by ovl_plan_run, stopped early by the callback
+ * too. */
+static void subarrays(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    for (int order = 0; order < 2; order++) {
+        const int mo = order ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
+        const int sizes[] = { 8, 10, 12 }, subs[] = { 5, 4, 6 }, starts[] = { 2, 3, 4 };
+        ovl_lmad_t rem, loc;
+        CHECK_OK(ovl_lmad_from_subarray(3, sizes, subs, starts, mo, 4, &rem));
+        CHECK_OK(ovl_lmad_from_subarray(3, subs, subs, (int[]){ 0, 0, 0 }, mo, 4, &loc));
+        rem.base += CUBE_OFF;
+        ref_t r;
+        ref_make(&r, next, &rem, &loc, 5 * 4 * 6 * 4);
+        const int64_t outer = order ? 6 : 5; /* the slowest dimension's subsize */
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(
+            ovl_plan_read_subarray(p, seg, next, CUBE_OFF, 3, sizes, subs, starts, mo, 4, r.buf));
+        CHECK_OK(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 2 }));
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(p, &in));
+        CHECK(in.nstrips == (outer + 1) / 2);
+        memset(r.buf, SENTINEL, r.buf_bytes);
+        struct strips_seen c = { &r, 0, -1, 0 };
+        CHECK_OK(ovl_plan_run(p, on_strip, &c));
+        CHECK(c.at == outer && c.calls == in.nstrips);
+        verify(&r, 0, outer, 1, "ovl_plan_read_subarray");
+        /* stopped after the first strip: OVL_ERR_CANCELLED, the plan reusable */
+        c = (struct strips_seen){ &r, 0, 1, 0 };
+        EXPECT_ERR(ovl_plan_run(p, on_strip, &c), OVL_ERR_CANCELLED);
+        CHECK(c.calls == 1);
+        c = (struct strips_seen){ &r, 0, -1, 0 };
+        memset(r.buf, SENTINEL, r.buf_bytes);
+        CHECK_OK(ovl_plan_run(p, on_strip, &c));
+        CHECK(c.at == outer);
+        EXPECT_ERR(ovl_plan_run(p, NULL, NULL), OVL_ERR_ARG);
+        /* described again with another subarray: refused at commit */
+        CHECK_OK(ovl_plan_read_subarray(p, seg, next, 0, 2, (int[]){ 64, 96 }, (int[]){ 64, 10 },
+                                        (int[]){ 0, 0 }, mo, 8, r.buf));
+        EXPECT_ERR(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 2 }),
+            OVL_ERR_ARG);
+        CHECK_OK(ovl_plan_free(&p));
+        /* on a nest declared first, the subarray must fit it */
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(ovl_plan_loop(p, 0, 3));
+        EXPECT_ERR(
+            ovl_plan_read_subarray(p, seg, next, CUBE_OFF, 3, sizes, subs, starts, mo, 4, r.buf),
+            OVL_ERR_ARG); /* 3 trips, the slowest dimension has 5 or 6 points */
+        EXPECT_ERR(ovl_plan_read_subarray(p, seg, next, 0, 3, sizes, subs, (int[]){ 4, 0, 0 }, mo,
+                                          4, r.buf),
+                   OVL_ERR_ARG); /* start + subsize beyond size */
+        EXPECT_ERR(ovl_plan_read_subarray(p, seg, next, 0, 3, NULL, subs, starts, mo, 4, r.buf),
+                   OVL_ERR_ARG);
+        EXPECT_ERR(ovl_plan_read_subarray(p, seg, next, SEG, 3, sizes, subs, starts, mo, 4, r.buf),
+                   OVL_ERR_ARG); /* beyond the segment */
+        CHECK_OK(ovl_plan_free(&p));
+        ref_free(&r);
+    }
+}
+
+/* The plan cache. */
+static void cache(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    ref_t r;
+    ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+    ref_make(&r, next, &rem, &loc, 64 * 10 * 8);
+    const int64_t trips[] = { 64, 10 };
+    const ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 16 };
+    ovl_plan_t p = OVL_PLAN_NULL, q = OVL_PLAN_NULL;
+    int found = -1;
+    CHECK_OK(ovl_plan_create("test_plan.cache", &p, &found));
+    CHECK(found == 0 && p != OVL_PLAN_NULL);
+    describe(p, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(p, &pm));
+    ovl_plan_info_t in;
+    CHECK_OK(ovl_plan_query(p, &in));
+    CHECK(in.analyses == 1 && in.strip == 16 && in.nstrips == 4);
+    (void)run(p, &r, 1, 64, "cache, first");
+    /* the same key: the same plan, described again the same: no analysis */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    CHECK(found == 1 && q == p);
+    describe(q, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    CHECK_OK(ovl_plan_query(q, &in));
+    CHECK(in.analyses == 1);
+    (void)run(q, &r, 1, 64, "cache, described again");
+    /* another local buffer: taken over, no analysis */
+    uint8_t *old = r.buf;
+    r.buf = malloc(r.buf_bytes);
+    CHECK(r.buf != NULL);
+    memset(old, SENTINEL, r.buf_bytes);
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    describe(q, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    (void)run(q, &r, 1, 64, "cache, new buffer");
+    for (size_t i = 0; i < r.buf_bytes; i++)
+        CHECKF(old[i] == SENTINEL, "the old buffer's byte %zu was written", i);
+    free(old);
+    /* found again, not described: runs as it is */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    CHECK(found == 1 && q == p);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    (void)run(q, &r, 1, 64, "cache, not described");
+    /* another shape with the same key: refused, the committed plan intact */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    describe(q, seg, &r, 1, (int64_t[]){ 64, 9 }, 2);
+    EXPECT_ERR(ovl_plan_commit(q, &pm), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "another shape") != NULL);
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    ovl_lmad_t rem2 = rem;
+    rem2.base += 8;
+    CHECK_OK(ovl_plan_loop(q, 0, 64));
+    CHECK_OK(ovl_plan_loop(q, 1, 10));
+    CHECK_OK(ovl_plan_read(q, seg, next, &rem2, r.buf, &loc));
+    EXPECT_ERR(ovl_plan_commit(q, &pm), OVL_ERR_ARG);
+    /* described again, not committed: begin refuses, until a commit */
+    CHECK_OK(ovl_plan_loop(q, 0, 64));
+    EXPECT_ERR(ovl_plan_begin(q), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(q, &pm), OVL_ERR_ARG); /* incomplete: differs */
+    /* another param: refused */
+    EXPECT_ERR(ovl_plan_commit(q, NULL), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_commit(q, &pm));
+    (void)run(q, &r, 1, 64, "cache, after refusals");
+    CHECK_OK(ovl_plan_query(q, &in));
+    CHECK(in.analyses == 1 && in.runs == 5);
+    /* explain */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    CHECK_OK(ovl_plan_explain(p, f));
+    fclose(f);
+    CHECKF(strstr(text, "Type=") && strstr(text, "S=16") && strstr(text, "<- chosen") &&
+               strstr(text, "datatype") && strstr(text, "runs") && strstr(text, "bbox"),
+           "explain printed: %s", text);
+    if (th_rank == 0)
+        fputs(text, stdout);
+    free(text);
+    /* freed: the key makes a new plan */
+    CHECK_OK(ovl_plan_free(&p));
+    EXPECT_ERR(ovl_plan_begin(q), OVL_ERR_ARG); /* q was p */
+    CHECK_OK(ovl_plan_create("test_plan.cache", &q, &found));
+    CHECK(found == 0);
+    EXPECT_ERR(ovl_plan_begin(q), OVL_ERR_ARG); /* not committed */
+    CHECK_OK(ovl_plan_free(&q));
+    /* a cached plan left for ovl_finalize to free */
+    CHECK_OK(ovl_plan_create("test_plan.left", &q, &found));
+    describe(q, seg, &r, 1, trips, 2);
+    CHECK_OK(ovl_plan_commit(q, NULL));
+    ref_free(&r);
+}
+
+/* A continuation that calls the blocking plan calls. */
+struct in_cb {
+    ovl_plan_t p;
+    atomic_int next_rc, end_rc, ran;
+};
+
+static void blocking_in_cb(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    struct in_cb *c = arg;
+    int64_t i0, n;
+    atomic_store(&c->next_rc, ovl_plan_next(c->p, &i0, &n));
+    atomic_store(&c->end_rc, ovl_plan_end(c->p));
+    atomic_store(&c->ran, 1);
+}
+
+static void errors(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    uint8_t buf[64 * 10 * 8];
+    ovl_lmad_t rem = sub(2, (int[]){ 64, 96 }, (int[]){ 64, 10 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t loc = sub(2, (int[]){ 64, 10 }, (int[]){ 64, 10 }, (int[]){ 0, 0 }, 8, 0);
+    ovl_plan_t p = OVL_PLAN_NULL;
+    int64_t i0, n;
+    char longkey[300];
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    EXPECT_ERR(ovl_plan_create(NULL, NULL, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_create(longkey, &p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(OVL_PLAN_NULL, 0, 4), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    /* before anything is described */
+    EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_begin(p), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_next(p, &i0, &n), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_end(p), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_explain(p, stdout), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG); /* no loop */
+    /* depths */
+    EXPECT_ERR(ovl_plan_loop(p, -1, 4), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(p, OVL_PLAN_MAX_DEPTH, 4), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(p, 1, 4), OVL_ERR_ARG); /* out of order */
+    EXPECT_ERR(ovl_plan_loop(p, 0, 0), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_loop(p, 0, 64));
+    EXPECT_ERR(ovl_plan_loop(p, 0, 64), OVL_ERR_ARG);                      /* twice */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG); /* depth 1 undeclared */
+    CHECK_OK(ovl_plan_loop(p, 1, 10));
+    /* references */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, NULL, buf, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, NULL, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, OVL_SEGMENT_NULL, next, &rem, buf, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_read(p, seg, th_size, &rem, buf, &loc), OVL_ERR_RANK);
+    EXPECT_ERR(ovl_plan_read(p, seg, -1, &rem, buf, &loc), OVL_ERR_RANK);
+    ovl_lmad_t bad = rem;
+    bad.base = SEG - 100; /* runs past the segment's end */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    CHECK(strstr(ovl_error_detail(), "outside") != NULL);
+    bad.base = -8;
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    bad = rem;
+    bad.elem = 0; /* invalid */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    bad = loc;
+    bad.dim[0].count = 9; /* 9 columns locally: bytes do not pair */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &bad), OVL_ERR_ARG);
+    ovl_lmad_t r2 = sub(2, (int[]){ 64, 96 }, (int[]){ 32, 20 }, (int[]){ 0, 10 }, 8, MAT_OFF);
+    ovl_lmad_t l2 = sub(2, (int[]){ 32, 20 }, (int[]){ 32, 20 }, (int[]){ 0, 0 }, 8, 0);
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &r2, buf, &l2), OVL_ERR_ARG); /* 32 rows, 64 trips */
+    bad = rem;
+    bad.dim[0].depth = 0;
+    bad.dim[1].depth = 1; /* depth 0 not the slowest */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &bad, buf, &loc), OVL_ERR_ARG);
+    bad = loc;
+    bad.dim[1].depth = -1; /* depth 0 on the remote side only */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &bad), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_read(p, seg, next, &rem, buf, &loc));
+    EXPECT_ERR(ovl_plan_loop(p, 2, 3), OVL_ERR_ARG); /* after a reference */
+    /* params */
+    EXPECT_ERR(
+        ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 0 }),
+        OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                  .protocol = (ovl_plan_protocol_t)9 }),
+               OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(
+                   p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_LOOKAHEAD, .lookahead = 65 }),
+               OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(p, TH_DECOMP(1)), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_query(p, &(ovl_plan_info_t){ 0 }), OVL_ERR_ARG); /* not committed */
+    CHECK_OK(ovl_plan_commit(p, NULL));
+    EXPECT_ERR(ovl_plan_query(p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_explain(p, NULL), OVL_ERR_ARG);
+    /* out of order */
+    EXPECT_ERR(ovl_plan_next(p, &i0, &n), OVL_ERR_ARG); /* before begin */
+    EXPECT_ERR(ovl_plan_end(p), OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_begin(p));
+    EXPECT_ERR(ovl_plan_begin(p), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_next(p, NULL, &n), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_next(p, &i0, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_loop(p, 0, 64), OVL_ERR_ARG); /* executing */
+    EXPECT_ERR(ovl_plan_read(p, seg, next, &rem, buf, &loc), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_free(&p), OVL_ERR_PENDING); /* freed while executing */
+    /* blocking plan calls inside a continuation */
+    {
+        struct in_cb c = { .p = p };
+        int v = 7, w = 0;
+        ovl_request_t rr = OVL_REQUEST_NULL, sr = OVL_REQUEST_NULL;
+        CHECK_OK(ovl_irecv(&w, 1, MPI_INT, th_rank, 91, &rr));
+        CHECK_OK(ovl_continue(rr, blocking_in_cb, &c));
+        CHECK_OK(ovl_isend(&v, 1, MPI_INT, th_rank, 91, &sr));
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&sr, &st));
+        CHECK_OK(ovl_wait(&rr, &st));
+        TH_WAIT_UNTIL(atomic_load(&c.ran), 10, th_progress());
+        EXPECT_ERR(atomic_load(&c.next_rc), OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(atomic_load(&c.end_rc), OVL_ERR_IN_CALLBACK);
+    }
+    CHECK(p != OVL_PLAN_NULL);
+    CHECK_OK(ovl_plan_next(p, &i0, &n)); /* one strip, then end early */
+    CHECK(i0 == 0 && n > 0);
+    CHECK_OK(ovl_plan_end(p));
+    ovl_plan_t dead = p;
+    CHECK_OK(ovl_plan_free(&p));
+    EXPECT_ERR(ovl_plan_begin(dead), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_free(&dead), OVL_ERR_ARG);
+    EXPECT_ERR(ovl_plan_free(NULL), OVL_ERR_ARG);
+    /* a forced protocol that cannot move the plan: a box above 256 MiB
+     * cannot exist in this segment, so a column of 70000 single bytes
+     * (more runs per strip than RUNS and BBOX enumerate) */
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(ovl_plan_loop(p, 0, 1));
+    CHECK_OK(ovl_plan_loop(p, 1, 70000));
+    ovl_lmad_t many = { .base = 0, .elem = 1, .ndims = 2, .dim = { { 2, 70000, 1 }, { 0, 1, 0 } } };
+    ovl_lmad_t manyl = { .base = 0, .elem = 70000, .ndims = 1, .dim = { { 0, 1, 0 } } };
+    uint8_t *mb = malloc(70000);
+    CHECK(mb != NULL);
+    CHECK_OK(ovl_plan_read(p, seg, next, &many, mb, &manyl));
+    EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                  .protocol = OVL_PLAN_RUNS }),
+               OVL_ERR_ARG);
+    CHECK_OK(ovl_plan_commit(p, NULL)); /* the model takes the datatype */
+    ovl_plan_info_t in;
+    CHECK_OK(ovl_plan_query(p, &in));
+    CHECK(in.protocol == OVL_PLAN_DATATYPE && in.predicted_us[OVL_PLAN_RUNS] < 0 &&
+          in.predicted_us[OVL_PLAN_BBOX] < 0);
+    CHECK_OK(ovl_plan_begin(p));
+    CHECK_OK(ovl_plan_next(p, &i0, &n));
+    CHECK(i0 == 0 && n == 1);
+    for (int64_t i = 0; i < 70000; i++)
+        if (mb[i] != pat(next, 2 * i))
+            CHECKF(0, "many runs: byte %" PRId64, i);
+    CHECK_OK(ovl_plan_end(p));
+    CHECK_OK(ovl_plan_free(&p));
+    free(mb);
+}
+
+int main(int argc, char **argv)
+{
+    th_init(&argc, &argv, "test_plan", NULL);
+    void *base = NULL;
+    ovl_segment_t seg = OVL_SEGMENT_NULL;
+    CHECK_OK(ovl_segment_create(SEG, &base, &seg));
+    for (int64_t i = 0; i < SEG; i++)
+        ((uint8_t *)base)[i] = pat(th_rank, i);
+    CHECK_OK(ovl_barrier()); /* every segment filled before anyone reads */
+    cases(seg);
+    writes(seg, base);
+    subarrays(seg);
+    random_plans(seg, base);
+    cache(seg);
+    errors(seg);
+    CHECK_OK(ovl_barrier()); /* nobody reads any more */
+    CHECK_OK(ovl_segment_free(&seg));
+    return th_finish();
+}
