@@ -1427,9 +1427,13 @@ OVL_NODISCARD int ovl_lmad_from_datatype(MPI_Datatype type, int count, ovl_lmad_
  * A committed MPI datatype whose type map is @p lmad's bytes in
  * @p lmad's order: MPI_BYTE blocks of elem bytes nested in one hvector per
  * dimension (negative and zero strides as given), displaced by base with
- * a one-block hindexed. Use it with count 1 at the buffer's start; its lower
- * bound and extent are the bounding box's (ovl_lmad_runs(): lo, extent).
- * The caller frees it with MPI_Type_free(). MPI must be initialised.
+ * a one-block hindexed, resized to the bounding box (ovl_lmad_runs(): lo,
+ * extent: its lower bound and extent, set rather than left to the
+ * library). Use it with count 1 at the buffer's start. The caller frees it
+ * with MPI_Type_free(). MPI must be initialised. Open MPI 4.1 packs some
+ * types with negative strides or overlapping blocks in another order, or
+ * from other bytes, than their type map says (MPICH follows it): with
+ * Open MPI keep strides positive and blocks disjoint.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT (MPI not initialised or already
  *         finalised), OVL_ERR_ARG (NULL pointer, invalid @p lmad),
  *         OVL_ERR_UNSUPPORTED (elem or a count above INT_MAX, which MPI's

@@ -937,6 +937,16 @@ int ovl_lmad_to_datatype(const ovl_lmad_t *lmad, MPI_Datatype *type)
         MPI_Type_free(&t);
         t = next;
     }
+    /* bounds set, not computed: the box, whatever the library makes of
+     * negative or overlapping strides (Open MPI 4.1 gives some a larger
+     * extent) */
+    int64_t lo, hi, pts;
+    lm_box(&l, &lo, &hi, &pts);
+    what = "MPI_Type_create_resized";
+    if ((rc = MPI_Type_create_resized(t, (MPI_Aint)lo, (MPI_Aint)(hi - lo), &next)) != MPI_SUCCESS)
+        goto fail;
+    MPI_Type_free(&t);
+    t = next;
     what = "MPI_Type_commit";
     if ((rc = MPI_Type_commit(&t)) != MPI_SUCCESS)
         goto fail;

