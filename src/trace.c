@@ -136,6 +136,13 @@ void ovl__trace_thread_name(const char *name)
         *e = (struct ev){ .cat = name, .name = "thread_name", .ph = 'M', .tid = tid() };
 }
 
+/* Entry @i of a page-access list, which a fault still on its way may be
+ * writing (atomically; an entry not written yet reads as 0). */
+static uint32_t order_at(const uint32_t *order, size_t i)
+{
+    return __atomic_load_n(&order[i], __ATOMIC_RELAXED);
+}
+
 /* HUNT section 7's diagnostic: which pages of a transfer the program
  * touched first, in order, and what the order looks like. */
 void ovl__trace_page_access(const void *base, size_t len, size_t npages, const uint32_t *order,
@@ -147,9 +154,10 @@ void ovl__trace_page_access(const void *base, size_t len, size_t npages, const u
     size_t shown = n < MAX_LISTED ? n : MAX_LISTED;
     size_t up = 0, down = 0;
     for (size_t i = 1; i < n; i++) {
-        if (order[i] > order[i - 1]) /* monotonic, not necessarily adjacent: */
-            up++;                    /* pages that came first never fault */
-        else if (order[i] < order[i - 1])
+        uint32_t a = order_at(order, i), b = order_at(order, i - 1);
+        if (a > b) /* monotonic, not necessarily adjacent: */
+            up++;  /* pages that came first never fault */
+        else if (a < b)
             down++;
     }
     const char *pattern = n < 2                     ? (n ? "single" : "none")
@@ -166,7 +174,7 @@ void ovl__trace_page_access(const void *base, size_t len, size_t npages, const u
                      base, len, npages, n, pattern);
     size_t at = (size_t)w;
     for (size_t i = 0; i < shown && at < cap; i++)
-        at += (size_t)snprintf(s + at, cap - at, "%s%u", i ? "," : "", order[i]);
+        at += (size_t)snprintf(s + at, cap - at, "%s%u", i ? "," : "", order_at(order, i));
     if (at < cap)
         snprintf(s + at, cap - at, "]%s", shown < n ? ",\"order_truncated\":true" : "");
     ovl__trace_instant_json("watch", "page-access", s);

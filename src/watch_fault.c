@@ -362,7 +362,9 @@ static int handle(int sig, uintptr_t addr, void *uc)
             return 1;
         }
         if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
-            w->touch[atomic_fetch_add(&w->ntouch, 1)] = (uint32_t)i;
+            /* atomic: the region's finisher may read the list meanwhile */
+            __atomic_store_n(&w->touch[atomic_fetch_add(&w->ntouch, 1)], (uint32_t)i,
+                             __ATOMIC_RELAXED);
         if (!atomic_load(&w->valid[i]))
             wait_for(w->dom, page_valid, w, i, addr);
         return 1;
