@@ -1165,17 +1165,26 @@ int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn cb, void *arg)
 
 /* ---- reporting ------------------------------------------------------------- */
 
+/* A committed plan for a report into @dst (@what names it), or the error. */
+static int lookup_committed(const char *fn, ovl_plan_t plan, const void *dst, const char *what,
+                            struct plan **out)
+{
+    int rc;
+    if ((rc = lookup(fn, plan, out)))
+        return rc;
+    if (!dst)
+        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL", what);
+    if ((*out)->state == ST_NEW)
+        return ovl__error(OVL_ERR_ARG, fn, "plan not committed");
+    return OVL_SUCCESS;
+}
+
 int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
 {
-    static const char *fn = "ovl_plan_query";
-    int rc;
     struct plan *p = NULL;
-    if ((rc = lookup(fn, plan, &p)))
+    int rc = lookup_committed("ovl_plan_query", plan, info, "info", &p);
+    if (rc)
         return rc;
-    if (!info)
-        return ovl__error(OVL_ERR_ARG, fn, "info is NULL");
-    if (p->state == ST_NEW)
-        return ovl__error(OVL_ERR_ARG, fn, "plan not committed");
     *info = (ovl_plan_info_t){ .protocol = p->proto,
                                .forced = p->forced,
                                .strip = p->S,
@@ -1192,15 +1201,10 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
 
 int ovl_plan_explain(ovl_plan_t plan, FILE *out)
 {
-    static const char *fn = "ovl_plan_explain";
-    int rc;
     struct plan *p = NULL;
-    if ((rc = lookup(fn, plan, &p)))
+    int rc = lookup_committed("ovl_plan_explain", plan, out, "out", &p);
+    if (rc)
         return rc;
-    if (!out)
-        return ovl__error(OVL_ERR_ARG, fn, "out is NULL");
-    if (p->state == ST_NEW)
-        return ovl__error(OVL_ERR_ARG, fn, "plan not committed");
     const struct desc *d = &p->d;
     fprintf(out, "plan \"%s\": %d loop%s (", p->key ? p->key : "", d->ndepth,
             d->ndepth > 1 ? "s" : "");
