@@ -482,6 +482,10 @@ static void test_delta_size(void)
      * move with the machine's load, and the choices below with them */
     memset(ovl__m.oneway_us, 0, sizeof ovl__m.oneway_us);
     ovl__m.burst_B = 0;
+    /* nor its protection costs, which a loaded or instrumented (ASan) run
+     * measures several times higher: they price each fault-monitored piece */
+    ovl__m.prot_base_us = ovl__m.uffd_wp_base_us = 2;
+    ovl__m.prot_page_us = ovl__m.uffd_wp_page_us = 0.2;
     CHECK(ovl__model_delta_size(1, 0, 1) == ps);
     CHECK(ovl__model_delta_size(ps, 0, 0) == ps);
     for (size_t n = ps + 1; n <= ((size_t)64 << 20); n = n * 5 / 3 + 7) {
