@@ -1602,6 +1602,13 @@ typedef struct {
     /** predicted time of one execution's transfers per protocol, microseconds,
      *  indexed by ovl_plan_protocol_t (index 0 unused; < 0: not applicable) */
     double predicted_us[4];
+    /** median time one execution spent in ovl_plan_begin / _next / _end, over
+     *  the last 3 whole executions with each protocol (the first execution
+     *  not counted), microseconds; < 0: not measured */
+    double measured_us[4];
+    /** times the plan changed protocol because its executions kept taking
+     *  longer than predicted (ovl_plan_commit(): re-ranking) */
+    unsigned reranks;
 } ovl_plan_info_t;
 
 /**
@@ -1673,7 +1680,18 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
 /**
  * Analyse the plan and choose its protocol, strip size and lookahead (see
  * ovl_plan_explain()); for a cached plan described again, compare the
- * description instead. @p param (NULL: the model decides) takes
+ * description instead. Each protocol's time is predicted from the
+ * performance database's protocol maps (`ovl-calibrate --maps`,
+ * docs/PERFDB.md) where the references' runs fall inside the measured
+ * grid, else from the model's formulas. A plan whose protocol the model
+ * chose is re-ranked when its executions keep taking longer than
+ * predicted: when the median time of its last 3 whole executions (the
+ * first not counted) in ovl_plan_begin(), ovl_plan_next() and
+ * ovl_plan_end() exceeds 1.25 x the prediction + 5 microseconds, the
+ * next execution uses the protocol predicted best among those not tried;
+ * once every one has been tried the plan keeps the least measured for
+ * good (ovl_plan_query(): measured_us, reranks). A forced protocol is
+ * never re-ranked. @p param (NULL: the model decides) takes
  * OVL_PARAM_FIELD_PROTOCOL (a protocol forced, OVL_PLAN_AUTO: the model's),
  * OVL_PARAM_FIELD_STRIP (iterations per strip, at least 1; more than the
  * trip count is one strip) and OVL_PARAM_FIELD_LOOKAHEAD (0-64).

@@ -57,6 +57,7 @@
  */
 #include "ovl_internal.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -333,6 +334,48 @@ int ovl__model_calibrate(void)
               ovl__m.fault_us, ovl__m.poll_sleep_us, ovl__m.source_detail, ovl__m.init_us);
     (void)lrc;
     return OVL_SUCCESS;
+}
+
+/* The grid values of the map's axis @axis (0: run_B, 1: runs) nearest at
+ * or below and at or above @x; 0 when @x is outside them. */
+static int map_bracket(int axis, double x, double *lo, double *hi)
+{
+    *lo = -1;
+    *hi = -1;
+    for (int i = 0; i < ovl__m.nmap; i++) {
+        double v = axis ? ovl__m.map[i].runs : ovl__m.map[i].run_B;
+        if (v <= x && (*lo < 0 || v > *lo))
+            *lo = v;
+        if (v >= x && (*hi < 0 || v < *hi))
+            *hi = v;
+    }
+    return *lo > 0 && *hi > 0;
+}
+
+static double map_cell(int proto, double run_B, double runs)
+{
+    for (int i = 0; i < ovl__m.nmap; i++)
+        if (ovl__m.map[i].run_B == run_B && ovl__m.map[i].runs == runs)
+            return ovl__m.map[i].us[proto - 1];
+    return -1;
+}
+
+double ovl__model_map_us(int proto, double run_B, double runs)
+{
+    double s0, s1, n0, n1;
+    if (proto < 1 || proto > OVL__MAP_NPROTO || ovl__m.nmap == 0 || run_B <= 0 || runs <= 0 ||
+        !map_bracket(0, run_B, &s0, &s1) || !map_bracket(1, runs, &n0, &n1))
+        return -1;
+    double t[4] = { map_cell(proto, s0, n0), map_cell(proto, s1, n0), map_cell(proto, s0, n1),
+                    map_cell(proto, s1, n1) };
+    for (int i = 0; i < 4; i++)
+        if (!(t[i] > 0))
+            return -1; /* a corner not measured: outside the grid */
+    double fs = s1 > s0 ? log(run_B / s0) / log(s1 / s0) : 0;
+    double fn = n1 > n0 ? log(runs / n0) / log(n1 / n0) : 0;
+    double a = log(t[0]) + fs * (log(t[1]) - log(t[0]));
+    double b = log(t[2]) + fs * (log(t[3]) - log(t[2]));
+    return exp(a + fn * (b - a));
 }
 
 double ovl__model_protect_us(ovl_monitor_t mon, size_t npages)

@@ -11,6 +11,9 @@
 /* Where the figures in force came from (OVL_STATS prints it). */
 enum { OVL__MODEL_DEFAULTS, OVL__MODEL_INIT, OVL__MODEL_PERFDB };
 
+#define OVL__MAP_MAX    64 /* cells of the protocol map */
+#define OVL__MAP_NPROTO 3  /* protocols it covers: OVL_PLAN_DATATYPE .. OVL_PLAN_BBOX */
+
 struct ovl__model {
     double lat_us;        /* one-way small-message time (L) */
     double bw_Bpus;       /* bytes per microsecond (1/G) */
@@ -42,6 +45,14 @@ struct ovl__model {
     double compute_us_per_B; /* C(n) >= n * this: memory-to-cache rate */
     double rma_lat_us;       /* MPI_Rget of a small block, round trip */
     double rma_bw_Bpus;      /* MPI_Rget bandwidth */
+    /* The planner's protocol maps (perfdb table plan_map, ovl-calibrate
+     * --maps): one strip of `runs` runs of `run_B` bytes (stride 2 x run_B)
+     * read into a dense buffer, per protocol (us[q - 1] for
+     * ovl_plan_protocol_t q; < 0: not measured) */
+    struct ovl__map_cell {
+        double run_B, runs, us[OVL__MAP_NPROTO];
+    } map[OVL__MAP_MAX];
+    int nmap;
     int source;              /* OVL__MODEL_* */
     int db_link;             /* a perfdb's `link`: 0 not given, 1 intra-node, 2 inter-node */
     double init_us;          /* time ovl_init spent measuring */
@@ -58,6 +69,11 @@ size_t ovl__model_detect_eager(void);
  * model knows: the protocol switch measured below the eager limit, else
  * the eager limit. */
 size_t ovl__model_rendezvous_bytes(void);
+/* The protocol map's time of one strip of @runs runs of @run_B bytes under
+ * planner protocol @proto (1 .. OVL__MAP_NPROTO): interpolated between the
+ * measured cells around it (log-log, bilinear); < 0 outside the measured
+ * grid, or no map. */
+double ovl__model_map_us(int proto, double run_B, double runs);
 /* M(N): predicted cost of protecting @npages pages with @mon's mechanism. */
 double ovl__model_protect_us(ovl_monitor_t mon, size_t npages);
 

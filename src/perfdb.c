@@ -123,6 +123,57 @@ static int parse_number(const char *s, double *out)
     return 0;
 }
 
+/* One row of table plan_map: run_B runs datatype_us runs_us bbox_us, sizes
+ * whole and positive, times positive or -1 (not measured), each cell once. */
+static int map_row(char *s, struct ovl__map_cell *map, int *nmap, char *why, size_t why_len,
+                   const char *path, int lineno)
+{
+    double v[2 + OVL__MAP_NPROTO];
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(s, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        if (n == 2 + OVL__MAP_NPROTO || parse_number(tok, &v[n]) != 0) {
+            snprintf(why, why_len, "%s:%d: plan_map row: expected %d numbers", path, lineno,
+                     2 + OVL__MAP_NPROTO);
+            return -1;
+        }
+        n++;
+    }
+    if (n != 2 + OVL__MAP_NPROTO) {
+        snprintf(why, why_len, "%s:%d: plan_map row: expected %d numbers", path, lineno,
+                 2 + OVL__MAP_NPROTO);
+        return -1;
+    }
+    for (int i = 0; i < 2; i++)
+        if (v[i] < 1 || v[i] > 1e12 || v[i] != (double)(long long)v[i]) {
+            snprintf(why, why_len, "%s:%d: plan_map row: %s %g is not a whole number in [1, 1e12]",
+                     path, lineno, i ? "runs" : "run_B", v[i]);
+            return -1;
+        }
+    for (int i = 2; i < n; i++)
+        if (v[i] != -1 && !(v[i] > 0 && v[i] <= 1e9)) {
+            snprintf(why, why_len, "%s:%d: plan_map row: time %g out of range (0, 1e9] or -1", path,
+                     lineno, v[i]);
+            return -1;
+        }
+    for (int i = 0; i < *nmap; i++)
+        if (map[i].run_B == v[0] && map[i].runs == v[1]) {
+            snprintf(why, why_len, "%s:%d: plan_map row: cell %g x %g given twice", path, lineno,
+                     v[0], v[1]);
+            return -1;
+        }
+    if (*nmap == OVL__MAP_MAX) {
+        snprintf(why, why_len, "%s:%d: plan_map: more than %d rows", path, lineno, OVL__MAP_MAX);
+        return -1;
+    }
+    struct ovl__map_cell *c = &map[(*nmap)++];
+    c->run_B = v[0];
+    c->runs = v[1];
+    for (int q = 0; q < OVL__MAP_NPROTO; q++)
+        c->us[q] = v[2 + q];
+    return 0;
+}
+
 int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t why_len)
 {
     FILE *f = fopen(path, "r");
@@ -132,6 +183,8 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
     }
     double val[NKEYS];
     int seen[NKEYS] = { 0 };
+    struct ovl__map_cell map[OVL__MAP_MAX];
+    int nmap = 0;
     char mpi[256] = "", host[256] = "";
     int have_mpi = 0, in_table = 0, lineno = 0, rc = -2, link = 0;
     char *line = malloc(LINE_MAX_LEN + 2);
@@ -158,15 +211,20 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
                 }
                 in_table = 0;
             } else if (!strncmp(s, "[table ", 7) && s[strlen(s) - 1] == ']' && !in_table) {
-                in_table = 1;
+                in_table = strcmp(s, "[table plan_map]") ? 1 : 2;
             } else {
                 snprintf(why, why_len, "%s:%d: unexpected \"%.40s\"", path, lineno, s);
                 goto out;
             }
             continue;
         }
+        if (in_table == 2) { /* the planner's protocol map: read */
+            if (map_row(s, map, &nmap, why, why_len, path, lineno))
+                goto out;
+            continue;
+        }
         if (in_table)
-            continue; /* curves are for people and plots */
+            continue; /* the other curves are for people and plots */
         char *eq = strchr(s, '=');
         if (!eq) {
             snprintf(why, why_len, "%s:%d: expected \"key = value\", got \"%.40s\"", path, lineno,
@@ -250,6 +308,8 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
             *(double *)p = val[i];
     }
     m->db_link = link;
+    memcpy(m->map, map, sizeof map);
+    m->nmap = nmap;
     m->bw_Bpus = 1.0 / val[find_key("G_us_per_B")];
     int rg = find_key("rma_get_G_us_per_B");
     if (seen[rg] && val[rg] > 0)

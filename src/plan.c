@@ -29,9 +29,11 @@
  * piece, a strip's all issued together; BBOX, one MPI_Rget of the strip's
  * bounding box into a staging buffer, the pieces copied out when
  * ovl_plan_next hands the strip out. The choice is the least predicted
- * time from the model's figures (ovl__m: RMA latency and bandwidth, the
- * per-message overhead, the copy rate), see predict(); the strip count is
- * the model's split decision for the plan's bytes (ovl__model_split).
+ * time: the measured protocol map (ovl__model_map_us) inside its grid, the
+ * model's formulas elsewhere (ovl__m: RMA latency and bandwidth, the
+ * per-message overhead, the copy rate), see predict(); then re-ranked on
+ * measured executions (rerank()). The strip count is the model's split
+ * decision for the plan's bytes (ovl__model_split).
  *
  * Every MPI request is an engine op of the domain in force at
  * ovl_plan_begin, through that domain's window of the segment (rma.c's
@@ -55,6 +57,15 @@
  * engine walking it), in microseconds: a fixed figure until measured maps
  * replace it (issue 37, part 3). */
 #define DT_BLOCK_US 0.05
+
+/* Re-ranking (rerank()): an automatic plan whose executions keep taking
+ * more than RERANK_OVER x its prediction + RERANK_FLOOR_US (the median of
+ * its last RERANK_RUNS, the first execution not counted) tries the next
+ * protocol by prediction, each at most once, and settles on the best
+ * measured. */
+#define RERANK_RUNS     3
+#define RERANK_OVER     1.25
+#define RERANK_FLOOR_US 5.0
 
 enum { NPROTO = 4 };
 static const char *const proto_name[NPROTO] = { "auto", "datatype", "runs", "bbox" };
@@ -124,6 +135,14 @@ struct plan {
     int writes;         /* references that write */
     unsigned lookahead;
     double pred[NPROTO];
+    char pred_src[NPROTO]; /* 'm' the protocol map, 'f' the formulas, 'b' both */
+    /* re-ranking: time spent in the plan's calls by recent executions, per
+     * protocol (rerank()) */
+    double meas[NPROTO][RERANK_RUNS];
+    int nmeas[NPROTO];
+    unsigned reranks;
+    int settled;    /* no more re-ranking: forced, or every candidate measured */
+    uint64_t in_ns; /* this execution's time in begin / next / end */
     char why[NPROTO][96];
     unsigned long analyses, runs;
     /* execution */
@@ -537,7 +556,33 @@ static int fits_int(const ovl_lmad_t *l)
  * with lat, bw the model's MPI_Rget figures, o and g its per-message
  * overhead and gap, copy its memory-to-cache cost per byte, B the bytes,
  * E the remote bounding box, blocks the larger side's runs. */
-static double predict(int proto, const struct shape *s, const char **why)
+static double formula(int proto, const struct shape *s, const char **why);
+
+/* Predicted time of one strip shape under @proto: the measured protocol
+ * map's (ovl-calibrate --maps) where the shape's remote runs fall inside
+ * its grid, the formulas (formula()) elsewhere; *from_map says which. The
+ * map is measured at stride 2 x run: a box of another extent is charged
+ * its difference at the RMA bandwidth. */
+static double predict(int proto, const struct shape *s, const char **why, int *from_map)
+{
+    *from_map = 0;
+    double f = formula(proto, s, why);
+    if (f < 0)
+        return f;
+    double m = ovl__model_map_us(proto, (double)s->rr.size, (double)s->rr.n);
+    if (m < 0)
+        return f;
+    *from_map = 1;
+    if (proto == OVL_PLAN_BBOX) {
+        double bw = ovl__m.rma_bw_Bpus > 0 ? ovl__m.rma_bw_Bpus : 1.0;
+        double measured_box = (double)(2 * s->rr.n - 1) * (double)s->rr.size;
+        double extra = ((double)s->rr.extent - measured_box) / bw;
+        m = m + extra > m / 2 ? m + extra : m / 2;
+    }
+    return m;
+}
+
+static double formula(int proto, const struct shape *s, const char **why)
 {
     double lat = ovl__m.rma_lat_us, bw = ovl__m.rma_bw_Bpus > 0 ? ovl__m.rma_bw_Bpus : 1.0;
     double o = ovl__m.o_us > ovl__m.gap_us ? ovl__m.o_us : ovl__m.gap_us;
@@ -620,6 +665,8 @@ static int same_param(const ovl_param_t *a, const ovl_param_t *b)
            (!(a->field_mask & OVL_PARAM_FIELD_LOOKAHEAD) || a->lookahead == b->lookahead);
 }
 
+static int prepare(const char *fn, struct plan *p);
+
 static int analyse(const char *fn, struct plan *p)
 {
     struct desc *d = &p->d;
@@ -689,19 +736,24 @@ static int analyse(const char *fn, struct plan *p)
     for (int q = 1; q < NPROTO; q++) {
         double t = 0;
         const char *why = NULL;
+        int mapped = 0, shapes = 0;
         for (int j = 0; j < d->nrefs && t >= 0; j++) {
             const struct ref *r = &d->refs[j];
-            double a = predict(q, &r->sh[0], &why), b = predict(q, &r->sh[1], &why);
+            int ma = 0, mb = 0;
+            double a = predict(q, &r->sh[0], &why, &ma), b = predict(q, &r->sh[1], &why, &mb);
             if (a < 0 || b < 0)
                 t = -1;
             else
                 t += r->invariant ? a : (double)nfull * a + b;
+            mapped += ma + mb;
+            shapes += 2;
         }
         if (q == OVL_PLAN_BBOX && p->writes && t >= 0) {
             t = -1;
             why = "the plan writes (the box is for reads only)";
         }
         p->pred[q] = t;
+        p->pred_src[q] = mapped == 0 ? 'f' : mapped == shapes ? 'm' : 'b';
         snprintf(p->why[q], sizeof p->why[q], "%s", t < 0 ? why : "");
     }
     /* the choice */
@@ -721,15 +773,30 @@ static int analyse(const char *fn, struct plan *p)
         if (p->proto == OVL_PLAN_AUTO)
             return ovl__error(OVL_ERR_ARG, fn, "no protocol can move this plan (%s)", p->why[1]);
     }
-    /* the chosen protocol's datatypes, counts */
+    for (int q = 0; q < NPROTO; q++)
+        p->nmeas[q] = 0;
+    p->reranks = 0;
+    p->settled = p->forced;
+    p->analyses++;
+    return prepare(fn, p);
+}
+
+/* The chosen protocol's datatypes (built once per shape), operation and
+ * byte counts. */
+static int prepare(const char *fn, struct plan *p)
+{
+    struct desc *d = &p->d;
+    const int64_t nfull = p->nstrips - 1;
+    int rc;
     p->ops = p->bytes = p->max_ops[0] = p->max_ops[1] = 0;
     int64_t mx[2][2] = { { 0, 0 }, { 0, 0 } };
     for (int j = 0; j < d->nrefs; j++) {
         struct ref *r = &d->refs[j];
         for (int k = 0; k < 2; k++) {
             struct shape *s = &r->sh[k];
-            if (p->proto == OVL_PLAN_DATATYPE && ((rc = type_of(&s->r, s->rr.lo, &s->rtype)) ||
-                                                  (rc = type_of(&s->l, s->lr.lo, &s->ltype)))) {
+            if (p->proto == OVL_PLAN_DATATYPE && s->rtype == MPI_DATATYPE_NULL &&
+                ((rc = type_of(&s->r, s->rr.lo, &s->rtype)) ||
+                 (rc = type_of(&s->l, s->lr.lo, &s->ltype)))) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", ovl_error_detail());
                 return ovl__error(rc, fn, "reference %d's datatypes (%s)", j, why);
@@ -743,7 +810,6 @@ static int analyse(const char *fn, struct plan *p)
     }
     for (int w = 0; w < 2; w++)
         p->max_ops[w] = mx[w][0] > mx[w][1] ? mx[w][0] : mx[w][1];
-    p->analyses++;
     return OVL_SUCCESS;
 }
 
@@ -915,6 +981,7 @@ int ovl_plan_begin(ovl_plan_t plan)
         return ovl__error(OVL_ERR_ARG, fn, "plan already begun (ovl_plan_end first)");
     if (p->redesc)
         return ovl__error(OVL_ERR_ARG, fn, "plan described again but not committed");
+    const uint64_t t0 = ovl__now_ns();
     for (int j = 0; j < p->d.nrefs; j++) {
         struct ovl__seg *s = NULL;
         if ((rc = ovl__seg_lookup(fn, p->d.refs[j].seg, &s)))
@@ -960,6 +1027,7 @@ int ovl_plan_begin(ovl_plan_t plan)
     rc = OVL_SUCCESS;
     for (; p->issued < p->nslots && rc == OVL_SUCCESS; p->issued++)
         rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
+    p->in_ns = ovl__now_ns() - t0;
     return rc;
 }
 
@@ -1040,6 +1108,8 @@ static void copy_out(struct plan *p, struct slot *sl)
     }
 }
 
+static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *iters);
+
 int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
 {
     static const char *fn = "ovl_plan_next";
@@ -1053,6 +1123,15 @@ int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
         return ovl__error(OVL_ERR_ARG, fn, "plan not begun (ovl_plan_begin first)");
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
+    const uint64_t t0 = ovl__now_ns();
+    rc = next_strip(fn, p, first, iters);
+    p->in_ns += ovl__now_ns() - t0;
+    return rc;
+}
+
+static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *iters)
+{
+    int rc = OVL_SUCCESS;
     struct ovl__dom *prev = ovl__dom_enter(p->dom);
     /* the strip handed out before is final: its puts leave */
     if (p->cur >= 0 && p->cur < p->nstrips && (rc = put_strip(fn, p, p->cur))) {
@@ -1087,6 +1166,51 @@ int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
 }
 
 /* Wait for every slot in flight; the first error. */
+static double median3(const double *v)
+{
+    double a = v[0], b = v[1], c = v[2];
+    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+/* After a whole execution of @us microseconds in the plan's calls: the
+ * bounded exploration of RERANK_*. Switching protocol rebuilds what it
+ * needs (prepare()) and the strips' slots at the next ovl_plan_begin. */
+static void rerank(const char *fn, struct plan *p, double us)
+{
+    const int q = p->proto;
+    if (p->settled || p->runs < 2) /* the first execution warms MPI up */
+        return;
+    p->meas[q][p->nmeas[q]++ % RERANK_RUNS] = us;
+    if (p->nmeas[q] < RERANK_RUNS)
+        return;
+    const double m = median3(p->meas[q]);
+    int to = q;
+    if (m > RERANK_OVER * p->pred[q] + RERANK_FLOOR_US)
+        for (int r = 1; r < NPROTO; r++) /* the unmeasured one predicted best */
+            if (r != q && p->pred[r] >= 0 && p->nmeas[r] == 0 && p->pred[r] < m &&
+                (to == q || p->pred[r] < p->pred[to]))
+                to = r;
+    if (to == q && p->reranks > 0) { /* explored: the best measured, for good */
+        for (int r = 1; r < NPROTO; r++)
+            if (p->nmeas[r] >= RERANK_RUNS && median3(p->meas[r]) < median3(p->meas[to]))
+                to = r;
+        p->settled = 1;
+    }
+    if (to == q)
+        return;
+    p->proto = (ovl_plan_protocol_t)to;
+    if (prepare(fn, p) != OVL_SUCCESS) { /* cannot build it after all: left out */
+        p->pred[to] = -1;
+        snprintf(p->why[to], sizeof p->why[to], "%s", "its datatypes could not be built");
+        p->proto = (ovl_plan_protocol_t)q;
+        if (prepare(fn, p) != OVL_SUCCESS)
+            p->settled = 1;
+        return;
+    }
+    slots_free(p); /* sized for the other protocol */
+    p->reranks++;
+}
+
 static int drain(const char *fn, struct plan *p)
 {
     int rc = OVL_SUCCESS;
@@ -1130,9 +1254,14 @@ int ovl_plan_end(ovl_plan_t plan)
         return ovl__error(OVL_ERR_ARG, fn, "plan not begun");
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
+    const uint64_t t0 = ovl__now_ns();
+    const int whole = p->cur >= p->nstrips; /* every strip handed out */
     rc = drain(fn, p);
     p->state = ST_COMMITTED;
     p->cur = -1;
+    p->in_ns += ovl__now_ns() - t0;
+    if (rc == OVL_SUCCESS && whole)
+        rerank(fn, p, (double)p->in_ns / 1e3);
     return rc;
 }
 
@@ -1194,9 +1323,20 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
                                .bytes = p->bytes,
                                .analyses = p->analyses,
                                .runs = p->runs };
-    for (int q = 0; q < NPROTO; q++)
+    for (int q = 0; q < NPROTO; q++) {
         info->predicted_us[q] = q ? p->pred[q] : -1;
+        info->measured_us[q] = q && p->nmeas[q] >= RERANK_RUNS ? median3(p->meas[q]) : -1;
+    }
+    info->reranks = p->reranks;
     return OVL_SUCCESS;
+}
+
+/* ", measured X us" of protocol @q (a static buffer: explain's only). */
+static const char *measured(int q, const struct plan *p)
+{
+    static _Thread_local char buf[48];
+    snprintf(buf, sizeof buf, ", measured %.1f us", median3(p->meas[q]));
+    return buf;
 }
 
 int ovl_plan_explain(ovl_plan_t plan, FILE *out)
@@ -1232,15 +1372,22 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
             "  strips: %" PRId64 " of %" PRId64 " iteration%s, %u ahead of the one computed on; "
             "%" PRId64 " bytes per execution\n",
             p->nstrips, p->S, p->S > 1 ? "s" : "", p->lookahead, p->bytes);
-    fprintf(out, "  predicted (rma latency %.2f us, %.1f B/us, overhead %.2f us):\n",
-            ovl__m.rma_lat_us, ovl__m.rma_bw_Bpus, ovl__m.o_us);
+    fprintf(out,
+            "  predicted (protocol map: %d cells; formulas: rma latency %.2f us, %.1f B/us, "
+            "overhead %.2f us):\n",
+            ovl__m.nmap, ovl__m.rma_lat_us, ovl__m.rma_bw_Bpus, ovl__m.o_us);
     for (int q = 1; q < NPROTO; q++) {
         if (p->pred[q] < 0)
             fprintf(out, "    %-8s  n/a (%s)\n", proto_name[q], p->why[q]);
         else
-            fprintf(out, "    %-8s %10.1f us%s\n", proto_name[q], p->pred[q],
+            fprintf(out, "    %-8s %10.1f us (%s)%s%s\n", proto_name[q], p->pred[q],
+                    p->pred_src[q] == 'm'   ? "map"
+                    : p->pred_src[q] == 'b' ? "map and formulas"
+                                            : "formulas",
+                    p->nmeas[q] >= RERANK_RUNS ? measured(q, p) : "",
                     q != (int)p->proto ? ""
                     : p->forced        ? "  <- chosen (forced by the commit's param)"
+                    : p->reranks       ? "  <- chosen (re-ranked on measured executions)"
                                        : "  <- chosen (least predicted time)");
     }
     return OVL_SUCCESS;

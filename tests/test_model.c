@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "ovl_internal.h"
 
+#include <math.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <stdint.h>
@@ -168,8 +169,66 @@ static void test_perfdb(void)
     CHECK_OK(ovl_finalize());
     unsetenv("OVL_EAGER_LIMIT");
 
+    /* the planner's protocol map: read, and interpolated between its cells
+     * (log-log), nothing outside them */
+    write_db(p, NULL, NULL, NULL,
+             "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us\n"
+             "8 1 10 20 -1\n8 16 40 80 -1\n64 1 10 20 30\n64 16 160 320 30\n[end]\n",
+             0);
+    init_with(p, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB && ovl__m.nmap == 4, "map: %.200s / %.200s (%d)",
+           ovl__m.source_detail, msg, ovl__m.nmap);
+    CHECK(fabs(ovl__model_map_us(OVL_PLAN_DATATYPE, 8, 1) - 10) < 1e-9);
+    CHECK(fabs(ovl__model_map_us(OVL_PLAN_RUNS, 64, 16) - 320) < 1e-9);
+    CHECKF(fabs(ovl__model_map_us(OVL_PLAN_DATATYPE, 8, 4) - 20) < 1e-9, "%g",
+           ovl__model_map_us(OVL_PLAN_DATATYPE, 8, 4)); /* halfway in log: 10 * 2 */
+    CHECKF(fabs(ovl__model_map_us(OVL_PLAN_DATATYPE, 64, 4) - 40) < 1e-9, "%g",
+           ovl__model_map_us(OVL_PLAN_DATATYPE, 64, 4));
+    {
+        double mid = ovl__model_map_us(OVL_PLAN_DATATYPE, 8 * 2.828427124746, 4); /* 20 .. 40 */
+        CHECKF(mid > 28 && mid < 29, "%g", mid);
+    }
+    CHECK(ovl__model_map_us(OVL_PLAN_BBOX, 8, 1) < 0);                /* not measured */
+    CHECK(ovl__model_map_us(OVL_PLAN_BBOX, 16, 1) < 0);               /* a corner not measured */
+    CHECK(fabs(ovl__model_map_us(OVL_PLAN_BBOX, 64, 4) - 30) < 1e-9); /* flat between */
+    CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 4, 1) < 0);            /* outside the grid */
+    CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 8, 17) < 0);
+    CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 128, 1) < 0);
+    CHECK(ovl__model_map_us(0, 8, 1) < 0 && ovl__model_map_us(4, 8, 1) < 0);
+    CHECK_OK(ovl_finalize());
+    /* a database without the table: no map */
+    write_db(p, NULL, NULL, NULL, NULL, 0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.source == OVL__MODEL_PERFDB && ovl__m.nmap == 0);
+    CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 8, 1) < 0);
+    CHECK_OK(ovl_finalize());
+
     /* broken in every way we can think of */
     setenv("OVL_CALIBRATE", "0", 1); /* keep the fallbacks fast */
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 20\n[end]\n", 0);
+    refused(p, "plan_map row: expected 5 numbers");
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 20 30 40\n[end]\n", 0);
+    refused(p, "plan_map row: expected 5 numbers");
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8.5 1 10 20 30\n[end]\n", 0);
+    refused(p, "not a whole number");
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 0 10 20 30\n[end]\n", 0);
+    refused(p, "not a whole number");
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 0 30\n[end]\n", 0);
+    refused(p, "out of range");
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 nan 30\n[end]\n", 0);
+    refused(p, "expected 5 numbers");
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 1 2 3\n8 1 1 2 3\n[end]\n", 0);
+    refused(p, "given twice");
+    {
+        char big[6000] = "[table plan_map]\n";
+        for (int i = 0; i <= OVL__MAP_MAX; i++)
+            snprintf(big + strlen(big), sizeof big - strlen(big), "%d 1 1 2 3\n", i + 1);
+        strcat(big, "[end]\n");
+        write_db(p, NULL, NULL, NULL, big, 0);
+        refused(p, "more than 64 rows");
+    }
+    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 1 2 3\n", 1);
+    refused(p, "truncated");
     write_db(p, NULL, "lat_us", "fast", NULL, 0);
     refused(p, "not a number");
     write_db(p, NULL, "lat_us", "1e300", NULL, 0);
@@ -696,6 +755,127 @@ static void test_calibrated(const char *path)
     if (th_rank == 0)
         printf("calibrated: L %.2f us, G %.6f us/B, eager %zu B, split from %zu B\n", ovl__m.lat_us,
                1 / ovl__m.bw_Bpus, ovl__m.eager, thr);
+    /* --maps: every protocol measured in every cell of the grid (reads: none
+     * refused), and the cells are what the map returns */
+    CHECKF(ovl__m.nmap >= 20, "%d map cells", ovl__m.nmap);
+    for (int i = 0; i < ovl__m.nmap; i++) {
+        const struct ovl__map_cell *c = &ovl__m.map[i];
+        for (int q = 1; q <= OVL__MAP_NPROTO; q++) {
+            CHECKF(c->us[q - 1] > 0, "cell %g x %g protocol %d: %g", c->run_B, c->runs, q,
+                   c->us[q - 1]);
+            CHECK(fabs(ovl__model_map_us(q, c->run_B, c->runs) - c->us[q - 1]) <
+                  1e-9 * c->us[q - 1]);
+        }
+    }
+    CHECK_OK(ovl_finalize());
+}
+
+/* Re-ranking: a protocol map that predicts every protocol far too fast
+ * makes the automatic plan explore: each protocol measured once (3
+ * executions after the first), then the least measured for good. */
+static void test_rerank(void)
+{
+    char p[300], msg[2048];
+    snprintf(p, sizeof p, "%s/db.rerank.%d", dir, th_rank);
+    write_db(p, NULL, NULL, NULL,
+             "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us\n"
+             "8 4096 0.02 0.01 0.03\n[end]\n",
+             0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.nmap == 1);
+    enum { RUNS = 4096, RUN = 8 };
+    char *base = NULL;
+    ovl_segment_t seg;
+    CHECK_OK(ovl_segment_create(2 * RUNS * RUN, (void **)&base, &seg));
+    for (int i = 0; i < 2 * RUNS * RUN; i++)
+        base[i] = (char)(th_rank * 31 + i * 7);
+    CHECK_OK(ovl_barrier());
+    if (th_rank == 0) {
+        const ovl_lmad_t rem = { .elem = RUN,
+                                 .ndims = 1,
+                                 .dim = { { .stride = 2 * RUN, .count = RUNS, .depth = 0 } } };
+        const ovl_lmad_t loc = { .elem = RUN,
+                                 .ndims = 1,
+                                 .dim = { { .stride = RUN, .count = RUNS, .depth = 0 } } };
+        char *dst = malloc(RUNS * RUN);
+        CHECK(dst != NULL);
+        ovl_plan_t pl;
+        CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
+        CHECK_OK(ovl_plan_loop(pl, 0, RUNS));
+        CHECK_OK(ovl_plan_read(pl, seg, 1, &rem, dst, &loc));
+        CHECK_OK(ovl_plan_commit(
+            pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = RUNS }));
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(pl, &in));
+        CHECKF(in.protocol == OVL_PLAN_RUNS && in.reranks == 0, "first choice %d",
+               (int)in.protocol);
+        for (int e = 0; e < 16; e++) {
+            memset(dst, 0, RUNS * RUN);
+            int64_t i0, n = 1;
+            CHECK_OK(ovl_plan_begin(pl));
+            while (n > 0)
+                CHECK_OK(ovl_plan_next(pl, &i0, &n));
+            CHECK_OK(ovl_plan_end(pl));
+            int bad = 0;
+            for (int i = 0; i < RUNS * RUN; i++)
+                bad += dst[i] != (char)(31 + ((i / RUN) * 2 * RUN + i % RUN) * 7);
+            CHECKF(bad == 0, "execution %d: %d bytes wrong", e, bad);
+        }
+        CHECK_OK(ovl_plan_query(pl, &in));
+        /* RUNS (predicted 0.01 us) measured, then DATATYPE, then BBOX; none
+         * is within its prediction: the least measured stays */
+        CHECKF(in.reranks >= 1 && in.reranks <= 3, "reranks %u", in.reranks);
+        double best = 1e300;
+        for (int q = 1; q < 4; q++) {
+            CHECKF(in.measured_us[q] > 0, "protocol %d not measured", q);
+            if (in.measured_us[q] > 0 && in.measured_us[q] < best)
+                best = in.measured_us[q];
+        }
+        CHECKF(in.measured_us[in.protocol] == best, "settled on %d (%.1f us), best %.1f us",
+               (int)in.protocol, in.measured_us[in.protocol], best);
+        CHECK(in.predicted_us[1] > 0 && in.predicted_us[1] < 1); /* from the map */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        CHECK_OK(ovl_plan_explain(pl, f));
+        fclose(f);
+        CHECKF(strstr(text, "re-ranked") && strstr(text, "measured") && strstr(text, "(map)"), "%s",
+               text);
+        free(text);
+        /* settled: more executions keep it */
+        const ovl_plan_protocol_t settled = in.protocol;
+        for (int e = 0; e < 4; e++) {
+            int64_t i0, n = 1;
+            CHECK_OK(ovl_plan_begin(pl));
+            while (n > 0)
+                CHECK_OK(ovl_plan_next(pl, &i0, &n));
+            CHECK_OK(ovl_plan_end(pl));
+        }
+        CHECK_OK(ovl_plan_query(pl, &in));
+        CHECK(in.protocol == settled);
+        /* a forced protocol is never re-ranked */
+        CHECK_OK(ovl_plan_free(&pl));
+        CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
+        CHECK_OK(ovl_plan_loop(pl, 0, RUNS));
+        CHECK_OK(ovl_plan_read(pl, seg, 1, &rem, dst, &loc));
+        CHECK_OK(ovl_plan_commit(
+            pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
+                                .strip = RUNS,
+                                .protocol = OVL_PLAN_RUNS }));
+        for (int e = 0; e < 6; e++) {
+            int64_t i0, n = 1;
+            CHECK_OK(ovl_plan_begin(pl));
+            while (n > 0)
+                CHECK_OK(ovl_plan_next(pl, &i0, &n));
+            CHECK_OK(ovl_plan_end(pl));
+        }
+        CHECK_OK(ovl_plan_query(pl, &in));
+        CHECK(in.protocol == OVL_PLAN_RUNS && in.reranks == 0);
+        CHECK_OK(ovl_plan_free(&pl));
+        free(dst);
+    }
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_segment_free(&seg));
     CHECK_OK(ovl_finalize());
 }
 
@@ -716,6 +896,7 @@ int main(int argc, char **argv)
     test_perfdb();
     test_split();
     test_delta_size();
+    test_rerank();
     MPI_Barrier(MPI_COMM_WORLD);
     if (th_rank == 0)
         rmdir(dir);

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 static MPI_Comm comm;
-static int rank, nranks, quick;
+static int rank, nranks, quick, want_maps;
 /* Fewer repetitions: with --quick, or once the run falls behind its time
  * budget (a busy machine makes every round trip wait for the scheduler). */
 static int light, degraded;
@@ -302,12 +302,101 @@ static int mkdirs(char *path)
     return 0;
 }
 
+/* The planner's protocol maps (--maps, table plan_map): one strip of
+ * `runs` runs of `run` bytes at stride 2 x run on rank 1, read by rank 0
+ * into a dense buffer with each protocol forced (one strip, nothing
+ * ahead), median of @reps executions, the protocols alternated. Every rank
+ * of @w calls it (the segment is collective); rank 1 and the others serve
+ * in MPI_Barrier. Rank 0's rows go to @cell (run, runs, datatype, runs,
+ * bbox microseconds; -1 where the commit refuses the protocol). */
+#define MAP_BYTES_MAX (1u << 20)
+static int maps(MPI_Comm w, int reps, double (*cell)[2 + OVL__MAP_NPROTO])
+{
+    static const int64_t run_sizes[] = { 8, 64, 512, 4096, 32768 };
+    static const int64_t run_counts[] = { 1, 4, 16, 64, 256, 1024, 4096 };
+    const int64_t max_bytes = light ? MAP_BYTES_MAX / 4 : MAP_BYTES_MAX;
+    void *base = NULL;
+    ovl_segment_t seg;
+    char *dst = malloc(MAP_BYTES_MAX);
+    if (!dst || ovl_segment_create(2 * MAP_BYTES_MAX, &base, &seg) != OVL_SUCCESS) {
+        fprintf(stderr, "ovl-calibrate: --maps: %s\n", dst ? ovl_error_detail() : "no memory");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(base, 1, 2 * MAP_BYTES_MAX);
+    memset(dst, 0, MAP_BYTES_MAX);
+    MPI_Barrier(w);
+    int n = 0;
+    for (size_t a = 0; a < sizeof run_sizes / sizeof *run_sizes; a++)
+        for (size_t b = 0; b < sizeof run_counts / sizeof *run_counts; b++) {
+            const int64_t run = run_sizes[a], runs = run_counts[b];
+            if (run * runs > max_bytes || n == OVL__MAP_MAX)
+                continue;
+            double *c = cell[n++];
+            c[0] = (double)run;
+            c[1] = (double)runs;
+            if (rank != 0)
+                continue;
+            ovl_plan_t pl[OVL__MAP_NPROTO];
+            int ok[OVL__MAP_NPROTO];
+            const ovl_lmad_t rem = { .base = 0,
+                                     .elem = run,
+                                     .ndims = 1,
+                                     .dim = { { .stride = 2 * run, .count = runs, .depth = 0 } } };
+            const ovl_lmad_t loc = { .base = 0,
+                                     .elem = run,
+                                     .ndims = 1,
+                                     .dim = { { .stride = run, .count = runs, .depth = 0 } } };
+            for (int q = 0; q < OVL__MAP_NPROTO; q++) {
+                ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP |
+                                                 OVL_PARAM_FIELD_LOOKAHEAD,
+                                   .protocol = (ovl_plan_protocol_t)(q + 1),
+                                   .strip = runs,
+                                   .lookahead = 0 };
+                ok[q] = ovl_plan_create(NULL, &pl[q], NULL) == OVL_SUCCESS &&
+                        ovl_plan_loop(pl[q], 0, runs) == OVL_SUCCESS &&
+                        ovl_plan_read(pl[q], seg, 1, &rem, dst, &loc) == OVL_SUCCESS &&
+                        ovl_plan_commit(pl[q], &pm) == OVL_SUCCESS;
+            }
+            double t[OVL__MAP_NPROTO][64];
+            for (int r = -1; r < reps && r < 64; r++)
+                for (int k = 0; k < OVL__MAP_NPROTO; k++) {
+                    int q = (k + (r < 0 ? 0 : r)) % OVL__MAP_NPROTO; /* rotated */
+                    if (!ok[q])
+                        continue;
+                    int64_t i0, it = 1;
+                    double t0 = now();
+                    int rc = ovl_plan_begin(pl[q]);
+                    while (rc == OVL_SUCCESS && it > 0)
+                        rc = ovl_plan_next(pl[q], &i0, &it);
+                    if (ovl_plan_end(pl[q]) != OVL_SUCCESS || rc != OVL_SUCCESS) {
+                        fprintf(stderr, "ovl-calibrate: --maps: %s\n", ovl_error_detail());
+                        MPI_Abort(MPI_COMM_WORLD, 1);
+                    }
+                    if (r >= 0) /* the first is a warm-up */
+                        t[q][r] = now() - t0;
+                }
+            for (int q = 0; q < OVL__MAP_NPROTO; q++) {
+                c[2 + q] = ok[q] ? median(t[q], reps < 64 ? reps : 64) : -1;
+                if (ok[q] && ovl_plan_free(&pl[q]) != OVL_SUCCESS)
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+    MPI_Barrier(w);
+    free(dst);
+    if (ovl_segment_free(&seg) != OVL_SUCCESS)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    return n;
+}
+
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpiexec -n 2 ovl-calibrate [-o FILE] [--quick]\n"
+    fprintf(stderr, "usage: mpiexec -n 2 ovl-calibrate [-o FILE] [--quick] [--maps]\n"
                     "  -o FILE   write the database here (default: OVL_PERFDB, else\n"
                     "            $XDG_CACHE_HOME/ovl/perfdb or ~/.cache/ovl/perfdb)\n"
-                    "  --quick   fewer sizes and repetitions (about a second)\n");
+                    "  --quick   fewer sizes and repetitions (about a second)\n"
+                    "  --maps    also measure the loop-nest planner's protocol maps (each\n"
+                    "            protocol over run size x number of runs, up to 1 MiB;\n"
+                    "            a few seconds more)\n");
 }
 
 int main(int argc, char **argv)
@@ -320,6 +409,8 @@ int main(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = light = 1;
+        else if (!strcmp(argv[i], "--maps"))
+            want_maps = 1;
         else {
             usage();
             MPI_Finalize();
@@ -460,6 +551,8 @@ int main(int argc, char **argv)
         rma(sizes, ns, light ? 3 : 10, get_us, put_us);
     }
     comm = world;
+    double mapc[OVL__MAP_MAX][2 + OVL__MAP_NPROTO];
+    int nmap = want_maps ? maps(world, light ? 3 : 7, mapc) : 0;
     /* On this process (rank 0's figures are written). */
     double f_mp = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);
     double f_uf = ovl__watch_fault_cost_us(OVL_MONITOR_UFFD);
@@ -530,8 +623,9 @@ int main(int argc, char **argv)
             fprintf(f,
                     "# ovl performance database (docs/PERFDB.md), written by ovl-calibrate%s\n"
                     "# Units are in the key names: _us microseconds, _B bytes,\n"
-                    "# _us_per_B microseconds per byte. ovl_init reads the scalar keys;\n"
-                    "# the tables are for people and tools/ovl-perfdb-plot.\n",
+                    "# _us_per_B microseconds per byte. ovl_init reads the scalar keys\n"
+                    "# and table plan_map; the other tables are for people and\n"
+                    "# tools/ovl-perfdb-plot.\n",
                     quick ? " --quick" : "");
             fprintf(f, "ovl_perfdb_version = 1\n");
             fprintf(f, "created = %s\n", when);
@@ -598,6 +692,18 @@ int main(int argc, char **argv)
             fprintf(f, "[end]\n\n[table protect]\n# pages mprotect_us uffd_wp_us\n");
             for (int i = 0; i < np; i++)
                 fprintf(f, "%zu %.3f %.3f\n", pages[i], m_mp[i], m_uf[i]);
+            if (nmap > 0) {
+                fprintf(f, "[end]\n\n# the loop-nest planner's protocol maps (ovl_init reads "
+                           "them): one strip of\n# runs x run_B bytes at stride 2 x run_B, "
+                           "median microseconds per protocol, -1 refused\n"
+                           "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us\n");
+                for (int i = 0; i < nmap; i++) {
+                    fprintf(f, "%.0f %.0f", mapc[i][0], mapc[i][1]);
+                    for (int q = 0; q < OVL__MAP_NPROTO; q++)
+                        fprintf(f, mapc[i][2 + q] < 0 ? " -1" : " %.2f", mapc[i][2 + q]);
+                    fprintf(f, "\n");
+                }
+            }
             fprintf(f, "[end]\n\n# written last: a file without it was cut short\n"
                        "complete = 1\n");
             if (fclose(f) != 0 || rename(tmpp, path) != 0) {
