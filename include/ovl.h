@@ -1662,6 +1662,61 @@ OVL_NODISCARD int ovl_plan_read_subarray(ovl_plan_t plan, ovl_segment_t seg, int
                                          int64_t elem, void *local_base);
 
 /**
+ * A strided reference in one call, as ARMCI's and UPC++'s strided
+ * transfers take it: the loop nest
+ *
+ *     for (i0 = 0; i0 < counts[0]; i0++)          // depth 0, the outermost
+ *       ...
+ *         for (i{n-1} = 0; ...; i{n-1}++)        // depth ndims - 1
+ *           elem bytes at offset + i0 * strides[0] + ... + i{n-1} * strides[n-1]
+ *
+ * of @p rank's part of @p seg (strides in bytes, any sign), read into a
+ * dense local array at @p local_base in loop order
+ * (counts[0] x ... x counts[ndims - 1] elements of @p elem bytes). On a
+ * plan with no loop yet it also declares this nest (depth d: counts[d]
+ * trips); otherwise the nest must match (ovl_plan_read()'s rules). The
+ * macros OVL_PLAN_READ_1D/2D/3D and OVL_PLAN_WRITE_1D/2D/3D write the
+ * arrays for the common nests.
+ * @return as ovl_plan_loop() and ovl_plan_read(), and OVL_ERR_ARG for
+ *         NULL @p counts or @p strides, @p ndims outside 1 ..
+ *         OVL_PLAN_MAX_DEPTH, a count below 1, @p elem below 1
+ */
+OVL_NODISCARD int ovl_plan_read_strided(ovl_plan_t plan, ovl_segment_t seg, int rank, size_t offset,
+                                        int ndims, const int64_t counts[], const int64_t strides[],
+                                        int64_t elem, void *local_base);
+
+/** ovl_plan_read_strided() for a write: the dense local array goes to the
+ *  strided bytes (ovl_plan_write()'s rules). @return as ovl_plan_read_strided() */
+OVL_NODISCARD int ovl_plan_write_strided(ovl_plan_t plan, ovl_segment_t seg, int rank,
+                                         size_t offset, int ndims, const int64_t counts[],
+                                         const int64_t strides[], int64_t elem, void *local_base);
+
+/* The common nests, without arrays or descriptors. For a row-major
+ * double a[N][LD] on rank r, the column block a[0..n)[c0..c0+k) is
+ *     OVL_PLAN_READ_2D(plan, seg, r, c0 * 8, 8, n, LD * 8, k, 8, panel);
+ * (n rows, the outermost loop; k elements of 8 bytes, 8 apart). */
+#define OVL_PLAN_READ_1D(plan, seg, rank, offset, elem, n0, s0, local)                   \
+    ovl_plan_read_strided((plan), (seg), (rank), (offset), 1, (const int64_t[]){ (n0) }, \
+                          (const int64_t[]){ (s0) }, (elem), (local))
+#define OVL_PLAN_READ_2D(plan, seg, rank, offset, elem, n0, s0, n1, s1, local)                 \
+    ovl_plan_read_strided((plan), (seg), (rank), (offset), 2, (const int64_t[]){ (n0), (n1) }, \
+                          (const int64_t[]){ (s0), (s1) }, (elem), (local))
+#define OVL_PLAN_READ_3D(plan, seg, rank, offset, elem, n0, s0, n1, s1, n2, s2, local) \
+    ovl_plan_read_strided((plan), (seg), (rank), (offset), 3,                          \
+                          (const int64_t[]){ (n0), (n1), (n2) },                       \
+                          (const int64_t[]){ (s0), (s1), (s2) }, (elem), (local))
+#define OVL_PLAN_WRITE_1D(plan, seg, rank, offset, elem, n0, s0, local)                   \
+    ovl_plan_write_strided((plan), (seg), (rank), (offset), 1, (const int64_t[]){ (n0) }, \
+                           (const int64_t[]){ (s0) }, (elem), (local))
+#define OVL_PLAN_WRITE_2D(plan, seg, rank, offset, elem, n0, s0, n1, s1, local)                 \
+    ovl_plan_write_strided((plan), (seg), (rank), (offset), 2, (const int64_t[]){ (n0), (n1) }, \
+                           (const int64_t[]){ (s0), (s1) }, (elem), (local))
+#define OVL_PLAN_WRITE_3D(plan, seg, rank, offset, elem, n0, s0, n1, s1, n2, s2, local) \
+    ovl_plan_write_strided((plan), (seg), (rank), (offset), 3,                          \
+                           (const int64_t[]){ (n0), (n1), (n2) },                       \
+                           (const int64_t[]){ (s0), (s1), (s2) }, (elem), (local))
+
+/**
  * Add a write: the bytes @p local describes at @p local_base go to the
  * bytes @p remote describes on @p rank's part of @p seg, in order. A
  * strip's bytes leave when the strip is final: at the ovl_plan_next()
@@ -1723,6 +1778,20 @@ OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
  *         transfer failed)
  */
 OVL_NODISCARD int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters);
+
+/* The strip loop in one line: @p first and @p iters are declared by the
+ * macro, @p rc (an int of the caller) holds ovl_plan_next()'s result when
+ * the loop ends (OVL_SUCCESS after the last strip):
+ *
+ *     ovl_plan_begin(plan);
+ *     OVL_PLAN_FOR_STRIPS(plan, i0, n, rc)
+ *         for (int64_t i = i0; i < i0 + n; i++)
+ *             ...
+ *     ovl_plan_end(plan);
+ */
+#define OVL_PLAN_FOR_STRIPS(plan, first, iters, rc) \
+    for (int64_t first = 0, iters = 0;              \
+         ((rc) = ovl_plan_next((plan), &first, &iters)) == OVL_SUCCESS && iters > 0;)
 
 /** A strip of a plan: iterations [@p first, @p first + @p iters) of the
  *  outermost loop are in place; return 0 to go on, anything else to stop. */

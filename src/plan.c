@@ -400,13 +400,73 @@ int ovl_plan_read_subarray(ovl_plan_t plan, ovl_segment_t seg, int rank, size_t 
         return ovl__error(OVL_ERR_ARG, fn, "%s", why);
     }
     rem.base += (int64_t)offset;
-    if (d->ndepth == 0 && d->nrefs == 0) /* the nest walking the subarray, slowest first */
-        for (int k = 0; k < ndims; k++) {
-            int dim = order == MPI_ORDER_C ? k : ndims - 1 - k;
-            if ((rc = ovl_plan_loop(plan, k, subsizes[dim])))
-                return rc;
+    const int declare = d->ndepth == 0 && d->nrefs == 0;
+    for (int k = 0; k < ndims && declare; k++) { /* the nest walking the subarray, slowest first */
+        int dim = order == MPI_ORDER_C ? k : ndims - 1 - k;
+        if ((rc = ovl_plan_loop(plan, k, subsizes[dim]))) {
+            d->ndepth = 0;
+            return rc;
         }
-    return add_ref(fn, 0, plan, seg, rank, &rem, local_base, &loc);
+    }
+    if ((rc = add_ref(fn, 0, plan, seg, rank, &rem, local_base, &loc)) && declare)
+        d->ndepth = 0; /* a refused reference declares nothing */
+    return rc;
+}
+
+static int strided(const char *fn, int write, ovl_plan_t plan, ovl_segment_t seg, int rank,
+                   size_t offset, int ndims, const int64_t counts[], const int64_t strides[],
+                   int64_t elem, void *local_base)
+{
+    int rc;
+    struct plan *p = NULL;
+    struct desc *d = NULL;
+    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) || (rc = desc_target(fn, p, &d)))
+        return rc;
+    if (!counts || !strides)
+        return ovl__error(OVL_ERR_ARG, fn, "%s is NULL", !counts ? "counts" : "strides");
+    if (ndims < 1 || ndims > OVL_PLAN_MAX_DEPTH)
+        return ovl__error(OVL_ERR_ARG, fn, "ndims %d, 1 to %d", ndims, OVL_PLAN_MAX_DEPTH);
+    if (offset > (size_t)INT64_MAX / 2)
+        return ovl__error(OVL_ERR_ARG, fn, "offset %zu too large", offset);
+    if (elem < 1)
+        return ovl__error(OVL_ERR_ARG, fn, "elem %" PRId64 ", at least 1", elem);
+    ovl_lmad_t rem = { .base = (int64_t)offset, .elem = elem, .ndims = ndims };
+    ovl_lmad_t loc = { .base = 0, .elem = elem, .ndims = ndims };
+    int64_t dense = elem;
+    for (int k = 0; k < ndims; k++) { /* dim[0] the fastest: the innermost loop */
+        const int dep = ndims - 1 - k;
+        if (counts[dep] < 1 || counts[dep] > INT64_MAX / 2 / dense)
+            return ovl__error(OVL_ERR_ARG, fn, "counts[%d] %" PRId64 " out of range", dep,
+                              counts[dep]);
+        rem.dim[k] = (ovl_lmad_dim_t){ .stride = strides[dep], .count = counts[dep], .depth = dep };
+        loc.dim[k] = (ovl_lmad_dim_t){ .stride = dense, .count = counts[dep], .depth = dep };
+        dense *= counts[dep];
+    }
+    const int declare = d->ndepth == 0 && d->nrefs == 0;
+    for (int k = 0; k < ndims && declare; k++) /* the nest, outermost first */
+        if ((rc = ovl_plan_loop(plan, k, counts[k]))) {
+            d->ndepth = 0;
+            return rc;
+        }
+    if ((rc = add_ref(fn, write, plan, seg, rank, &rem, local_base, &loc)) && declare)
+        d->ndepth = 0; /* a refused reference declares nothing */
+    return rc;
+}
+
+int ovl_plan_read_strided(ovl_plan_t plan, ovl_segment_t seg, int rank, size_t offset, int ndims,
+                          const int64_t counts[], const int64_t strides[], int64_t elem,
+                          void *local_base)
+{
+    return strided("ovl_plan_read_strided", 0, plan, seg, rank, offset, ndims, counts, strides,
+                   elem, local_base);
+}
+
+int ovl_plan_write_strided(ovl_plan_t plan, ovl_segment_t seg, int rank, size_t offset, int ndims,
+                           const int64_t counts[], const int64_t strides[], int64_t elem,
+                           void *local_base)
+{
+    return strided("ovl_plan_write_strided", 1, plan, seg, rank, offset, ndims, counts, strides,
+                   elem, local_base);
 }
 
 int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_t *remote,

@@ -30,6 +30,9 @@
  *    described again the same (another local buffer taken over), it runs
  *    without analysis; another shape or another param is refused with
  *    OVL_ERR_ARG and the committed plan still runs;
+ *  - the strided calls through OVL_PLAN_READ_2D / _3D (a negative outer
+ *    stride, every protocol) and OVL_PLAN_WRITE_1D, with the
+ *    OVL_PLAN_FOR_STRIPS loop, and their error paths;
  *  - ovl_plan_explain prints the tuple and the choice;
  *  - error paths: NULL pointers, bad depths and trips, references outside
  *    the segment or that do not pair, calls out of order, bad params, a
@@ -635,6 +638,122 @@ static void subarrays(ovl_segment_t seg)
     }
 }
 
+/* ovl_plan_read_strided / _write_strided through their macros, and the
+ * strip-loop macro. */
+#define SW_OFF (SEG - 8192) /* the strided write's area, restored after */
+static void strided(ovl_segment_t seg, uint8_t *base)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    /* a column block of a row-major 64 x 96 double matrix: 20 rows of 7 */
+    {
+        const ovl_lmad_t rem = { .base = MAT_OFF + 5 * 8,
+                                 .elem = 8,
+                                 .ndims = 2,
+                                 .dim = { { 8, 7, 1 }, { 96 * 8, 20, 0 } } };
+        const ovl_lmad_t loc = { .elem = 8, .ndims = 2, .dim = { { 8, 7, 1 }, { 56, 20, 0 } } };
+        ref_t r;
+        ref_make(&r, next, &rem, &loc, 20 * 7 * 8);
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(OVL_PLAN_READ_2D(p, seg, next, MAT_OFF + 5 * 8, 8, 20, 96 * 8, 7, 8, r.buf));
+        CHECK_OK(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 3 }));
+        memset(r.buf, SENTINEL, r.buf_bytes);
+        CHECK_OK(ovl_plan_begin(p));
+        int rc = -1;
+        int64_t at = 0;
+        OVL_PLAN_FOR_STRIPS(p, i0, n, rc)
+        {
+            CHECK(i0 == at && n == (i0 + 3 <= 20 ? 3 : 20 - i0));
+            verify(&r, i0, i0 + n, 0, "OVL_PLAN_READ_2D strip");
+            at += n;
+        }
+        CHECK_OK(rc);
+        CHECK(at == 20);
+        CHECK_OK(ovl_plan_end(p));
+        verify(&r, 0, 20, 1, "OVL_PLAN_READ_2D");
+        CHECK_OK(ovl_plan_free(&p));
+        ref_free(&r);
+    }
+    /* 3 deep, the outermost stride negative: planes walked downwards */
+    {
+        const int64_t off = CUBE_OFF + 3 * 480 + 8;
+        const ovl_lmad_t rem = {
+            .base = off, .elem = 4, .ndims = 3, .dim = { { 4, 5, 2 }, { 40, 3, 1 }, { -480, 4, 0 } }
+        };
+        const ovl_lmad_t loc = { .elem = 4,
+                                 .ndims = 3,
+                                 .dim = { { 4, 5, 2 }, { 20, 3, 1 }, { 60, 4, 0 } } };
+        ref_t r;
+        ref_make(&r, next, &rem, &loc, 4 * 3 * 5 * 4);
+        for (int q = 0; q < 4; q++) {
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            CHECK_OK(OVL_PLAN_READ_3D(p, seg, next, off, 4, 4, -480, 3, 40, 5, 4, r.buf));
+            CHECK_OK(ovl_plan_commit(
+                p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
+                                   .strip = 1,
+                                   .protocol = (ovl_plan_protocol_t)q }));
+            run(p, &r, 1, 4, "OVL_PLAN_READ_3D");
+            CHECK_OK(ovl_plan_free(&p));
+        }
+        ref_free(&r);
+    }
+    /* a strided write: 100 elements of 8 bytes, 24 apart, into the next rank */
+    {
+        uint8_t src[800];
+        for (int i = 0; i < 800; i++)
+            src[i] = (uint8_t)(th_rank * 17 + i * 3 + 1);
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(OVL_PLAN_WRITE_1D(p, seg, next, SW_OFF, 8, 100, 24, src));
+        CHECK_OK(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 30 }));
+        int rc = -1;
+        CHECK_OK(ovl_plan_begin(p));
+        OVL_PLAN_FOR_STRIPS(p, i0, n, rc)
+        {
+            CHECK(n > 0 && i0 % 30 == 0);
+        }
+        CHECK_OK(rc);
+        CHECK_OK(ovl_plan_end(p));
+        CHECK_OK(ovl_plan_free(&p));
+        CHECK_OK(ovl_barrier());
+        int bad = 0;
+        for (int64_t b = 0; b < 24 * 100; b++) {
+            int e = (int)(b / 24), k = (int)(b % 24);
+            uint8_t want =
+                k < 8 ? (uint8_t)(prev * 17 + (e * 8 + k) * 3 + 1) : pat(th_rank, SW_OFF + b);
+            bad += base[SW_OFF + b] != want;
+        }
+        CHECKF(bad == 0, "OVL_PLAN_WRITE_1D: %d bytes wrong", bad);
+        for (int64_t b = 0; b < 24 * 100; b++) /* restored for the tests after */
+            base[SW_OFF + b] = pat(th_rank, SW_OFF + b);
+        CHECK_OK(ovl_barrier());
+    }
+    /* errors */
+    {
+        uint8_t buf[64];
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        const int64_t c9[9] = { 1, 1, 1, 1, 1, 1, 1, 1, 1 }, s9[9] = { 0 };
+        EXPECT_ERR(ovl_plan_read_strided(p, seg, next, 0, 0, c9, s9, 8, buf), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_plan_read_strided(p, seg, next, 0, 9, c9, s9, 8, buf), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_plan_read_strided(p, seg, next, 0, 1, NULL, s9, 8, buf), OVL_ERR_ARG);
+        EXPECT_ERR(ovl_plan_read_strided(p, seg, next, 0, 1, c9, NULL, 8, buf), OVL_ERR_ARG);
+        EXPECT_ERR(OVL_PLAN_READ_1D(p, seg, next, 0, 8, 0, 8, buf), OVL_ERR_ARG);  /* count 0 */
+        EXPECT_ERR(OVL_PLAN_READ_1D(p, seg, next, 0, 0, 4, 8, buf), OVL_ERR_ARG);  /* elem 0 */
+        EXPECT_ERR(OVL_PLAN_READ_1D(p, seg, next, 0, 8, 4, -8, buf), OVL_ERR_ARG); /* below 0 */
+        EXPECT_ERR(OVL_PLAN_READ_1D(p, seg, next, SEG - 8, 8, 2, 8, buf), OVL_ERR_ARG); /* beyond */
+        EXPECT_ERR(OVL_PLAN_READ_1D(p, seg, th_size, 0, 8, 2, 8, buf), OVL_ERR_RANK);
+        EXPECT_ERR(OVL_PLAN_READ_1D(OVL_PLAN_NULL, seg, next, 0, 8, 2, 8, buf), OVL_ERR_ARG);
+        CHECK_OK(OVL_PLAN_READ_2D(p, seg, next, 0, 8, 4, 64, 2, 8, buf)); /* declares 4 x 2 */
+        EXPECT_ERR(OVL_PLAN_READ_2D(p, seg, next, 0, 8, 5, 64, 2, 8, buf), OVL_ERR_ARG);
+        CHECK_OK(OVL_PLAN_READ_2D(p, seg, next, 1024, 8, 4, 64, 2, 8, buf + 0)); /* fits the nest */
+        CHECK_OK(ovl_plan_free(&p));
+    }
+}
+
 /* The plan cache. */
 static void cache(ovl_segment_t seg)
 {
@@ -901,6 +1020,7 @@ int main(int argc, char **argv)
     subarrays(seg);
     random_plans(seg, base);
     cache(seg);
+    strided(seg, base);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
     CHECK_OK(ovl_segment_free(&seg));
