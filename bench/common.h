@@ -40,6 +40,7 @@ int bench_wire_cost(int argc, char **argv);
 int bench_wakeup_cost(int argc, char **argv);
 int bench_domains(int argc, char **argv);
 int bench_am(int argc, char **argv);
+int bench_plan(int argc, char **argv);
 
 extern int bench_rank, bench_size;
 

@@ -32,6 +32,8 @@ static const struct bench_cmd cmds[] = {
     { "domains", "threads vs processes: bidirectional latency and message rate per worker",
       bench_domains },
     { "am", "active messages: round trip vs ping-pong, and the polling-mask sweep", bench_am },
+    { "plan", "loop-nest planner: protocol map, gemm panel, reduce, halo, transpose, overheads",
+      bench_plan },
 };
 #define NCMDS (int)(sizeof cmds / sizeof cmds[0])
 

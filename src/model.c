@@ -216,6 +216,10 @@ static int quick_estimate(void)
          * the per-message cost (pessimistic) and half of it as the gap. */
         ovl__m.o_us = lf.lat_us;
         ovl__m.gap_us = lf.lat_us / 2;
+        /* a get is a round trip at the link's rate (the loop-nest planner's
+         * formulas); ovl-calibrate measures MPI_Rget itself */
+        ovl__m.rma_lat_us = ovl__m.rtt_us;
+        ovl__m.rma_bw_Bpus = ovl__m.bw_Bpus;
         ovl__m.calibrated = 1;
     }
     double f = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);

@@ -79,8 +79,8 @@ struct shape {
     int64_t iters;
     ovl_lmad_t r, l; /* the sub-LMADs at iteration 0 */
     ovl_lmad_runs_t rr, lr;
-    struct piece *pc; /* NULL: more than PIECES_MAX */
-    int64_t npc;
+    struct piece *pc;          /* built by prepare() for RUNS and BBOX only */
+    int64_t npc;               /* pieces: exact once built, else est_pieces() */
     MPI_Datatype rtype, ltype; /* DATATYPE: lower bound 0 */
 };
 
@@ -141,8 +141,15 @@ struct plan {
     double meas[NPROTO][RERANK_RUNS];
     int nmeas[NPROTO];
     unsigned reranks;
-    int settled;    /* no more re-ranking: forced, or every candidate measured */
-    uint64_t in_ns; /* this execution's time in begin / next / end */
+    int ready;   /* the protocol's pieces and datatypes built (prepare()) */
+    int settled; /* no more re-ranking: forced, or every candidate measured */
+    /* strip size from the measured computation (replan()) */
+    int strip_measured;
+    unsigned replans;
+    double c_us;      /* computation per outermost iteration, first whole execution */
+    uint64_t comp_ns; /* this execution's time between a strip handed out and the next call */
+    uint64_t out_at;  /* when the last strip was handed out (0: none) */
+    uint64_t in_ns;   /* this execution's time in begin / next / end */
     char why[NPROTO][96];
     unsigned long analyses, runs;
     /* execution */
@@ -565,7 +572,7 @@ static int pieces_of(struct shape *s)
         lo = ll = NULL, ln = -1;
     s->pc = NULL;
     s->npc = -1;
-    if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0 && rn + ln <= PIECES_MAX &&
+    if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0 &&
         (s->pc = malloc((size_t)(rn + ln) * sizeof *s->pc)) != NULL) {
         int64_t i = 0, j = 0, ui = 0, uj = 0, m = 0; /* bytes used of run i, run j */
         while (i < rn && j < ln) {
@@ -579,7 +586,7 @@ static int pieces_of(struct shape *s)
                 j++, uj = 0;
         }
         s->npc = m;
-    } else if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0 && rn + ln <= PIECES_MAX) {
+    } else if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0) {
         rc = OVL_ERR_NOMEM;
     }
     free(ro);
@@ -656,20 +663,19 @@ static double formula(int proto, const struct shape *s, const char **why)
         }
         return lat + B / bw + blocks * DT_BLOCK_US;
     case OVL_PLAN_RUNS: {
-        if (!s->pc) {
+        if (s->npc > PIECES_MAX) {
             *why = "more than 65536 runs per strip";
             return -1;
         }
-        for (int64_t i = 0; i < s->npc; i++)
-            if (s->pc[i].len > INT_MAX) {
-                *why = "a run beyond MPI's int count";
-                return -1;
-            }
+        if (s->rr.size > INT_MAX && s->lr.size > INT_MAX) {
+            *why = "a run beyond MPI's int count";
+            return -1;
+        }
         double issue = (double)s->npc * o, wire = B / bw;
         return lat + (issue > wire ? issue : wire);
     }
     case OVL_PLAN_BBOX:
-        if (!s->pc) {
+        if (s->npc > PIECES_MAX) {
             *why = "more than 65536 runs per strip";
             return -1;
         }
@@ -726,37 +732,31 @@ static int same_param(const ovl_param_t *a, const ovl_param_t *b)
 }
 
 static int prepare(const char *fn, struct plan *p);
+static int build(const char *fn, struct plan *p, int make);
 
-static int analyse(const char *fn, struct plan *p)
+/* The pieces a strip's runs pair into, without listing them: as many as
+ * the runs when both sides' runs are equal, else at most both counts. */
+static int64_t est_pieces(const ovl_lmad_runs_t *r, const ovl_lmad_runs_t *l)
+{
+    if (r->size == l->size)
+        return r->n;
+    return r->n + l->n - 1;
+}
+
+/* The strips of S = p->S iterations: their count, the lookahead (unless
+ * the commit's param gave it), and the two strip shapes of every reference
+ * (the old ones and their pieces freed). */
+static int shapes_build(const char *fn, struct plan *p)
 {
     struct desc *d = &p->d;
-    const ovl_param_t *pm = &p->param;
     const int64_t T = d->trips[0];
-    int rc;
-    /* strip size: the model's split of the plan's bytes, equal strips */
-    int64_t B = 0;
-    for (int j = 0; j < d->nrefs; j++) {
-        ovl_lmad_runs_t rr;
-        if (ovl_lmad_runs(&d->refs[j].rem, &rr) == OVL_SUCCESS)
-            B += rr.n * rr.size;
-    }
-    int64_t ns = 1;
-    if (pm->field_mask & OVL_PARAM_FIELD_STRIP) {
-        p->S = pm->strip < T ? pm->strip : T;
-    } else {
-        struct ovl__split sp;
-        ovl__model_split((size_t)B, d->refs[0].rank, &sp);
-        ns = sp.should_split && sp.nstrips > 1 ? sp.nstrips : 1;
-        if (ns > T)
-            ns = T;
-        p->S = (T + ns - 1) / ns;
-    }
+    shapes_free(p);
     p->nstrips = (T + p->S - 1) / p->S;
-    p->lookahead = (pm->field_mask & OVL_PARAM_FIELD_LOOKAHEAD) ? pm->lookahead
-                   : p->nstrips - 1 < 8                         ? (unsigned)(p->nstrips - 1)
-                                                                : 8;
+    p->lookahead = (p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD) ? p->param.lookahead
+                   : p->nstrips - 1 < 8                              ? (unsigned)(p->nstrips - 1)
+                                                                     : 8;
     const int64_t last = T - (p->nstrips - 1) * p->S; /* iterations of the last strip */
-    /* the two strip shapes of every reference, their pieces */
+    /* the two strip shapes of every reference */
     for (int j = 0; j < d->nrefs; j++) {
         struct ref *r = &d->refs[j];
         for (int k = 0; k < 2; k++) {
@@ -767,31 +767,17 @@ static int analyse(const char *fn, struct plan *p)
             if (ovl_lmad_runs(&s->r, &s->rr) != OVL_SUCCESS ||
                 ovl_lmad_runs(&s->l, &s->lr) != OVL_SUCCESS)
                 return ovl__error(OVL_ERR_INTERNAL, fn, "a strip's LMAD is invalid");
-            if ((rc = pieces_of(s)))
-                return ovl__error(rc, fn, "no memory for reference %d's runs", j);
+            s->npc = est_pieces(&s->rr, &s->lr);
         }
     }
-    /* write references: none may overlap another on the same target */
-    p->writes = 0;
-    for (int j = 0; j < d->nrefs; j++) {
-        const struct ref *a = &d->refs[j];
-        p->writes += a->write;
-        for (int i = 0; i < j && a->write; i++) {
-            const struct ref *b = &d->refs[i];
-            int res = OVL_LMAD_MAY_OVERLAP;
-            if (!b->write || b->seg != a->seg || b->rank != a->rank)
-                continue;
-            if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
-                return ovl__error(rc, fn, "comparing write references %d and %d", i, j);
-            if (res != OVL_LMAD_DISJOINT)
-                return ovl__error(OVL_ERR_ARG, fn,
-                                  "write references %d and %d %s on rank %d: their order would "
-                                  "be undefined",
-                                  i, j, res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap",
-                                  a->rank);
-        }
-    }
-    /* predicted time of one execution per protocol */
+    return OVL_SUCCESS;
+}
+
+/* The predicted time of one execution's transfers per protocol (p->pred,
+ * < 0 with p->why: not applicable), from the current shapes. */
+static void predict_all(struct plan *p)
+{
+    struct desc *d = &p->d;
     const int64_t nfull = p->nstrips - 1;
     for (int q = 1; q < NPROTO; q++) {
         double t = 0;
@@ -816,45 +802,159 @@ static int analyse(const char *fn, struct plan *p)
         p->pred_src[q] = mapped == 0 ? 'f' : mapped == shapes ? 'm' : 'b';
         snprintf(p->why[q], sizeof p->why[q], "%s", t < 0 ? why : "");
     }
+}
+
+/* The protocol of least predicted time; a later one (RUNS, then BBOX:
+ * more operations, or staging and copies) only if predicted more than
+ * PICK_MARGIN faster. OVL_PLAN_AUTO: none applies. */
+#define PICK_MARGIN 0.03
+static ovl_plan_protocol_t pick(const struct plan *p)
+{
+    int best = OVL_PLAN_AUTO;
+    for (int q = 1; q < NPROTO; q++)
+        if (p->pred[q] >= 0 &&
+            (best == OVL_PLAN_AUTO || p->pred[q] < p->pred[best] * (1 - PICK_MARGIN)))
+            best = q;
+    return (ovl_plan_protocol_t)best;
+}
+
+static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_us, unsigned la);
+
+/* The strip size of least pipeline_us under @proto with @c_us of
+ * computation per iteration, among T, T/2, T/4, ... (at most STRIPS_MAX
+ * strips: with computation equal to communication 64 strips hide all but
+ * 1/64 of it); a smaller one only if more than 2 % faster. */
+#define STRIPS_MAX 64
+static int64_t choose_strip(const struct plan *p, int proto, double c_us)
+{
+    const int64_t T = p->d.trips[0];
+    const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead : 8;
+    int64_t best = T;
+    double best_t = -1;
+    for (int64_t n = 1; n <= T && n <= STRIPS_MAX; n *= 2) {
+        int64_t S = (T + n - 1) / n;
+        double t = pipeline_us(p, proto, S, c_us, la);
+        if (t >= 0 && (best_t < 0 || t < best_t * 0.98)) {
+            best_t = t;
+            best = S;
+        }
+    }
+    return best;
+}
+
+static int analyse(const char *fn, struct plan *p)
+{
+    struct desc *d = &p->d;
+    const ovl_param_t *pm = &p->param;
+    const int64_t T = d->trips[0];
+    int rc;
+    /* first the protocols over the whole loop as one strip (or the strips
+     * the commit asked for) */
+    p->S = (pm->field_mask & OVL_PARAM_FIELD_STRIP) && pm->strip < T ? pm->strip : T;
+    if ((rc = shapes_build(fn, p)))
+        return rc;
+    /* write references: none may overlap another on the same target */
+    p->writes = 0;
+    for (int j = 0; j < d->nrefs; j++) {
+        const struct ref *a = &d->refs[j];
+        p->writes += a->write;
+        for (int i = 0; i < j && a->write; i++) {
+            const struct ref *b = &d->refs[i];
+            int res = OVL_LMAD_MAY_OVERLAP;
+            if (!b->write || b->seg != a->seg || b->rank != a->rank)
+                continue;
+            if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
+                return ovl__error(rc, fn, "comparing write references %d and %d", i, j);
+            if (res != OVL_LMAD_DISJOINT)
+                return ovl__error(OVL_ERR_ARG, fn,
+                                  "write references %d and %d %s on rank %d: their order would "
+                                  "be undefined",
+                                  i, j, res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap",
+                                  a->rank);
+        }
+    }
+    predict_all(p);
     /* the choice */
     if ((pm->field_mask & OVL_PARAM_FIELD_PROTOCOL) && pm->protocol != OVL_PLAN_AUTO) {
         p->proto = pm->protocol;
         p->forced = 1;
-        if (p->pred[p->proto] < 0)
+        if (p->pred[p->proto] < 0 && (pm->field_mask & OVL_PARAM_FIELD_STRIP))
             return ovl__error(OVL_ERR_ARG, fn,
                               "protocol %s forced, but it cannot move this plan: %s",
                               proto_name[p->proto], p->why[p->proto]);
     } else {
-        p->proto = OVL_PLAN_AUTO;
         p->forced = 0;
-        for (int q = 1; q < NPROTO; q++)
-            if (p->pred[q] >= 0 && (p->proto == OVL_PLAN_AUTO || p->pred[q] < p->pred[p->proto]))
-                p->proto = (ovl_plan_protocol_t)q;
+        p->proto = pick(p);
         if (p->proto == OVL_PLAN_AUTO)
             return ovl__error(OVL_ERR_ARG, fn, "no protocol can move this plan (%s)", p->why[1]);
     }
+    /* then the strip size: the least predicted pipeline (pipeline_us) with
+     * as much computation per iteration as communication, until the first
+     * execution measures it (replan()) */
+    if (!(pm->field_mask & OVL_PARAM_FIELD_STRIP)) {
+        double c = 0;
+        for (int q = 1; q < NPROTO && c <= 0; q++) /* the forced one may not fit one strip */
+            c = (p->pred[p->proto] >= 0 ? p->pred[p->proto] : p->pred[q]) / (double)T;
+        int64_t S = choose_strip(p, p->proto, c);
+        if (S != p->S) {
+            p->S = S;
+            if ((rc = shapes_build(fn, p)))
+                return rc;
+            predict_all(p);
+            if (p->pred[p->proto] < 0 && !p->forced)
+                p->proto = pick(p);
+            if (p->proto == OVL_PLAN_AUTO)
+                return ovl__error(OVL_ERR_ARG, fn,
+                                  "no protocol can move strips of %" PRId64 " iterations", S);
+        }
+    }
+    if (p->pred[p->proto] < 0)
+        return ovl__error(OVL_ERR_ARG, fn, "protocol %s forced, but it cannot move this plan: %s",
+                          proto_name[p->proto], p->why[p->proto]);
     for (int q = 0; q < NPROTO; q++)
         p->nmeas[q] = 0;
-    p->reranks = 0;
+    p->reranks = p->replans = 0;
     p->settled = p->forced;
+    p->strip_measured = 0;
+    p->c_us = -1;
     p->analyses++;
-    return prepare(fn, p);
+    /* the pieces and datatypes are built by the first ovl_plan_begin */
+    return build(fn, p, 0);
 }
 
 /* The chosen protocol's datatypes (built once per shape), operation and
  * byte counts. */
 static int prepare(const char *fn, struct plan *p)
 {
+    return build(fn, p, 1);
+}
+
+/* What the chosen protocol needs: with @make its pieces and datatypes
+ * (once per shape), else nothing built and the piece counts estimated;
+ * the operation and byte counts either way. */
+static int build(const char *fn, struct plan *p, int make)
+{
     struct desc *d = &p->d;
     const int64_t nfull = p->nstrips - 1;
     int rc;
+    p->ready = make;
     p->ops = p->bytes = p->max_ops[0] = p->max_ops[1] = 0;
     int64_t mx[2][2] = { { 0, 0 }, { 0, 0 } };
     for (int j = 0; j < d->nrefs; j++) {
         struct ref *r = &d->refs[j];
         for (int k = 0; k < 2; k++) {
             struct shape *s = &r->sh[k];
-            if (p->proto == OVL_PLAN_DATATYPE && s->rtype == MPI_DATATYPE_NULL &&
+            if (make && p->proto != OVL_PLAN_DATATYPE && !s->pc) {
+                rc = pieces_of(s);
+                if (!s->pc)
+                    s->npc = est_pieces(&s->rr, &s->lr);
+                if (rc)
+                    return ovl__error(rc, fn, "no memory for reference %d's runs", j);
+                if (!s->pc)
+                    return ovl__error(OVL_ERR_ARG, fn, "reference %d: more than %d runs per strip",
+                                      j, PIECES_MAX);
+            }
+            if (make && p->proto == OVL_PLAN_DATATYPE && s->rtype == MPI_DATATYPE_NULL &&
                 ((rc = type_of(&s->r, s->rr.lo, &s->rtype)) ||
                  (rc = type_of(&s->l, s->lr.lo, &s->ltype)))) {
                 char why[256];
@@ -1042,6 +1142,11 @@ int ovl_plan_begin(ovl_plan_t plan)
     if (p->redesc)
         return ovl__error(OVL_ERR_ARG, fn, "plan described again but not committed");
     const uint64_t t0 = ovl__now_ns();
+    if (!p->ready) {
+        slots_free(p); /* sized by the exact counts */
+        if ((rc = prepare(fn, p)))
+            return rc;
+    }
     for (int j = 0; j < p->d.nrefs; j++) {
         struct ovl__seg *s = NULL;
         if ((rc = ovl__seg_lookup(fn, p->d.refs[j].seg, &s)))
@@ -1087,6 +1192,7 @@ int ovl_plan_begin(ovl_plan_t plan)
     rc = OVL_SUCCESS;
     for (; p->issued < p->nslots && rc == OVL_SUCCESS; p->issued++)
         rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
+    p->comp_ns = p->out_at = 0;
     p->in_ns = ovl__now_ns() - t0;
     return rc;
 }
@@ -1184,8 +1290,12 @@ int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
     const uint64_t t0 = ovl__now_ns();
+    if (p->out_at)
+        p->comp_ns += t0 - p->out_at;
     rc = next_strip(fn, p, first, iters);
-    p->in_ns += ovl__now_ns() - t0;
+    const uint64_t t1 = ovl__now_ns();
+    p->in_ns += t1 - t0;
+    p->out_at = rc == OVL_SUCCESS && *iters > 0 ? t1 : 0;
     return rc;
 }
 
@@ -1226,6 +1336,90 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
 }
 
 /* Wait for every slot in flight; the first error. */
+/* Predicted time of one execution under protocol @proto with strips of
+ * @S iterations, @c_us of computation per iteration and @la strips ahead:
+ * the strips' transfers follow each other on the link (each its predicted
+ * time less the latency, which they overlap), a strip is issued when the
+ * program takes the one @la + 1 places before it, and the program computes
+ * on a strip once it is in place and the previous one is done, paying
+ * the overhead of handing it out (o). */
+static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_us, unsigned la)
+{
+    const struct desc *d = &p->d;
+    const int64_t T = d->trips[0], ns = (T + S - 1) / S, last = T - (ns - 1) * S;
+    double w[2] = { 0, 0 }, first = 0; /* a full strip, the last; the invariant references */
+    for (int j = 0; j < d->nrefs; j++) {
+        const struct ref *r = &d->refs[j];
+        for (int k = 0; k < 2; k++) {
+            if (k == 1 && (r->invariant || last == S)) /* the same as the full one */
+                continue;
+            struct shape t = { .iters = r->invariant ? T : k ? last : S };
+            t.r = cut(&r->rem, r->invariant, t.iters);
+            t.l = cut(&r->loc, r->invariant, t.iters);
+            if (ovl_lmad_runs(&t.r, &t.rr) != OVL_SUCCESS ||
+                ovl_lmad_runs(&t.l, &t.lr) != OVL_SUCCESS)
+                return -1;
+            t.npc = est_pieces(&t.rr, &t.lr);
+            const char *why;
+            int mapped;
+            double x = predict(proto, &t, &why, &mapped);
+            if (x < 0)
+                return -1;
+            if (r->invariant)
+                first += k ? 0 : x;
+            else
+                w[k] += x;
+        }
+    }
+    if (last == S)
+        w[1] = w[0];
+    const double lat = ovl__m.rma_lat_us, h = ovl__m.o_us;
+    double link = 0, done = 0, start[LOOKAHEAD_MAX + 2];
+    for (int64_t k = 0; k < ns; k++) {
+        double issued = k <= (int64_t)la ? 0 : start[(k - la - 1) % (LOOKAHEAD_MAX + 2)];
+        double x = (k == ns - 1 ? w[1] : w[0]) + (k == 0 ? first : 0);
+        double occ = x > lat ? x - lat : 0;
+        link = (link > issued ? link : issued) + occ;
+        double arrive = link + lat, st = arrive > done ? arrive : done;
+        start[k % (LOOKAHEAD_MAX + 2)] = st;
+        done = st + h + c_us * (double)(k == ns - 1 ? last : S);
+    }
+    return done;
+}
+
+/* After the first whole execution, the strip size from its measured
+ * computation (@c_us per iteration): the S among T, T/2, T/4, ... of
+ * least pipeline_us, unless the commit's param set S. The plan is
+ * re-shaped for it (strips, pieces, datatypes, predictions); the protocol
+ * stays if it can move the new strips. */
+static void replan(const char *fn, struct plan *p, double c_us)
+{
+    p->strip_measured = 1;
+    p->c_us = c_us;
+    if (p->param.field_mask & OVL_PARAM_FIELD_STRIP)
+        return;
+    const int64_t best = choose_strip(p, p->proto, c_us);
+    if (best == p->S)
+        return;
+    const int64_t old = p->S;
+    p->S = best;
+    if (shapes_build(fn, p) == OVL_SUCCESS) {
+        predict_all(p);
+        if (p->pred[p->proto] >= 0 && prepare(fn, p) == OVL_SUCCESS) {
+            slots_free(p);
+            p->replans++;
+            return;
+        }
+    }
+    p->S = old; /* could not: back to what ran */
+    if (shapes_build(fn, p) == OVL_SUCCESS) {
+        predict_all(p);
+        if (prepare(fn, p) == OVL_SUCCESS)
+            return;
+    }
+    p->state = ST_NEW; /* nothing to run with: the next begin says commit first */
+}
+
 static double median3(const double *v)
 {
     double a = v[0], b = v[1], c = v[2];
@@ -1315,11 +1509,20 @@ int ovl_plan_end(ovl_plan_t plan)
     if ((rc = ovl__check_not_in_callback(fn)))
         return rc;
     const uint64_t t0 = ovl__now_ns();
+    if (p->out_at)
+        p->comp_ns += t0 - p->out_at;
+    p->out_at = 0;
     const int whole = p->cur >= p->nstrips; /* every strip handed out */
     rc = drain(fn, p);
     p->state = ST_COMMITTED;
     p->cur = -1;
     p->in_ns += ovl__now_ns() - t0;
+    if (rc == OVL_SUCCESS && whole && !p->strip_measured) {
+        const unsigned before = p->replans;
+        replan(fn, p, (double)p->comp_ns / 1e3 / (double)p->d.trips[0]);
+        if (p->replans != before)
+            return rc; /* other strips: re-ranking counts from the next execution */
+    }
     if (rc == OVL_SUCCESS && whole)
         rerank(fn, p, (double)p->in_ns / 1e3);
     return rc;

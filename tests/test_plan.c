@@ -219,8 +219,12 @@ static void sweep(const char *name, ovl_segment_t seg, ref_t *refs, int nrefs, c
                    what, (int)in.protocol, in.forced);
             CHECKF(q != 0 || (!in.forced && in.predicted_us[in.protocol] >= 0),
                    "%s: the model chose %d", what, (int)in.protocol);
+            /* the least predicted; an earlier (simpler) one within 3 % */
             for (int k = 1; q == 0 && k <= OVL_PLAN_BBOX; k++)
-                CHECKF(in.predicted_us[k] < 0 || in.predicted_us[in.protocol] <= in.predicted_us[k],
+                CHECKF(in.predicted_us[k] < 0 ||
+                           in.predicted_us[in.protocol] <= in.predicted_us[k] ||
+                           (k > (int)in.protocol &&
+                            in.predicted_us[k] >= 0.97 * in.predicted_us[in.protocol]),
                        "%s: chose %s (%.1f us) over %s (%.1f us)", what, pname[in.protocol],
                        in.predicted_us[in.protocol], pname[k], in.predicted_us[k]);
             CHECKF(!strips[s] || in.strip == (strips[s] < trips[0] ? strips[s] : trips[0]),
