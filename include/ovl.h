@@ -1609,6 +1609,12 @@ typedef struct {
     /** times the plan changed protocol because its executions kept taking
      *  longer than predicted (ovl_plan_commit(): re-ranking) */
     unsigned reranks;
+    /** computation per iteration of the outermost loop measured in the first
+     *  whole execution (time between ovl_plan_next() handing a strip out and
+     *  the next call), microseconds; < 0: not yet */
+    double compute_us;
+    /** times the strip size was chosen again from compute_us (0 or 1) */
+    unsigned replans;
 } ovl_plan_info_t;
 
 /**
@@ -1746,7 +1752,12 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * next execution uses the protocol predicted best among those not tried;
  * once every one has been tried the plan keeps the least measured for
  * good (ovl_plan_query(): measured_us, reranks). A forced protocol is
- * never re-ranked. @p param (NULL: the model decides) takes
+ * never re-ranked. The strip size (unless the param sets it) is the one
+ * of least predicted time for a pipeline of the strips' transfers and the
+ * computation on them, taking as much computation per iteration as
+ * communication until the first whole execution measures it; then it is
+ * chosen again once from the measurement (ovl_plan_query(): compute_us,
+ * replans). @p param (NULL: the model decides) takes
  * OVL_PARAM_FIELD_PROTOCOL (a protocol forced, OVL_PLAN_AUTO: the model's),
  * OVL_PARAM_FIELD_STRIP (iterations per strip, at least 1; more than the
  * trip count is one strip) and OVL_PARAM_FIELD_LOOKAHEAD (0-64).

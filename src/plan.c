@@ -823,23 +823,26 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
 /* The strip size of least pipeline_us under @proto with @c_us of
  * computation per iteration, among T, T/2, T/4, ... (at most STRIPS_MAX
  * strips: with computation equal to communication 64 strips hide all but
- * 1/64 of it); a smaller one only if more than 2 % faster. */
+ * 1/64 of it): the largest within 2 % of the least. */
 #define STRIPS_MAX 64
 static int64_t choose_strip(const struct plan *p, int proto, double c_us)
 {
     const int64_t T = p->d.trips[0];
     const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead : 8;
-    int64_t best = T;
-    double best_t = -1;
+    int64_t cand[32];
+    double t[32], least = -1;
+    int nc = 0;
     for (int64_t n = 1; n <= T && n <= STRIPS_MAX; n *= 2) {
-        int64_t S = (T + n - 1) / n;
-        double t = pipeline_us(p, proto, S, c_us, la);
-        if (t >= 0 && (best_t < 0 || t < best_t * 0.98)) {
-            best_t = t;
-            best = S;
-        }
+        cand[nc] = (T + n - 1) / n;
+        t[nc] = pipeline_us(p, proto, cand[nc], c_us, la);
+        if (t[nc] >= 0 && (least < 0 || t[nc] < least))
+            least = t[nc];
+        nc++;
     }
-    return best;
+    for (int i = 0; i < nc; i++) /* the fewest strips within 2 % of the least */
+        if (t[i] >= 0 && t[i] <= least * 1.02)
+            return cand[i];
+    return T;
 }
 
 static int analyse(const char *fn, struct plan *p)
@@ -1591,6 +1594,8 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
         info->measured_us[q] = q && p->nmeas[q] >= RERANK_RUNS ? median3(p->meas[q]) : -1;
     }
     info->reranks = p->reranks;
+    info->compute_us = p->strip_measured ? p->c_us : -1;
+    info->replans = p->replans;
     return OVL_SUCCESS;
 }
 

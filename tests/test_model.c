@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <sys/stat.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -879,6 +880,97 @@ static void test_rerank(void)
     CHECK_OK(ovl_finalize());
 }
 
+static double spin_until_us(double us)
+{
+    double t0 = MPI_Wtime(), x = 0;
+    while ((MPI_Wtime() - t0) * 1e6 < us)
+        x += 1;
+    return x;
+}
+
+/* The strip size chosen again from the first execution's computation: on
+ * a link the database says is slow (RMA 100 us, 117 B/us: the built-in
+ * figures), a plan committed with computation taken equal to communication
+ * strip-mines; run with none, it goes to one strip; run with much, it
+ * keeps several. The bytes are right before and after. */
+static void test_replan(void)
+{
+    char p[300], msg[2048];
+    snprintf(p, sizeof p, "%s/db.replan.%d", dir, th_rank);
+    write_db(p, NULL, NULL, NULL, NULL, 0);
+    init_with(p, msg, sizeof msg);
+    enum { ROWS = 64, ROW = 1024 };
+    char *base = NULL;
+    ovl_segment_t seg;
+    CHECK_OK(ovl_segment_create(2 * ROWS * ROW, (void **)&base, &seg));
+    for (int i = 0; i < 2 * ROWS * ROW; i++)
+        base[i] = (char)(th_rank * 31 + i * 7);
+    CHECK_OK(ovl_barrier());
+    if (th_rank == 0) {
+        char *dst = malloc(ROWS * ROW);
+        CHECK(dst != NULL);
+        for (int busy = 0; busy < 2; busy++) {
+            ovl_plan_t pl;
+            CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
+            CHECK_OK(OVL_PLAN_READ_2D(pl, seg, 1, 0, ROW, ROWS, 2 * ROW, 1, ROW, dst));
+            CHECK_OK(ovl_plan_commit(pl, NULL));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(pl, &in));
+            CHECKF(in.nstrips > 1 && in.compute_us < 0 && in.replans == 0,
+                   "committed: %" PRId64 " strips", in.nstrips);
+            const int64_t S0 = in.strip;
+            for (int e = 0; e < 3; e++) {
+                memset(dst, 0, ROWS * ROW);
+                int rc = -1;
+                CHECK_OK(ovl_plan_begin(pl));
+                OVL_PLAN_FOR_STRIPS(pl, i0, n, rc)
+                if (busy)
+                    spin_until_us(12.0 * (double)n); /* a row's transfer: 8.75 us */
+                CHECK_OK(rc);
+                CHECK_OK(ovl_plan_end(pl));
+                int bad = 0;
+                for (int i = 0; i < ROWS * ROW; i++)
+                    bad += dst[i] != (char)(31 + ((i / ROW) * 2 * ROW + i % ROW) * 7);
+                CHECKF(bad == 0, "busy %d, execution %d: %d bytes wrong", busy, e, bad);
+                CHECK_OK(ovl_plan_query(pl, &in));
+                CHECK(in.compute_us >= (busy ? 12 : 0) && in.replans <= 1);
+            }
+            if (busy)
+                CHECKF(in.nstrips >= 8,
+                       "busy: S %" PRId64 " (committed %" PRId64 "), compute %.1f us", in.strip, S0,
+                       in.compute_us);
+            else
+                CHECKF(in.strip == ROWS && in.replans == 1 && in.compute_us < 200,
+                       "idle: S %" PRId64 " (committed %" PRId64 "), compute %.1f us", in.strip, S0,
+                       in.compute_us);
+            CHECK_OK(ovl_plan_free(&pl));
+        }
+        /* a strip the param set is never chosen again */
+        ovl_plan_t pl;
+        CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
+        CHECK_OK(OVL_PLAN_READ_2D(pl, seg, 1, 0, ROW, ROWS, 2 * ROW, 1, ROW, dst));
+        CHECK_OK(
+            ovl_plan_commit(pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 4 }));
+        for (int e = 0; e < 2; e++) {
+            int rc = -1;
+            CHECK_OK(ovl_plan_begin(pl));
+            OVL_PLAN_FOR_STRIPS(pl, i0, n, rc)
+            {
+            }
+            CHECK_OK(rc);
+            CHECK_OK(ovl_plan_end(pl));
+        }
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(pl, &in));
+        CHECK(in.strip == 4 && in.replans == 0 && in.compute_us >= 0);
+        CHECK_OK(ovl_plan_free(&pl));
+        free(dst);
+    }
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_segment_free(&seg));
+    CHECK_OK(ovl_finalize());
+}
+
 int main(int argc, char **argv)
 {
     th_init_mpi(&argc, &argv, "test_model", MPI_THREAD_MULTIPLE);
@@ -897,6 +989,7 @@ int main(int argc, char **argv)
     test_split();
     test_delta_size();
     test_rerank();
+    test_replan();
     MPI_Barrier(MPI_COMM_WORLD);
     if (th_rank == 0)
         rmdir(dir);
