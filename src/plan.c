@@ -732,7 +732,19 @@ static int same_param(const ovl_param_t *a, const ovl_param_t *b)
 }
 
 static int prepare(const char *fn, struct plan *p);
+
+/* Strips in flight ahead of the one computed on: the param's, else up to
+ * 8, and 1 under DATATYPE (its per-strip flush completes every strip in
+ * flight: more ahead only delays the first; next_strip issues after it). */
+static void set_lookahead(struct plan *p)
+{
+    const unsigned most = p->proto == OVL_PLAN_DATATYPE ? 1 : 8;
+    p->lookahead = (p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD) ? p->param.lookahead
+                   : p->nstrips - 1 < most                           ? (unsigned)(p->nstrips - 1)
+                                                                     : most;
+}
 static int build(const char *fn, struct plan *p, int make);
+static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_us, unsigned la);
 
 /* The pieces a strip's runs pair into, without listing them: as many as
  * the runs when both sides' runs are equal, else at most both counts. */
@@ -752,9 +764,7 @@ static int shapes_build(const char *fn, struct plan *p)
     const int64_t T = d->trips[0];
     shapes_free(p);
     p->nstrips = (T + p->S - 1) / p->S;
-    p->lookahead = (p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD) ? p->param.lookahead
-                   : p->nstrips - 1 < 8                              ? (unsigned)(p->nstrips - 1)
-                                                                     : 8;
+    set_lookahead(p);
     const int64_t last = T - (p->nstrips - 1) * p->S; /* iterations of the last strip */
     /* the two strip shapes of every reference */
     for (int j = 0; j < d->nrefs; j++) {
@@ -804,21 +814,11 @@ static void predict_all(struct plan *p)
     }
 }
 
-/* The protocol of least predicted time; a later one (RUNS, then BBOX:
- * more operations, or staging and copies) only if predicted more than
- * PICK_MARGIN faster. OVL_PLAN_AUTO: none applies. */
+/* A later protocol (RUNS, then BBOX: more operations, or staging and
+ * copies) is chosen over an earlier one only if predicted more than
+ * PICK_MARGIN faster. */
 #define PICK_MARGIN 0.03
-static ovl_plan_protocol_t pick(const struct plan *p)
-{
-    int best = OVL_PLAN_AUTO;
-    for (int q = 1; q < NPROTO; q++)
-        if (p->pred[q] >= 0 &&
-            (best == OVL_PLAN_AUTO || p->pred[q] < p->pred[best] * (1 - PICK_MARGIN)))
-            best = q;
-    return (ovl_plan_protocol_t)best;
-}
-
-static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_us, unsigned la);
+static void predict_all(struct plan *p);
 
 /* The strip size of least pipeline_us under @proto with @c_us of
  * computation per iteration, among T, T/2, T/4, ... (at most STRIPS_MAX
@@ -828,7 +828,9 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
 static int64_t choose_strip(const struct plan *p, int proto, double c_us)
 {
     const int64_t T = p->d.trips[0];
-    const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead : 8;
+    const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead
+                        : proto == OVL_PLAN_DATATYPE                    ? 1
+                                                                        : 8;
     int64_t cand[32];
     double t[32], least = -1;
     int nc = 0;
@@ -843,6 +845,30 @@ static int64_t choose_strip(const struct plan *p, int proto, double c_us)
         if (t[i] >= 0 && t[i] <= least * 1.02)
             return cand[i];
     return T;
+}
+
+/* The protocol (only @only when > 0) of least predicted time for the
+ * current shapes (p->pred: one strip of the whole loop, or the param's
+ * strips; PICK_MARGIN), and its strip size (*S: the param's, else the
+ * least pipeline time with @c_us of computation per iteration).
+ * OVL_PLAN_AUTO: none can move the plan. The protocols are ranked on the
+ * single strip because the maps measure single strips: how strips in
+ * flight overlap is the pipeline model's guess, and it decides S only. */
+static ovl_plan_protocol_t choose(const struct plan *p, double c_us, int only, int64_t *S)
+{
+    const int64_t T = p->d.trips[0];
+    int best = OVL_PLAN_AUTO;
+    for (int q = 1; q < NPROTO; q++)
+        if ((!only || q == only) && p->pred[q] >= 0 &&
+            (best == OVL_PLAN_AUTO || p->pred[q] < p->pred[best] * (1 - PICK_MARGIN)))
+            best = q;
+    if (best == OVL_PLAN_AUTO)
+        return OVL_PLAN_AUTO;
+    if (p->param.field_mask & OVL_PARAM_FIELD_STRIP)
+        *S = p->param.strip < T ? p->param.strip : T;
+    else
+        *S = choose_strip(p, best, c_us);
+    return (ovl_plan_protocol_t)best;
 }
 
 static int analyse(const char *fn, struct plan *p)
@@ -877,43 +903,41 @@ static int analyse(const char *fn, struct plan *p)
         }
     }
     predict_all(p);
-    /* the choice */
-    if ((pm->field_mask & OVL_PARAM_FIELD_PROTOCOL) && pm->protocol != OVL_PLAN_AUTO) {
-        p->proto = pm->protocol;
-        p->forced = 1;
-        if (p->pred[p->proto] < 0 && (pm->field_mask & OVL_PARAM_FIELD_STRIP))
+    /* the choice: per protocol its best strip size, then the protocol, all
+     * by the predicted pipeline with as much computation per iteration as
+     * the best protocol's communication (one strip of the whole loop), until
+     * the first execution measures it (replan()) */
+    double c = -1;
+    for (int q = 1; q < NPROTO; q++)
+        if (p->pred[q] >= 0 && (c < 0 || p->pred[q] / (double)T < c))
+            c = p->pred[q] / (double)T;
+    p->forced = (pm->field_mask & OVL_PARAM_FIELD_PROTOCOL) && pm->protocol != OVL_PLAN_AUTO;
+    int64_t S = p->S;
+    const int only = p->forced ? (int)pm->protocol : 0;
+    if (only && p->pred[only] < 0 && !(pm->field_mask & OVL_PARAM_FIELD_STRIP)) {
+        /* forced, and one strip of the whole loop is too much for it: its
+         * strip size first, then the shapes for it */
+        p->S = choose_strip(p, only, c > 0 ? c : 0);
+        S = p->S;
+        if ((rc = shapes_build(fn, p)))
+            return rc;
+        predict_all(p);
+    }
+    p->proto = choose(p, c > 0 ? c : 0, only, &S);
+    if (p->proto == OVL_PLAN_AUTO) {
+        if (p->forced)
             return ovl__error(OVL_ERR_ARG, fn,
                               "protocol %s forced, but it cannot move this plan: %s",
-                              proto_name[p->proto], p->why[p->proto]);
-    } else {
-        p->forced = 0;
-        p->proto = pick(p);
-        if (p->proto == OVL_PLAN_AUTO)
-            return ovl__error(OVL_ERR_ARG, fn, "no protocol can move this plan (%s)", p->why[1]);
+                              proto_name[only], p->why[only]);
+        return ovl__error(OVL_ERR_ARG, fn, "no protocol can move this plan (%s)", p->why[1]);
     }
-    /* then the strip size: the least predicted pipeline (pipeline_us) with
-     * as much computation per iteration as communication, until the first
-     * execution measures it (replan()) */
-    if (!(pm->field_mask & OVL_PARAM_FIELD_STRIP)) {
-        double c = 0;
-        for (int q = 1; q < NPROTO && c <= 0; q++) /* the forced one may not fit one strip */
-            c = (p->pred[p->proto] >= 0 ? p->pred[p->proto] : p->pred[q]) / (double)T;
-        int64_t S = choose_strip(p, p->proto, c);
-        if (S != p->S) {
-            p->S = S;
-            if ((rc = shapes_build(fn, p)))
-                return rc;
-            predict_all(p);
-            if (p->pred[p->proto] < 0 && !p->forced)
-                p->proto = pick(p);
-            if (p->proto == OVL_PLAN_AUTO)
-                return ovl__error(OVL_ERR_ARG, fn,
-                                  "no protocol can move strips of %" PRId64 " iterations", S);
-        }
+    if (S != p->S) {
+        p->S = S;
+        if ((rc = shapes_build(fn, p)))
+            return rc;
     }
-    if (p->pred[p->proto] < 0)
-        return ovl__error(OVL_ERR_ARG, fn, "protocol %s forced, but it cannot move this plan: %s",
-                          proto_name[p->proto], p->why[p->proto]);
+    set_lookahead(p);
+    predict_all(p);
     for (int q = 0; q < NPROTO; q++)
         p->nmeas[q] = 0;
     p->reranks = p->replans = 0;
@@ -1318,16 +1342,27 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
         *iters = 0;
         return OVL_SUCCESS;
     }
-    /* and its slot takes the next strip's reads */
-    if (p->cur >= 0 && p->issued < p->nstrips) {
+    /* and its slot takes the next strip's reads; under DATATYPE after the
+     * wait, whose flush completes every strip in flight to the target: one
+     * issued before it would be waited for too */
+    const int late = p->proto == OVL_PLAN_DATATYPE;
+    if (!late && p->cur >= 0 && p->issued < p->nstrips) {
         rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
         p->issued++;
     }
     p->cur++;
+    if (late && !rc && p->issued <= p->cur) { /* the strip handed out now (lookahead 0) */
+        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
+        p->issued++;
+    }
     struct slot *sl = &p->slots[p->cur % p->nslots];
     int wrc = slot_wait(fn, sl);
-    if (!wrc && p->proto == OVL_PLAN_DATATYPE)
+    if (!wrc && late)
         wrc = flush_strip(fn, p, p->cur);
+    while (late && !wrc && !rc && p->issued < p->nstrips && p->issued - p->cur < p->nslots) {
+        rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
+        p->issued++;
+    }
     ovl__dom_leave(prev);
     if (rc || (rc = wrc))
         return rc;
@@ -1350,6 +1385,8 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
 {
     const struct desc *d = &p->d;
     const int64_t T = d->trips[0], ns = (T + S - 1) / S, last = T - (ns - 1) * S;
+    if (proto == OVL_PLAN_BBOX && p->writes)
+        return -1;
     double w[2] = { 0, 0 }, first = 0; /* a full strip, the last; the invariant references */
     for (int j = 0; j < d->nrefs; j++) {
         const struct ref *r = &d->refs[j];
@@ -1376,6 +1413,8 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
     }
     if (last == S)
         w[1] = w[0];
+    if (proto == OVL_PLAN_DATATYPE) /* issued after the flush: at the previous strip's start */
+        la = la > 0 ? la - 1 : 0;
     const double lat = ovl__m.rma_lat_us, h = ovl__m.o_us;
     double link = 0, done = 0, start[LOOKAHEAD_MAX + 2];
     for (int64_t k = 0; k < ns; k++) {
@@ -1456,10 +1495,12 @@ static void rerank(const char *fn, struct plan *p, double us)
     if (to == q)
         return;
     p->proto = (ovl_plan_protocol_t)to;
+    set_lookahead(p);
     if (prepare(fn, p) != OVL_SUCCESS) { /* cannot build it after all: left out */
         p->pred[to] = -1;
         snprintf(p->why[to], sizeof p->why[to], "%s", "its datatypes could not be built");
         p->proto = (ovl_plan_protocol_t)q;
+        set_lookahead(p);
         if (prepare(fn, p) != OVL_SUCCESS)
             p->settled = 1;
         return;

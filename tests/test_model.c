@@ -779,8 +779,9 @@ static void test_rerank(void)
     char p[300], msg[2048];
     snprintf(p, sizeof p, "%s/db.rerank.%d", dir, th_rank);
     write_db(p, NULL, NULL, NULL,
+             "rma_get_lat_us = 0.001\n"
              "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us\n"
-             "8 4096 0.02 0.01 0.03\n[end]\n",
+             "8 4096 0.2 0.1 0.3\n[end]\n",
              0);
     init_with(p, msg, sizeof msg);
     CHECK(ovl__m.nmap == 1);
@@ -823,7 +824,7 @@ static void test_rerank(void)
             CHECKF(bad == 0, "execution %d: %d bytes wrong", e, bad);
         }
         CHECK_OK(ovl_plan_query(pl, &in));
-        /* RUNS (predicted 0.01 us) measured, then DATATYPE, then BBOX; none
+        /* RUNS (predicted 0.1 us) measured, then DATATYPE, then BBOX; none
          * is within its prediction: the least measured stays */
         CHECKF(in.reranks >= 1 && in.reranks <= 3, "reranks %u", in.reranks);
         double best = 1e300;
@@ -834,7 +835,7 @@ static void test_rerank(void)
         }
         CHECKF(in.measured_us[in.protocol] == best, "settled on %d (%.1f us), best %.1f us",
                (int)in.protocol, in.measured_us[in.protocol], best);
-        CHECK(in.predicted_us[1] > 0 && in.predicted_us[1] < 1); /* from the map */
+        CHECKF(fabs(in.predicted_us[1] - 0.2) < 1e-9, "%g", in.predicted_us[1]); /* the map's */
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
@@ -891,7 +892,7 @@ static double spin_until_us(double us)
 /* The strip size chosen again from the first execution's computation: on
  * a link the database says is slow (RMA 100 us, 117 B/us: the built-in
  * figures), a plan committed with computation taken equal to communication
- * strip-mines; run with none, it goes to one strip; run with much, it
+ * strip-mines; run with none, it goes to one strip; run with as much, it
  * keeps several. The bytes are right before and after. */
 static void test_replan(void)
 {
@@ -936,7 +937,7 @@ static void test_replan(void)
                 CHECK(in.compute_us >= (busy ? 12 : 0) && in.replans <= 1);
             }
             if (busy)
-                CHECKF(in.nstrips >= 8,
+                CHECKF(in.nstrips >= 2,
                        "busy: S %" PRId64 " (committed %" PRId64 "), compute %.1f us", in.strip, S0,
                        in.compute_us);
             else
