@@ -1615,6 +1615,12 @@ typedef struct {
     double compute_us;
     /** times the strip size was chosen again from compute_us (0 or 1) */
     unsigned replans;
+    /** load estimation: the flows taken to cross this node's link at once
+     *  (ranks of the node x the plan's targets on other nodes; 0: none or no
+     *  load table in the performance database) and the factor the
+     *  transfers' predicted time beyond latency was multiplied by (1: none) */
+    int flows;
+    double load_factor;
 } ovl_plan_info_t;
 
 /**
@@ -1757,7 +1763,10 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * computation on them, taking as much computation per iteration as
  * communication until the first whole execution measures it; then it is
  * chosen again once from the measurement (ovl_plan_query(): compute_us,
- * replans). @p param (NULL: the model decides) takes
+ * replans). With a load table in the database (`ovl-calibrate --loaded`)
+ * the predictions assume that every rank of this node runs the same plan:
+ * the node's ranks x the plan's targets on other nodes share the link
+ * (ovl_plan_query(): flows, load_factor). @p param (NULL: the model decides) takes
  * OVL_PARAM_FIELD_PROTOCOL (a protocol forced, OVL_PLAN_AUTO: the model's),
  * OVL_PARAM_FIELD_STRIP (iterations per strip, at least 1; more than the
  * trip count is one strip) and OVL_PARAM_FIELD_LOOKAHEAD (0-64).

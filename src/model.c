@@ -382,6 +382,31 @@ double ovl__model_map_us(int proto, double run_B, double runs)
     return exp(a + fn * (b - a));
 }
 
+double ovl__model_flow_Bpus(int flows)
+{
+    if (flows < 1)
+        flows = 1;
+    int lo = 0, hi = 0; /* measured counts around @flows */
+    for (int f = 1; f <= OVL__LOAD_MAX; f++) {
+        if (!(ovl__m.loaded_Bpus[f] > 0))
+            continue;
+        if (f <= flows)
+            lo = f;
+        if (f >= flows && !hi)
+            hi = f;
+    }
+    if (!lo && !hi)
+        return -1;
+    if (lo == flows)
+        return ovl__m.loaded_Bpus[lo];
+    if (!hi) /* beyond the table: the link's total at lo shared by more */
+        return ovl__m.loaded_Bpus[lo] * lo / flows;
+    if (!lo)
+        return ovl__m.loaded_Bpus[hi];
+    double a = ovl__m.loaded_Bpus[lo], b = ovl__m.loaded_Bpus[hi];
+    return a + (b - a) * (double)(flows - lo) / (double)(hi - lo);
+}
+
 double ovl__model_protect_us(ovl_monitor_t mon, size_t npages)
 {
     if (mon == OVL_MONITOR_EXPLICIT)

@@ -13,6 +13,7 @@ enum { OVL__MODEL_DEFAULTS, OVL__MODEL_INIT, OVL__MODEL_PERFDB };
 
 #define OVL__MAP_MAX    64 /* cells of the protocol map */
 #define OVL__MAP_NPROTO 3  /* protocols it covers: OVL_PLAN_DATATYPE .. OVL_PLAN_BBOX */
+#define OVL__LOAD_MAX   64 /* most concurrent flows the load table holds */
 
 struct ovl__model {
     double lat_us;        /* one-way small-message time (L) */
@@ -53,6 +54,10 @@ struct ovl__model {
         double run_B, runs, us[OVL__MAP_NPROTO];
     } map[OVL__MAP_MAX];
     int nmap;
+    /* Bandwidth per flow when `flows` flows cross the link at once (perfdb
+     * table loaded, ovl-calibrate --loaded): loaded_Bpus[flows], 0 = not
+     * measured; the loop-nest planner's load estimation */
+    double loaded_Bpus[OVL__LOAD_MAX + 1];
     int source;              /* OVL__MODEL_* */
     int db_link;             /* a perfdb's `link`: 0 not given, 1 intra-node, 2 inter-node */
     double init_us;          /* time ovl_init spent measuring */
@@ -74,6 +79,11 @@ size_t ovl__model_rendezvous_bytes(void);
  * measured cells around it (log-log, bilinear); < 0 outside the measured
  * grid, or no map. */
 double ovl__model_map_us(int proto, double run_B, double runs);
+/* Bandwidth of one of @flows flows crossing the link at once, bytes per
+ * microsecond: the load table's (ovl-calibrate --loaded), linear between
+ * measured counts, the last measured one's share beyond them; < 0: no
+ * table (no load estimation). */
+double ovl__model_flow_Bpus(int flows);
 /* M(N): predicted cost of protecting @npages pages with @mon's mechanism. */
 double ovl__model_protect_us(ovl_monitor_t mon, size_t npages);
 

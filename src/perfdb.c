@@ -174,6 +174,43 @@ static int map_row(char *s, struct ovl__map_cell *map, int *nmap, char *why, siz
     return 0;
 }
 
+/* One row of table loaded: flows (whole, 1 .. OVL__LOAD_MAX, each once)
+ * and the bandwidth of one of them in MB/s (bytes per microsecond). */
+static int load_row(char *s, double *loaded, char *why, size_t why_len, const char *path,
+                    int lineno)
+{
+    double v[2];
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(s, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        if (n == 2 || parse_number(tok, &v[n]) != 0) {
+            snprintf(why, why_len, "%s:%d: loaded row: expected 2 numbers", path, lineno);
+            return -1;
+        }
+        n++;
+    }
+    if (n != 2) {
+        snprintf(why, why_len, "%s:%d: loaded row: expected 2 numbers", path, lineno);
+        return -1;
+    }
+    if (v[0] < 1 || v[0] > OVL__LOAD_MAX || v[0] != (double)(int)v[0]) {
+        snprintf(why, why_len, "%s:%d: loaded row: flows %g is not a whole number in [1, %d]", path,
+                 lineno, v[0], OVL__LOAD_MAX);
+        return -1;
+    }
+    if (!(v[1] > 0 && v[1] <= 1e7)) {
+        snprintf(why, why_len, "%s:%d: loaded row: %g MB/s out of range (0, 1e7]", path, lineno,
+                 v[1]);
+        return -1;
+    }
+    if (loaded[(int)v[0]] > 0) {
+        snprintf(why, why_len, "%s:%d: loaded row: %g flows given twice", path, lineno, v[0]);
+        return -1;
+    }
+    loaded[(int)v[0]] = v[1];
+    return 0;
+}
+
 int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t why_len)
 {
     FILE *f = fopen(path, "r");
@@ -185,6 +222,7 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
     int seen[NKEYS] = { 0 };
     struct ovl__map_cell map[OVL__MAP_MAX];
     int nmap = 0;
+    double loaded[OVL__LOAD_MAX + 1] = { 0 };
     char mpi[256] = "", host[256] = "";
     int have_mpi = 0, in_table = 0, lineno = 0, rc = -2, link = 0;
     char *line = malloc(LINE_MAX_LEN + 2);
@@ -211,7 +249,9 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
                 }
                 in_table = 0;
             } else if (!strncmp(s, "[table ", 7) && s[strlen(s) - 1] == ']' && !in_table) {
-                in_table = strcmp(s, "[table plan_map]") ? 1 : 2;
+                in_table = !strcmp(s, "[table plan_map]") ? 2
+                           : !strcmp(s, "[table loaded]") ? 3
+                                                          : 1;
             } else {
                 snprintf(why, why_len, "%s:%d: unexpected \"%.40s\"", path, lineno, s);
                 goto out;
@@ -220,6 +260,11 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
         }
         if (in_table == 2) { /* the planner's protocol map: read */
             if (map_row(s, map, &nmap, why, why_len, path, lineno))
+                goto out;
+            continue;
+        }
+        if (in_table == 3) { /* bandwidth per flow under load: read */
+            if (load_row(s, loaded, why, why_len, path, lineno))
                 goto out;
             continue;
         }
@@ -310,6 +355,7 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
     m->db_link = link;
     memcpy(m->map, map, sizeof map);
     m->nmap = nmap;
+    memcpy(m->loaded_Bpus, loaded, sizeof loaded);
     m->bw_Bpus = 1.0 / val[find_key("G_us_per_B")];
     int rg = find_key("rma_get_G_us_per_B");
     if (seen[rg] && val[rg] > 0)

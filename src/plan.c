@@ -81,6 +81,7 @@ struct shape {
     ovl_lmad_runs_t rr, lr;
     struct piece *pc;          /* built by prepare() for RUNS and BBOX only */
     int64_t npc;               /* pieces: exact once built, else est_pieces() */
+    double slow;               /* the plan's load factor (load_factor()) */
     MPI_Datatype rtype, ltype; /* DATATYPE: lower bound 0 */
 };
 
@@ -134,6 +135,8 @@ struct plan {
     int64_t max_ops[2]; /* per strip: reads, writes */
     int writes;         /* references that write */
     unsigned lookahead;
+    double slow; /* load factor: transfers' time beyond latency x this */
+    int flows;   /* flows through this node the load factor assumes (0: none) */
     double pred[NPROTO];
     char pred_src[NPROTO]; /* 'm' the protocol map, 'f' the formulas, 'b' both */
     /* re-ranking: time spent in the plan's calls by recent executions, per
@@ -630,7 +633,19 @@ static double formula(int proto, const struct shape *s, const char **why);
  * its grid, the formulas (formula()) elsewhere; *from_map says which. The
  * map is measured at stride 2 x run: a box of another extent is charged
  * its difference at the RMA bandwidth. */
+static double unloaded(int proto, const struct shape *s, const char **why, int *from_map);
+
+/* ... under load (the plan's load factor, load_factor()): the part of the
+ * time beyond the latency scaled by it. */
 static double predict(int proto, const struct shape *s, const char **why, int *from_map)
+{
+    double t = unloaded(proto, s, why, from_map), lat = ovl__m.rma_lat_us;
+    if (t < 0 || s->slow == 1.0 || t <= lat)
+        return t;
+    return lat + (t - lat) * s->slow;
+}
+
+static double unloaded(int proto, const struct shape *s, const char **why, int *from_map)
 {
     *from_map = 0;
     double f = formula(proto, s, why);
@@ -772,6 +787,7 @@ static int shapes_build(const char *fn, struct plan *p)
         for (int k = 0; k < 2; k++) {
             struct shape *s = &r->sh[k];
             s->iters = r->invariant ? T : k ? last : p->S;
+            s->slow = p->slow;
             s->r = cut(&r->rem, r->invariant, s->iters);
             s->l = cut(&r->loc, r->invariant, s->iters);
             if (ovl_lmad_runs(&s->r, &s->rr) != OVL_SUCCESS ||
@@ -871,12 +887,45 @@ static ovl_plan_protocol_t choose(const struct plan *p, double c_us, int only, i
     return (ovl_plan_protocol_t)best;
 }
 
+/* Load estimation (the paper's section 6): every rank of this node is
+ * taken to run the same plan, so ppn x (its targets on other nodes) flows
+ * cross the node's link at once; each of this rank's flows gets the load
+ * table's per-flow bandwidth for that many (ovl__model_flow_Bpus), and the
+ * rank, its targets' flows together, their sum. The predictions assume
+ * one transfer at a time at the RMA bandwidth; the factor scales their
+ * time beyond latency by the ratio, clamped to [0.25, 64]. 1 without a
+ * load table or off-node target. */
+static void load_factor(struct plan *p)
+{
+    p->slow = 1.0;
+    p->flows = 0;
+    int targets = 0, ppn = 0;
+    for (int j = 0; j < p->d.nrefs; j++) {
+        int r = p->d.refs[j].rank, seen = 0;
+        for (int i = 0; i < j; i++)
+            seen |= p->d.refs[i].rank == r;
+        targets += !seen && !ovl__peer_on_node(r);
+    }
+    for (int r = 0; r < ovl__g.size; r++)
+        ppn += ovl__peer_on_node(r);
+    if (!targets)
+        return;
+    const int flows = ppn * targets;
+    const double per = ovl__model_flow_Bpus(flows), bw = ovl__m.rma_bw_Bpus;
+    if (per <= 0 || bw <= 0)
+        return;
+    double f = bw / (per * targets);
+    p->slow = f < 0.25 ? 0.25 : f > 64 ? 64 : f;
+    p->flows = flows;
+}
+
 static int analyse(const char *fn, struct plan *p)
 {
     struct desc *d = &p->d;
     const ovl_param_t *pm = &p->param;
     const int64_t T = d->trips[0];
     int rc;
+    load_factor(p);
     /* first the protocols over the whole loop as one strip (or the strips
      * the commit asked for) */
     p->S = (pm->field_mask & OVL_PARAM_FIELD_STRIP) && pm->strip < T ? pm->strip : T;
@@ -1393,7 +1442,7 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
         for (int k = 0; k < 2; k++) {
             if (k == 1 && (r->invariant || last == S)) /* the same as the full one */
                 continue;
-            struct shape t = { .iters = r->invariant ? T : k ? last : S };
+            struct shape t = { .iters = r->invariant ? T : k ? last : S, .slow = p->slow };
             t.r = cut(&r->rem, r->invariant, t.iters);
             t.l = cut(&r->loc, r->invariant, t.iters);
             if (ovl_lmad_runs(&t.r, &t.rr) != OVL_SUCCESS ||
@@ -1637,6 +1686,8 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
     info->reranks = p->reranks;
     info->compute_us = p->strip_measured ? p->c_us : -1;
     info->replans = p->replans;
+    info->flows = p->flows;
+    info->load_factor = p->slow;
     return OVL_SUCCESS;
 }
 
@@ -1685,6 +1736,11 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
             "  predicted (protocol map: %d cells; formulas: rma latency %.2f us, %.1f B/us, "
             "overhead %.2f us):\n",
             ovl__m.nmap, ovl__m.rma_lat_us, ovl__m.rma_bw_Bpus, ovl__m.o_us);
+    if (p->flows)
+        fprintf(out,
+                "  load: %d flows across this node's link at once (%.1f MB/s each): transfers "
+                "x%.2f beyond latency\n",
+                p->flows, ovl__model_flow_Bpus(p->flows), p->slow);
     for (int q = 1; q < NPROTO; q++) {
         if (p->pred[q] < 0)
             fprintf(out, "    %-8s  n/a (%s)\n", proto_name[q], p->why[q]);

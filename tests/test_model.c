@@ -972,6 +972,88 @@ static void test_replan(void)
     CHECK_OK(ovl_finalize());
 }
 
+/* Load estimation: the load table read and interpolated; a plan whose
+ * target is (made to look) on another node predicts its transfers beyond
+ * latency x the factor the table gives; without the table, x 1. */
+static void test_load(void)
+{
+    char p[300], msg[2048];
+    snprintf(p, sizeof p, "%s/db.load.%d", dir, th_rank);
+    setenv("OVL_CALIBRATE", "0", 1);
+    write_db(p, NULL, NULL, NULL,
+             "[table loaded]\n# flows per_flow_MB_per_s\n1 58.5\n4 20\n[end]\n", 0);
+    init_with(p, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "%.200s / %.200s", ovl__m.source_detail, msg);
+    CHECK(ovl__model_flow_Bpus(1) == 58.5 && ovl__model_flow_Bpus(4) == 20);
+    CHECKF(fabs(ovl__model_flow_Bpus(2) - (58.5 - 38.5 / 3)) < 1e-9, "%g", ovl__model_flow_Bpus(2));
+    CHECK(fabs(ovl__model_flow_Bpus(8) - 10) < 1e-9); /* 4 flows' total shared by 8 */
+    CHECK(ovl__model_flow_Bpus(0) == 58.5);
+    double pred[2] = { 0, 0 };
+    char *base = NULL;
+    ovl_segment_t seg;
+    CHECK_OK(ovl_segment_create(1 << 20, (void **)&base, &seg));
+    CHECK_OK(ovl_barrier());
+    static char dst[256 << 10];
+    for (int with = 0; with < 2; with++) {
+        if (with && th_rank == 0) {
+            CHECK(ovl__g.node_of != NULL);
+            ovl__g.node_of[1] = 1; /* rank 1 on a node of its own */
+        }
+        if (th_rank == 0) {
+            ovl_plan_t pl;
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
+            CHECK_OK(OVL_PLAN_READ_2D(pl, seg, 1, 0, 1024, 256, 2048, 1, 1024, dst));
+            CHECK_OK(ovl_plan_commit(
+                pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
+                                    .strip = 256,
+                                    .protocol = OVL_PLAN_DATATYPE }));
+            CHECK_OK(ovl_plan_query(pl, &in));
+            pred[with] = in.predicted_us[OVL_PLAN_DATATYPE];
+            if (with) { /* 1 rank here x 1 target: one flow at 58.5 of 117 B/us */
+                CHECKF(in.flows == 1 && fabs(in.load_factor - 117 / 58.5) < 1e-9,
+                       "flows %d, factor %g", in.flows, in.load_factor);
+                char *text = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&text, &len);
+                CHECK_OK(ovl_plan_explain(pl, f));
+                fclose(f);
+                CHECKF(strstr(text, "load: 1 flows") != NULL, "%s", text);
+                free(text);
+            } else {
+                CHECK(in.flows == 0 && in.load_factor == 1);
+            }
+            CHECK_OK(ovl_plan_free(&pl));
+        }
+    }
+    if (th_rank == 0) {
+        const double lat = ovl__m.rma_lat_us;
+        CHECKF(fabs((pred[1] - lat) - 2 * (pred[0] - lat)) < 1e-6 * pred[1],
+               "loaded %g, unloaded %g, latency %g", pred[1], pred[0], lat);
+        ovl__g.node_of[1] = ovl__g.node_of[0];
+    }
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_segment_free(&seg));
+    CHECK_OK(ovl_finalize());
+    /* refused rows */
+    write_db(p, NULL, NULL, NULL, "[table loaded]\n1\n[end]\n", 0);
+    refused(p, "loaded row: expected 2 numbers");
+    write_db(p, NULL, NULL, NULL, "[table loaded]\n0 10\n[end]\n", 0);
+    refused(p, "not a whole number");
+    write_db(p, NULL, NULL, NULL, "[table loaded]\n65 10\n[end]\n", 0);
+    refused(p, "not a whole number");
+    write_db(p, NULL, NULL, NULL, "[table loaded]\n2 -1\n[end]\n", 0);
+    refused(p, "out of range");
+    write_db(p, NULL, NULL, NULL, "[table loaded]\n2 10\n2 11\n[end]\n", 0);
+    refused(p, "given twice");
+    /* no table: no estimate */
+    write_db(p, NULL, NULL, NULL, NULL, 0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__model_flow_Bpus(1) < 0 && ovl__model_flow_Bpus(4) < 0);
+    CHECK_OK(ovl_finalize());
+    unsetenv("OVL_CALIBRATE");
+}
+
 int main(int argc, char **argv)
 {
     th_init_mpi(&argc, &argv, "test_model", MPI_THREAD_MULTIPLE);
@@ -991,6 +1073,7 @@ int main(int argc, char **argv)
     test_delta_size();
     test_rerank();
     test_replan();
+    test_load();
     MPI_Barrier(MPI_COMM_WORLD);
     if (th_rank == 0)
         rmdir(dir);

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 static MPI_Comm comm;
-static int rank, nranks, quick, want_maps;
+static int rank, nranks, quick, want_maps, want_loaded;
 /* Fewer repetitions: with --quick, or once the run falls behind its time
  * budget (a busy machine makes every round trip wait for the scheduler). */
 static int light, degraded;
@@ -388,6 +388,63 @@ static int maps(MPI_Comm w, int reps, double (*cell)[2 + OVL__MAP_NPROTO])
     return n;
 }
 
+/* --loaded (table loaded): the bandwidth of one flow when several cross
+ * the link at once. Ranks pair up, the first half reading from the second
+ * (rank i from i + P/2: placed host by host, as mpiexec and ovl-cluster
+ * place ranks, every flow crosses between the halves' hosts). For f flows
+ * the first min(f, P/2) ranks each start their share of f concurrent
+ * MPI_Rget of LOAD_PIECE bytes from their partner after a barrier; the
+ * time is the slowest reader's, the median of @reps; one flow's bandwidth
+ * is LOAD_PIECE over it. Every rank of @w calls it; @bw[f] (MB/s, 0 not
+ * measured) is filled on rank 0. */
+#define LOAD_PIECE (256u << 10)
+static void loaded(MPI_Comm w, int reps, double *bw)
+{
+    static const int flows[] = { 1, 2, 4, 8 };
+    int me, np;
+    MPI_Comm_rank(w, &me);
+    MPI_Comm_size(w, &np);
+    const int half = np / 2;
+    char *base = NULL, *dst = malloc(8 * (size_t)LOAD_PIECE);
+    MPI_Win win;
+    if (!dst || MPI_Win_allocate(LOAD_PIECE, 1, MPI_INFO_NULL, w, &base, &win) != MPI_SUCCESS) {
+        fprintf(stderr, "ovl-calibrate: --loaded: no memory for the window\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(base, 3, LOAD_PIECE);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    MPI_Barrier(w);
+    for (size_t i = 0; i < sizeof flows / sizeof *flows; i++) {
+        const int f = flows[i], readers = f < half ? f : half;
+        double t[64];
+        const int n = reps < 64 ? reps : 64;
+        for (int r = -1; r < n; r++) {
+            MPI_Request q[8];
+            MPI_Status st[8];
+            int k = 0;
+            MPI_Barrier(w);
+            double t0 = now();
+            if (me < readers) /* reader me takes flows me, me + readers, ... */
+                for (int j = me; j < f; j += readers, k++)
+                    MPI_Rget(dst + (size_t)k * LOAD_PIECE, LOAD_PIECE, MPI_BYTE, me + half, 0,
+                             LOAD_PIECE, MPI_BYTE, win, &q[k]);
+            if (k)
+                MPI_Waitall(k, q, st);
+            if (k)
+                MPI_Win_flush_local(me + half, win);
+            double mine = k ? now() - t0 : 0, slowest = 0;
+            MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, w);
+            if (r >= 0)
+                t[r] = slowest;
+        }
+        if (me == 0)
+            bw[f] = (double)LOAD_PIECE / median(t, n); /* bytes/us = MB/s */
+    }
+    MPI_Win_unlock_all(win);
+    MPI_Win_free(&win);
+    free(dst);
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: mpiexec -n 2 ovl-calibrate [-o FILE] [--quick] [--maps]\n"
@@ -396,7 +453,11 @@ static void usage(void)
                     "  --quick   fewer sizes and repetitions (about a second)\n"
                     "  --maps    also measure the loop-nest planner's protocol maps (each\n"
                     "            protocol over run size x number of runs, up to 1 MiB;\n"
-                    "            a few seconds more)\n");
+                    "            a few seconds more)\n"
+                    "  --loaded  also measure the bandwidth of one flow when 1, 2, 4, 8\n"
+                    "            cross the link at once (the planner's load estimation;\n"
+                    "            run it on 2 or more ranks per host, half the ranks on\n"
+                    "            each side: ovl-cluster run --hosts 2 --ppn 2)\n");
 }
 
 int main(int argc, char **argv)
@@ -411,6 +472,8 @@ int main(int argc, char **argv)
             quick = light = 1;
         else if (!strcmp(argv[i], "--maps"))
             want_maps = 1;
+        else if (!strcmp(argv[i], "--loaded"))
+            want_loaded = 1;
         else {
             usage();
             MPI_Finalize();
@@ -553,6 +616,9 @@ int main(int argc, char **argv)
     comm = world;
     double mapc[OVL__MAP_MAX][2 + OVL__MAP_NPROTO];
     int nmap = want_maps ? maps(world, light ? 3 : 7, mapc) : 0;
+    double load_bw[9] = { 0 };
+    if (want_loaded)
+        loaded(world, light ? 3 : 7, load_bw);
     /* On this process (rank 0's figures are written). */
     double f_mp = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);
     double f_uf = ovl__watch_fault_cost_us(OVL_MONITOR_UFFD);
@@ -703,6 +769,16 @@ int main(int argc, char **argv)
                         fprintf(f, mapc[i][2 + q] < 0 ? " -1" : " %.2f", mapc[i][2 + q]);
                     fprintf(f, "\n");
                 }
+            }
+            if (want_loaded) {
+                fprintf(f,
+                        "[end]\n\n# the bandwidth of one flow when several cross the link at "
+                        "once (ovl_init reads it):\n# %d ranks, rank i reading from i + %d\n"
+                        "[table loaded]\n# flows per_flow_MB_per_s\n",
+                        nranks, nranks / 2);
+                for (int k = 1; k <= 8; k++)
+                    if (load_bw[k] > 0)
+                        fprintf(f, "%d %.1f\n", k, load_bw[k]);
             }
             fprintf(f, "[end]\n\n# written last: a file without it was cut short\n"
                        "complete = 1\n");
