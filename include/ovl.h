@@ -998,8 +998,9 @@ OVL_NODISCARD int ovl_fence(ovl_segment_t seg);
 
 /**
  * Collective over ovl's communicator: retire every transfer on every
- * segment, then synchronise, so data put before the barrier is visible to
- * every rank after it (HUNT 5.4). The wait keeps driving progress.
+ * segment, then synchronise, so data put before the barrier, and what
+ * each rank stored into its own part of a segment before it, is visible
+ * to every rank after it (HUNT 5.4). The wait keeps driving progress.
  * @return as ovl_fence()
  */
 OVL_NODISCARD int ovl_barrier(void);

@@ -659,6 +659,8 @@ void ovl__segment_free_all(void)
 
 /* ---- ovl_barrier ------------------------------------------------------------ */
 
+static void sync_all(void);
+
 static int barrier_dom0(void)
 {
     static const char *fn = "ovl_barrier";
@@ -666,6 +668,9 @@ static int barrier_dom0(void)
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
     int first = ovl__rma_retire(NULL, -1, NULL); /* every segment and domain, puts flushed */
+    /* This rank's own stores into its segments, visible to the gets the
+     * others start after the barrier (MPI's store, MPI_Win_sync, barrier). */
+    sync_all();
     MPI_Comm c = S.comm != MPI_COMM_NULL ? S.comm : ovl__g.comm_msg;
     MPI_Request r;
     int mrc = MPI_Ibarrier(c, &r);
@@ -673,14 +678,20 @@ static int barrier_dom0(void)
         mrc = ovl__engine_spin_mpi(&r);
     if (mrc != MPI_SUCCESS)
         return ovl__mpi_error(mrc, fn, "MPI_Ibarrier");
-    /* Make remote writes to this rank's memory visible to its loads. */
+    /* Remote writes to this rank's memory, visible to its loads. */
+    sync_all();
+    return first;
+}
+
+/* MPI_Win_sync on every window of every live segment. */
+static void sync_all(void)
+{
     pthread_mutex_lock(&S.lock);
     for (int i = 0; i < MAX_SEGS; i++)
         for (int k = 0; S.v[i] && k < OVL_DOMAINS_MAX; k++)
             if (S.v[i]->dwin[k] != MPI_WIN_NULL)
                 MPI_Win_sync(S.v[i]->dwin[k]);
     pthread_mutex_unlock(&S.lock);
-    return first;
 }
 
 /* Flush puts of every live segment (ovl__rma_retire(NULL, ...)). */

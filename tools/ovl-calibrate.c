@@ -397,9 +397,11 @@ static int maps(MPI_Comm w, int reps, double (*cell)[2 + OVL__MAP_NPROTO])
  * time is the slowest reader's, the median of @reps; one flow's bandwidth
  * is LOAD_PIECE over it. Every rank of @w calls it; @bw[f] (MB/s, 0 not
  * measured) is filled on rank 0. */
-#define LOAD_PIECE (256u << 10)
+#define LOAD_PIECE (2u << 20)
 static void loaded(MPI_Comm w, int reps, double *bw)
 {
+    /* 2 MiB a flow: the readers leave the barrier up to milliseconds apart
+     * on a busy host, which must stay small against each flow's time */
     static const int flows[] = { 1, 2, 4, 8 };
     int me, np;
     MPI_Comm_rank(w, &me);
@@ -618,7 +620,7 @@ int main(int argc, char **argv)
     int nmap = want_maps ? maps(world, light ? 3 : 7, mapc) : 0;
     double load_bw[9] = { 0 };
     if (want_loaded)
-        loaded(world, light ? 3 : 7, load_bw);
+        loaded(world, light ? 3 : 5, load_bw);
     /* On this process (rank 0's figures are written). */
     double f_mp = ovl__watch_fault_cost_us(OVL_MONITOR_MPROTECT);
     double f_uf = ovl__watch_fault_cost_us(OVL_MONITOR_UFFD);
