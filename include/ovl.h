@@ -1603,9 +1603,10 @@ typedef struct {
     /** predicted time of one execution's transfers per protocol, microseconds,
      *  indexed by ovl_plan_protocol_t (index 0 unused; < 0: not applicable) */
     double predicted_us[4];
-    /** median time one execution spent in ovl_plan_begin / _next / _end, over
-     *  the last 3 whole executions with each protocol (the first execution
-     *  not counted), microseconds; < 0: not measured */
+    /** time one execution spent in ovl_plan_begin / _next / _end with each
+     *  protocol: the median of its last 3 whole executions, the mean of
+     *  fewer (the first execution not counted), microseconds; < 0: not
+     *  measured */
     double measured_us[4];
     /** times the plan changed protocol because its executions kept taking
      *  longer than predicted (ovl_plan_commit(): re-ranking) */
@@ -1756,9 +1757,10 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * predicted: when the median time of its last 3 whole executions (the
  * first not counted) in ovl_plan_begin(), ovl_plan_next() and
  * ovl_plan_end() exceeds 1.25 x the prediction + 5 microseconds, the
- * next execution uses the protocol predicted best among those not tried;
- * once every one has been tried the plan keeps the least measured for
- * good (ovl_plan_query(): measured_us, reranks). A forced protocol is
+ * next execution tries the protocol predicted best among those not tried
+ * (if predicted below the best measured so far), one execution each; then
+ * the plan keeps the least measured for good (ovl_plan_query():
+ * measured_us, reranks). A forced protocol is
  * never re-ranked. The strip size (unless the param sets it) is the one
  * of least predicted time for a pipeline of the strips' transfers and the
  * computation on them, taking as much computation per iteration as

@@ -952,6 +952,23 @@ static int analyse(const char *fn, struct plan *p)
         }
     }
     predict_all(p);
+    /* Ranked where the maps measured: a whole loop beyond their grid is
+     * ranked on halves, quarters, ... of it, the first strip size at which
+     * every protocol that applies is predicted from the maps alone (each
+     * prediction is of the whole execution, so they compare at any S). */
+    while (ovl__m.nmap > 0 && !(pm->field_mask & OVL_PARAM_FIELD_STRIP)) {
+        int off = 0;
+        for (int q = 1; q < NPROTO; q++)
+            off |= p->pred[q] >= 0 && p->pred_src[q] != 'm';
+        if (!off)
+            break;
+        p->S = p->S > 1 ? (p->S + 1) / 2 : T; /* nowhere inside: the whole loop's formulas */
+        if ((rc = shapes_build(fn, p)))
+            return rc;
+        predict_all(p);
+        if (p->S == T)
+            break;
+    }
     /* the choice: per protocol its best strip size, then the protocol, all
      * by the predicted pipeline with as much computation per iteration as
      * the best protocol's communication (one strip of the whole loop), until
@@ -1517,6 +1534,19 @@ static double median3(const double *v)
     return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
 }
 
+/* Protocol @r's measured time: the median of its last RERANK_RUNS whole
+ * executions, the mean of fewer; < 0 never measured. */
+static double measured_of(const struct plan *p, int r)
+{
+    const int n = p->nmeas[r] < RERANK_RUNS ? p->nmeas[r] : RERANK_RUNS;
+    if (n == RERANK_RUNS)
+        return median3(p->meas[r]);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += p->meas[r][i];
+    return n ? sum / n : -1;
+}
+
 /* After a whole execution of @us microseconds in the plan's calls: the
  * bounded exploration of RERANK_*. Switching protocol rebuilds what it
  * needs (prepare()) and the strips' slots at the next ovl_plan_begin. */
@@ -1526,20 +1556,26 @@ static void rerank(const char *fn, struct plan *p, double us)
     if (p->settled || p->runs < 2) /* the first execution warms MPI up */
         return;
     p->meas[q][p->nmeas[q]++ % RERANK_RUNS] = us;
-    if (p->nmeas[q] < RERANK_RUNS)
+    const int trying = p->reranks > 0; /* q is on trial: one execution decides */
+    if (!trying && p->nmeas[q] < RERANK_RUNS)
         return;
-    const double m = median3(p->meas[q]);
     int to = q;
-    if (m > RERANK_OVER * p->pred[q] + RERANK_FLOOR_US)
-        for (int r = 1; r < NPROTO; r++) /* the unmeasured one predicted best */
-            if (r != q && p->pred[r] >= 0 && p->nmeas[r] == 0 && p->pred[r] < m &&
-                (to == q || p->pred[r] < p->pred[to]))
-                to = r;
-    if (to == q && p->reranks > 0) { /* explored: the best measured, for good */
+    if (trying || measured_of(p, q) > RERANK_OVER * p->pred[q] + RERANK_FLOOR_US) {
+        int best = q;
         for (int r = 1; r < NPROTO; r++)
-            if (p->nmeas[r] >= RERANK_RUNS && median3(p->meas[r]) < median3(p->meas[to]))
-                to = r;
-        p->settled = 1;
+            if (p->nmeas[r] > 0 && measured_of(p, r) < measured_of(p, best))
+                best = r;
+        int next = 0; /* the untried one predicted best, if below the best measured */
+        for (int r = 1; r < NPROTO; r++)
+            if (p->pred[r] >= 0 && p->nmeas[r] == 0 && p->pred[r] < measured_of(p, best) &&
+                (!next || p->pred[r] < p->pred[next]))
+                next = r;
+        if (next) {
+            to = next;
+        } else if (trying) { /* every candidate tried: the best measured, for good */
+            to = best;
+            p->settled = 1;
+        }
     }
     if (to == q)
         return;
@@ -1681,7 +1717,7 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
                                .runs = p->runs };
     for (int q = 0; q < NPROTO; q++) {
         info->predicted_us[q] = q ? p->pred[q] : -1;
-        info->measured_us[q] = q && p->nmeas[q] >= RERANK_RUNS ? median3(p->meas[q]) : -1;
+        info->measured_us[q] = q ? measured_of(p, q) : -1;
     }
     info->reranks = p->reranks;
     info->compute_us = p->strip_measured ? p->c_us : -1;
@@ -1695,7 +1731,7 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
 static const char *measured(int q, const struct plan *p)
 {
     static _Thread_local char buf[48];
-    snprintf(buf, sizeof buf, ", measured %.1f us", median3(p->meas[q]));
+    snprintf(buf, sizeof buf, ", measured %.1f us", measured_of(p, q));
     return buf;
 }
 
@@ -1749,7 +1785,7 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
                     p->pred_src[q] == 'm'   ? "map"
                     : p->pred_src[q] == 'b' ? "map and formulas"
                                             : "formulas",
-                    p->nmeas[q] >= RERANK_RUNS ? measured(q, p) : "",
+                    p->nmeas[q] > 0 ? measured(q, p) : "",
                     q != (int)p->proto ? ""
                     : p->forced        ? "  <- chosen (forced by the commit's param)"
                     : p->reranks       ? "  <- chosen (re-ranked on measured executions)"

@@ -309,12 +309,12 @@ static int mkdirs(char *path)
  * of @w calls it (the segment is collective); rank 1 and the others serve
  * in MPI_Barrier. Rank 0's rows go to @cell (run, runs, datatype, runs,
  * bbox microseconds; -1 where the commit refuses the protocol). */
-#define MAP_BYTES_MAX (1u << 20)
+#define MAP_BYTES_MAX (4u << 20)
 static int maps(MPI_Comm w, int reps, double (*cell)[2 + OVL__MAP_NPROTO])
 {
     static const int64_t run_sizes[] = { 8, 64, 512, 4096, 32768 };
     static const int64_t run_counts[] = { 1, 4, 16, 64, 256, 1024, 4096 };
-    const int64_t max_bytes = light ? MAP_BYTES_MAX / 4 : MAP_BYTES_MAX;
+    const int64_t max_bytes = light ? MAP_BYTES_MAX / 16 : MAP_BYTES_MAX;
     void *base = NULL;
     ovl_segment_t seg;
     char *dst = malloc(MAP_BYTES_MAX);
@@ -454,7 +454,7 @@ static void usage(void)
                     "            $XDG_CACHE_HOME/ovl/perfdb or ~/.cache/ovl/perfdb)\n"
                     "  --quick   fewer sizes and repetitions (about a second)\n"
                     "  --maps    also measure the loop-nest planner's protocol maps (each\n"
-                    "            protocol over run size x number of runs, up to 1 MiB;\n"
+                    "            protocol over run size x number of runs, up to 4 MiB;\n"
                     "            a few seconds more)\n"
                     "  --loaded  also measure the bandwidth of one flow when 1, 2, 4, 8\n"
                     "            cross the link at once (the planner's load estimation;\n"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Port two Parallel Research Kernels to ovl and build them, out of the tree.
+# Port three Parallel Research Kernels to ovl and build them, out of the tree.
 #
 #   bench/ports/prk/build.sh PRK_SRC OUT_DIR OVL_BUILD_DIR
 #
@@ -8,8 +8,9 @@
 #                (outside the ovl tree: PRK's code is never part of ovl)
 # OVL_BUILD_DIR  an ovl CMake build directory holding libovl.a
 #
-# Binaries: OUT_DIR/bin/{transpose-plain,transpose-ovl,stencil-plain,
-# stencil-ovl,stencil-ovl-isend}. Plain and ovl binaries get the same
+# Binaries: OUT_DIR/bin/{transpose-plain,transpose-ovl,transpose-ovl-irecv,
+# stencil-plain,stencil-ovl,stencil-ovl-isend,transpose-rma-plain,
+# transpose-rma-plan}. Plain and ovl binaries get the same
 # compiler flags: PRK's GCC flags (common/make.defs.gcc: -O3 -mtune=native
 # -ffast-math -Wall, C11) and the defines of PRK's Makefiles with their
 # default values. Two warnings that PRK's own, unchanged code raises under
@@ -75,6 +76,9 @@ compile transpose-ovl-irecv "$out/transpose/ovl-irecv/transpose.c" "$transpose_d
 compile stencil-plain     "$out/stencil/plain/stencil.c"     "$stencil_defs" "" -lm
 compile stencil-ovl       "$out/stencil/ovl/stencil.c"       "$stencil_defs" "$ovl_inc" "$ovl_libs"
 compile stencil-ovl-isend "$out/stencil/ovl-isend/stencil.c" "$stencil_defs" "$ovl_inc" "$ovl_libs"
+# MPIRMA/Transpose's Makefile adds no define of its own
+compile transpose-rma-plain "$out/transpose-rma/plain/transpose.c" "" "" -lm
+compile transpose-rma-plan  "$out/transpose-rma/plan/transpose.c"  "" "$ovl_inc" "$ovl_libs"
 
 if [ "$warnings" -ne 0 ] && [ "${ALLOW_WARNINGS:-0}" != 1 ]; then
     echo "build.sh: $warnings binaries built with warnings (ALLOW_WARNINGS=1 accepts them)" >&2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Port two Parallel Research Kernels (PRK) to ovl, out of the tree.
+"""Port three Parallel Research Kernels (PRK) to ovl, out of the tree.
 
     port.py PRK_SRC OUT_DIR
 
@@ -16,13 +16,16 @@ edited there, never into ovl's tree. The script writes
     OUT_DIR/stencil/plain/stencil.c         MPI1/Stencil, unchanged
     OUT_DIR/stencil/ovl/stencil.c           delta send/receive port
     OUT_DIR/stencil/ovl-isend/stencil.c     ovl_isend/ovl_irecv/ovl_wait port
+    OUT_DIR/transpose-rma/plain/transpose.c MPIRMA/Transpose, unchanged
+    OUT_DIR/transpose-rma/plan/transpose.c  loop-nest planner port (reads)
 
 Every edit is an exact textual replacement of a piece of PRK's source that
 must occur exactly once: if PRK changes, the script stops with the anchor
 that was not found (and writes nothing), so the change is noticed instead of
-silently producing a different port. PRK's allocation
-(prk_malloc, the work and halo buffers carved from one block) is kept as it
-is. bench/ports/README.md describes every edit in words.
+silently producing a different port. The MPI1 ports keep PRK's allocation
+(prk_malloc, the work and halo buffers carved from one block) as it is; the
+MPIRMA port allocates A as an ovl segment, with the same layout.
+bench/ports/README.md describes every edit in words.
 """
 
 import os
@@ -349,6 +352,286 @@ def port_stencil_isend(src):
     return src
 
 
+# --------------------------------------------------------------------------
+# MPIRMA/Transpose: the loop-nest planner
+# --------------------------------------------------------------------------
+
+# The plan of a phase: cached under this key, found again every iteration
+# (a phase's partner, recv_from, is the same in every iteration).
+RMA_PLAN_KEY = 'snprintf(plan_key, sizeof plan_key, "prk-transpose-%d", phase);'
+
+
+def port_transpose_rma(src):
+    """MPIRMA/Transpose with reads instead of puts: A's column block is an
+    ovl segment, and in each phase a rank reads from recv_from the block of
+    recv_from's A it needs through a plan (one per phase, created once with
+    a key) and transposes each strip into B as ovl_plan_next hands it out.
+    The owner adds 1.0 to the blocks the others read after a barrier that
+    follows every rank's reads (PRK adds it in the pack loop, right after
+    reading each element)."""
+    # Teardown first: port_main_calls' anchor still holds the window's.
+    port_main_calls(src, "  bail_out(error);\n\n  if (rma_win!=MPI_WIN_NULL) {\n")
+    src.insert_before("  OVL_CHECK(ovl_finalize());", """  /* ovl port: the plans and A's segment go before ovl_finalize; every
+     rank is past its last read (each iteration ends with ovl_barrier) */
+  for (phase=1; phase<Num_procs; phase++) {
+    char plan_key[32];
+    ovl_plan_t plan;
+    """ + RMA_PLAN_KEY + """
+    OVL_CHECK(ovl_plan_create(plan_key, &plan, NULL));
+    OVL_CHECK(ovl_plan_free(&plan));
+  }
+  OVL_CHECK(ovl_segment_free(&A_seg));
+""", "ovl_finalize before bail_out")
+    src.replace("""  if (rma_win!=MPI_WIN_NULL) {
+#if MPI_VERSION >=3
+    if (passive_target) {
+      MPI_Win_unlock_all(rma_win);
+    }
+#endif
+    PRK_Win_free(&rma_win);
+  }
+
+""", "", 1, "window teardown")
+
+    # Declarations: no send_to (nobody sends), no Work_out (nobody packs),
+    # no window; A's segment instead.
+    src.replace("  int send_to, recv_from;  /* ranks with which to communicate       */\n",
+                "  int recv_from;           /* ovl port: rank read from (was send_to, recv_from) */\n",
+                1, "send_to, recv_from declaration")
+    src.replace("  double * RESTRICT Work_out_p;/* workspace for transpose function  */\n",
+                "", 1, "Work_out_p declaration")
+    src.replace("  MPI_Win  rma_win = MPI_WIN_NULL;\n",
+                "  ovl_segment_t A_seg;     /* ovl port: A_p's segment; replaces MPI_Win rma_win */\n",
+                1, "rma_win declaration")
+
+    # The synchronisation line of the output describes what this build does.
+    src.replace("""    if (passive_target) {
+#if MPI_VERSION < 3
+        printf("Synchronization      = MPI_Win_(un)lock\\n");
+#else
+        printf("Synchronization      = MPI_Win_flush%s (bundle=%d)\\n", flush_local ? "_local" : "", flush_bundle);
+#endif
+    } else {
+        printf("Synchronization      = MPI_Win_fence\\n");
+    }
+""", """    /* ovl port: PRK's sync arguments are read but unused: no puts */
+    printf("Synchronization      = ovl_barrier, ovl_plan reads\\n");
+""", 1, "synchronization output")
+
+    # A: a segment, same layout, so that the others can read its blocks.
+    src.replace("  A_p = (double *)prk_malloc(Colblock_size*sizeof(double));\n", """  /* ovl port: was prk_malloc; a segment, so that the other ranks read
+     their blocks of it. Same layout: A(i,j) at A_p[(i+istart)+order*j] */
+  {
+    void *A_base;
+    OVL_CHECK(ovl_segment_create(Colblock_size*sizeof(double), &A_base, &A_seg));
+    A_p = (double *)A_base;
+  }
+""", 1, "allocation of A")
+
+    # Work_out and the window go; Work_in is private memory the plans write.
+    src.replace("""  if (Num_procs>1) {
+    Work_out_p = (double *) prk_malloc(Block_size*(Num_procs-1)*sizeof(double));
+    if (Work_out_p == NULL){
+      printf(" Error allocating space for work_out on node %d\\n",my_ID);
+      error = 1;
+    }
+    bail_out(error);
+
+    PRK_Win_allocate(Block_size*(Num_procs-1)*sizeof(double), sizeof(double),
+                     rma_winfo, MPI_COMM_WORLD, &Work_in_p, &rma_win);
+""", """  if (Num_procs>1) {
+    /* ovl port: no Work_out (nobody packs); Work_in, where phase p's plan
+       puts the block it reads, is private memory (was PRK_Win_allocate) */
+    Work_in_p = (double *) prk_malloc(Block_size*(Num_procs-1)*sizeof(double));
+""", 1, "allocation of Work_out and of the window")
+    src.replace("""#if MPI_VERSION >= 3
+  if (passive_target && Num_procs>1) {
+    MPI_Win_lock_all(MPI_MODE_NOCHECK,rma_win);
+  }
+#endif
+""", """  /* ovl port: no MPI_Win_lock_all: a segment is open for passive-target
+     access from its creation */
+""", 1, "MPI_Win_lock_all")
+
+    # After the local transpose: every owner's A holds this iteration's
+    # values before anyone reads it.
+    src.replace("""    if (!passive_target && Num_procs>1) {
+      MPI_Win_fence(MPI_MODE_NOSTORE | MPI_MODE_NOPRECEDE, rma_win);
+    }
+""", """    /* ovl port: was MPI_Win_fence (fence mode). Before any rank reads
+       another's A, every owner's A must hold this iteration's values: the
+       initialisation, or the owner's A += 1.0 at the end of the previous
+       iteration */
+    if (Num_procs>1) {
+      OVL_CHECK(ovl_barrier());
+    }
+""", 1, "fence after the local transpose")
+
+    # The pack + put phase loop and its completion become reads.
+    src.replace("""    for (phase=1; phase<Num_procs; phase++){
+      send_to = (my_ID - phase + Num_procs)%Num_procs;
+
+      istart = send_to*Block_order;
+      if (!tiling) {
+        for (i=0; i<Block_order; i++) {
+          for (j=0; j<Block_order; j++) {
+            Work_out(phase-1,j,i) = A(i,j);
+            A(i,j) += 1.0;
+          }
+        }
+      } else {
+        for (i=0; i<Block_order; i+=Tile_order) {
+          for (j=0; j<Block_order; j+=Tile_order) {
+            for (it=i; it<MIN(Block_order,i+Tile_order); it++) {
+              for (jt=j; jt<MIN(Block_order,j+Tile_order);jt++) {
+                Work_out(phase-1,jt,it) = A(it,jt);
+                A(it,jt) += 1.0;
+              }
+            }
+          }
+        }
+      }
+
+#if MPI_VERSION < 3
+      if (passive_target) {
+          MPI_Win_lock(MPI_LOCK_SHARED, send_to, MPI_MODE_NOCHECK, rma_win);
+      }
+#endif
+      MPI_Put(Work_out_p+Block_size*(phase-1), Block_size, MPI_DOUBLE, send_to,
+              Block_size*(phase-1), Block_size, MPI_DOUBLE, rma_win);
+
+      if (passive_target) {
+#if MPI_VERSION < 3
+        MPI_Win_unlock(send_to, rma_win);
+#else
+        if (flush_bundle==1) {
+          if (flush_local==1) {
+              MPI_Win_flush_local(send_to, rma_win);
+          } else {
+              MPI_Win_flush(send_to, rma_win);
+          }
+        } else if ( (phase%flush_bundle) == 0) {
+          /* Too lazy to record all targets, so let MPI do it internally (hopefully) */
+          if (flush_local==1) {
+              MPI_Win_flush_local_all(rma_win);
+          } else {
+              MPI_Win_flush_all(rma_win);
+          }
+        }
+#endif
+      }
+    }  /* end of phase loop for puts  */
+    if (Num_procs>1) {
+      if (passive_target) {
+#if MPI_VERSION >= 3
+          MPI_Win_flush_all(rma_win);
+#endif
+          MPI_Barrier(MPI_COMM_WORLD);
+      } else {
+          MPI_Win_fence(MPI_MODE_NOSTORE, rma_win);
+      }
+    }
+""", """    /* ovl port: was the phase loop in which each rank packed block send_to
+       of A transposed into Work_out and MPI_Put it into send_to's Work_in,
+       then the fence (or flush_all + MPI_Barrier). Instead each rank reads
+       from recv_from the block it needs, untransposed: rows
+       [my_ID*Block_order, +Block_order) of recv_from's Block_order columns
+       of A, i.e. Block_order runs of Block_order doubles, order doubles
+       apart, into Work_in(phase-1,..). One plan per phase (its partner is
+       the same every iteration), described and analysed in the first
+       iteration and found in the plan cache in every later one. */
+    for (phase=1; phase<Num_procs; phase++) {
+      char plan_key[32];
+      ovl_plan_t plan;
+      int found, rc;
+      recv_from = (my_ID + phase)%Num_procs;
+      """ + RMA_PLAN_KEY + """
+      OVL_CHECK(ovl_plan_create(plan_key, &plan, &found));
+      if (!found) {
+        /* for jr (column of the remote block: the outer loop, strip-mined)
+             for i: recv_from's A(my_ID*Block_order+i, jr)
+                    -> Work_in_p[(phase-1)*Block_size + i+Block_order*jr] */
+        OVL_CHECK(OVL_PLAN_READ_2D(plan, A_seg, recv_from,
+                                   (size_t)my_ID*Block_order*sizeof(double), sizeof(double),
+                                   Block_order, order*(long)sizeof(double),
+                                   Block_order, sizeof(double),
+                                   Work_in_p+(phase-1)*Block_size));
+        OVL_CHECK(ovl_plan_commit(plan, NULL));
+      }
+      istart = recv_from*Block_order;
+      OVL_CHECK(ovl_plan_begin(plan));
+      OVL_PLAN_FOR_STRIPS(plan, j0, nj, rc) {
+        /* columns [j0, j0+nj) of recv_from's block are in place:
+           Work_in(phase-1,i,j) = recv_from's A(my_ID*Block_order+i, j),
+           which is B(j,i) of B's block recv_from. The transpose PRK's
+           pack loop did, with its tiling */
+        if (!tiling) {
+          for (i=0; i<Block_order; i++) {
+            for (j=(int)j0; j<(int)(j0+nj); j++) {
+              B(j,i) += Work_in(phase-1,i,j);
+            }
+          }
+        } else {
+          for (i=0; i<Block_order; i+=Tile_order) {
+            for (j=(int)j0; j<(int)(j0+nj); j+=Tile_order) {
+              for (it=i; it<MIN(Block_order,i+Tile_order); it++) {
+                for (jt=j; jt<MIN(j0+nj,j+Tile_order); jt++) {
+                  B(jt,it) += Work_in(phase-1,it,jt);
+                }
+              }
+            }
+          }
+        }
+      }
+      OVL_CHECK(rc);
+      OVL_CHECK(ovl_plan_end(plan));
+    }
+""", 1, "phase loop of packs and puts")
+
+    src.replace("""    for (phase=1; phase<Num_procs; phase++) {
+      recv_from = (my_ID + phase)%Num_procs;
+      istart = recv_from*Block_order;
+      /* scatter received block to transposed matrix; no need to tile */
+      for (j=0; j<Block_order; j++) {
+        for (i=0; i<Block_order; i++) {
+          B(i,j) += Work_in(phase-1,i,j);
+        }
+      }
+    } /* end of phase loop for scatters */
+""", """    /* ovl port: no scatter loop: each strip went into B as it arrived */
+""", 1, "phase loop of scatters")
+
+    # The owner's A += 1.0 of the blocks the others read, after their reads.
+    src.replace("""    /* for the flush case we need to make sure we have consumed Work_in
+       before overwriting it in the next iteration                    */
+    if (Num_procs>1 && passive_target) {
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+""", """    /* ovl port: was MPI_Barrier (flush mode), so that Work_in was read
+       before the next puts. Now every rank must have read this iteration's
+       blocks of A before their owner adds 1.0 to them, which PRK's pack
+       loop did right after reading each element: a barrier, then the
+       owner's update of every block but its own (the local transpose
+       updates that one) */
+    if (Num_procs>1) {
+      OVL_CHECK(ovl_barrier());
+      istart = 0;
+      for (j=0; j<Block_order; j++) {
+        for (i=0; i<colstart; i++) A(i,j) += 1.0;
+        for (i=colstart+Block_order; i<order; i++) A(i,j) += 1.0;
+      }
+    }
+""", 1, "barrier at the end of an iteration")
+    return src
+
+
+def check_no_mpi_rma_left(src):
+    """Every one-sided MPI call of the exchange must be ported."""
+    check_calls_left(src, ("MPI_Put(", "MPI_Win_fence(", "MPI_Win_lock(", "MPI_Win_lock_all(",
+                           "MPI_Win_unlock", "MPI_Win_flush", "PRK_Win_allocate(",
+                           "PRK_Win_free(", "rma_win)", "rma_win,"))
+
+
 def check_no_mpi_p2p_left(src):
     """Every point-to-point call of the exchange must be ported."""
     # (Transpose's SYNCHRONOUS branch keeps MPI_Sendrecv: #error'd)
@@ -366,6 +649,7 @@ PRK_FILES = [
     "common/PRKVERSION",
     "MPI1/Transpose/transpose.c",
     "MPI1/Stencil/stencil.c",
+    "MPIRMA/Transpose/transpose.c",
 ]
 
 
@@ -387,6 +671,7 @@ def main(argv):
     try:
         t = os.path.join(prk, "MPI1/Transpose/transpose.c")
         s = os.path.join(prk, "MPI1/Stencil/stencil.c")
+        r = os.path.join(prk, "MPIRMA/Transpose/transpose.c")
         files = {
             "transpose/plain/transpose.c": Source(t),
             "transpose/ovl/transpose.c": port_transpose(Source(t)),
@@ -394,9 +679,14 @@ def main(argv):
             "stencil/plain/stencil.c": Source(s),
             "stencil/ovl/stencil.c": port_stencil_delta(Source(s)),
             "stencil/ovl-isend/stencil.c": port_stencil_isend(Source(s)),
+            "transpose-rma/plain/transpose.c": Source(r),
+            "transpose-rma/plan/transpose.c": port_transpose_rma(Source(r)),
         }
         for rel, src in files.items():
-            if "/plain/" not in rel:
+            if rel.startswith("transpose-rma/"):
+                if "/plain/" not in rel:
+                    check_no_mpi_rma_left(src)
+            elif "/plain/" not in rel:
                 check_no_mpi_p2p_left(src)
     except PortError as e:
         sys.stderr.write("port.py: PRK's source is not what this port expects "

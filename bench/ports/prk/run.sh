@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Run a ported Parallel Research Kernel: plain MPI and ovl, alternately.
 #
-#   bench/ports/prk/run.sh [options] OUT_DIR KERNEL RANKS SIZE ITERATIONS R [TILE]
+#   bench/ports/prk/run.sh [options] OUT_DIR KERNEL RANKS SIZE ITERATIONS R [TILE [SYNC...]]
 #
 # OUT_DIR     what build.sh built (OUT_DIR/bin/...)
 # KERNEL      transpose      plain vs the delta send/receive port
 #             transpose-irecv plain vs ovl_irecv + the delta send (carved buffers)
 #             stencil        plain vs the delta send/receive port
 #             stencil-isend  plain vs the ovl_isend/ovl_irecv port
+#             transpose-rma  MPIRMA/Transpose (puts) vs the loop-nest planner
+#                            port (reads, transpose-rma-plan)
 # RANKS       MPI ranks
 # SIZE        matrix order (transpose) or grid size (stencil)
 # ITERATIONS  PRK's iteration count (it adds one untimed warm-up iteration)
 # R           rounds: each round runs plain, ovl (OVL_PROGRESS=inline) and
 #             ovl-thread (OVL_PROGRESS=thread) once, in that order
-# TILE        transpose only: PRK's tile size (0 = untiled; PRK's default 32)
+# TILE        transpose kernels only: PRK's tile size (0 = untiled; PRK's
+#             default 32). MPIRMA/Transpose refuses to run without it, so
+#             transpose-rma passes 32 when it is not given
+# SYNC...     transpose-rma only, up to three: PRK's [sync (0=fence,
+#             1=flush)] [flush local?] [flush bundle], given to both binaries
+#             (the plan binary reads and ignores them)
 #
 # Options:
 #   -l PREFIX   launcher; {np} is replaced by RANKS (default "mpiexec -n {np}").
@@ -34,7 +41,7 @@
 # ovl/plain (time: below 1 means ovl is faster).
 set -uo pipefail
 
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 launcher="mpiexec -n {np}"
 tmo=900
@@ -50,24 +57,30 @@ while getopts "l:t:V:k:h" opt; do
     esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 6 ] || [ $# -eq 7 ] || usage
+[ $# -ge 6 ] && [ $# -le 10 ] || usage
 out=$1 kernel=$2 np=$3 size=$4 iters=$5 rounds=$6 tile=${7:-}
+sync=("${@:8}")
 
 case $kernel in
 transpose) plain=transpose-plain ovlbin=transpose-ovl ;;
 transpose-irecv) plain=transpose-plain ovlbin=transpose-ovl-irecv ;;
 stencil) plain=stencil-plain ovlbin=stencil-ovl ;;
 stencil-isend) plain=stencil-plain ovlbin=stencil-ovl-isend ;;
-*) echo "run.sh: unknown kernel '$kernel' (transpose, transpose-irecv, stencil, stencil-isend)" >&2; exit 2 ;;
+transpose-rma) plain=transpose-rma-plain ovlbin=transpose-rma-plan tile=${tile:-32} ;;
+*) echo "run.sh: unknown kernel '$kernel' (transpose, transpose-irecv, stencil, stencil-isend, transpose-rma)" >&2; exit 2 ;;
 esac
-if [ -n "$tile" ] && [ "${kernel%-irecv}" != transpose ]; then
-    echo "run.sh: TILE is for transpose only" >&2; exit 2
+if [ -n "$tile" ] && [ "${kernel#transpose}" = "$kernel" ]; then
+    echo "run.sh: TILE is for the transpose kernels only" >&2; exit 2
+fi
+if [ ${#sync[@]} -gt 0 ] && [ "$kernel" != transpose-rma ]; then
+    echo "run.sh: SYNC arguments are for transpose-rma only" >&2; exit 2
 fi
 for b in "$plain" "$ovlbin"; do
     [ -x "$out/bin/$b" ] || { echo "run.sh: no $out/bin/$b (run build.sh first)" >&2; exit 2; }
 done
 args=("$iters" "$size")
 [ -n "$tile" ] && args+=("$tile")
+args+=("${sync[@]}")
 read -r -a launch <<<"${launcher//\{np\}/$np}"
 
 if [ -n "$keep" ]; then
