@@ -125,25 +125,28 @@ static int parse_number(const char *s, double *out)
 
 /* One row of table plan_map: run_B runs datatype_us runs_us bbox_us, sizes
  * whole and positive, times positive or -1 (not measured), each cell once. */
+/* A table row of exactly @n numbers into @v (0), else -1 with @why. */
+static int row_numbers(char *s, double *v, int n, const char *table, char *why, size_t why_len,
+                       const char *path, int lineno)
+{
+    int k = 0, bad = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(s, " \t", &save); tok && !bad; tok = strtok_r(NULL, " \t", &save))
+        bad = k == n || parse_number(tok, &v[k++]) != 0;
+    if (bad || k != n) {
+        snprintf(why, why_len, "%s:%d: %s row: expected %d numbers", path, lineno, table, n);
+        return -1;
+    }
+    return 0;
+}
+
 static int map_row(char *s, struct ovl__map_cell *map, int *nmap, char *why, size_t why_len,
                    const char *path, int lineno)
 {
     double v[2 + OVL__MAP_NPROTO];
-    int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(s, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        if (n == 2 + OVL__MAP_NPROTO || parse_number(tok, &v[n]) != 0) {
-            snprintf(why, why_len, "%s:%d: plan_map row: expected %d numbers", path, lineno,
-                     2 + OVL__MAP_NPROTO);
-            return -1;
-        }
-        n++;
-    }
-    if (n != 2 + OVL__MAP_NPROTO) {
-        snprintf(why, why_len, "%s:%d: plan_map row: expected %d numbers", path, lineno,
-                 2 + OVL__MAP_NPROTO);
+    const int n = 2 + OVL__MAP_NPROTO;
+    if (row_numbers(s, v, n, "plan_map", why, why_len, path, lineno))
         return -1;
-    }
     for (int i = 0; i < 2; i++)
         if (v[i] < 1 || v[i] > 1e12 || v[i] != (double)(long long)v[i]) {
             snprintf(why, why_len, "%s:%d: plan_map row: %s %g is not a whole number in [1, 1e12]",
@@ -180,19 +183,8 @@ static int load_row(char *s, double *loaded, char *why, size_t why_len, const ch
                     int lineno)
 {
     double v[2];
-    int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(s, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        if (n == 2 || parse_number(tok, &v[n]) != 0) {
-            snprintf(why, why_len, "%s:%d: loaded row: expected 2 numbers", path, lineno);
-            return -1;
-        }
-        n++;
-    }
-    if (n != 2) {
-        snprintf(why, why_len, "%s:%d: loaded row: expected 2 numbers", path, lineno);
+    if (row_numbers(s, v, 2, "loaded", why, why_len, path, lineno))
         return -1;
-    }
     if (v[0] < 1 || v[0] > OVL__LOAD_MAX || v[0] != (double)(int)v[0]) {
         snprintf(why, why_len, "%s:%d: loaded row: flows %g is not a whole number in [1, %d]", path,
                  lineno, v[0], OVL__LOAD_MAX);

@@ -687,10 +687,11 @@ static void rates(void)
         /* (ovl's own time in the send is left out of its rate: at most half) */
         CHECKF(ra > 0 && ra <= 2 * slow, "64 KiB over 100 ms: rate %.2f B/us (at most %.2f)", ra,
                2 * slow);
-        /* faster than the slow kind's can be (2 * slow), by any margin: on
-         * 4 ranks of 2 cores the sender may lose its core for tens of ms in
-         * the middle of its "at once" (1.71 B/us seen under Open MPI) */
-        CHECKF(rb > 2 * slow, "48 KiB at once: rate %.2f B/us, 64 KiB slowly: %.2f", rb, ra);
+        /* faster than the slow kind's, by any margin: on 4 ranks of 2 cores
+         * the sender may lose its core for tens of ms in the middle of its
+         * "at once" (1.13 and 1.71 B/us seen under Open MPI, against 0.64);
+         * one rate for both kinds would make them equal */
+        CHECKF(rb > ra, "48 KiB at once: rate %.2f B/us, 64 KiB slowly: %.2f", rb, ra);
         CHECKF(rc == rb, "a size never sent: rate %.2f, not the last of any (%.2f)", rc, rb);
     }
     size_t da = rated_message(A, 0, 81, key_of(10, 2, 0, 0), out, in);

@@ -137,6 +137,31 @@ static void refused(const char *path, const char *expect)
     CHECK_OK(ovl_finalize());
 }
 
+/* Rows of a table the reader must refuse: each @rows[i].text (one or more
+ * lines) as table @table, and what the message says. */
+struct bad_row {
+    const char *text, *expect;
+};
+static void refused_rows(const char *p, const char *table, const struct bad_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char extra[512];
+        snprintf(extra, sizeof extra, "[table %s]\n%s\n[end]\n", table, rows[i].text);
+        write_db(p, NULL, NULL, NULL, extra, 0);
+        refused(p, rows[i].expect);
+    }
+}
+
+static const struct bad_row map_bad[] = {
+    { "8 1 10 20", "plan_map row: expected 5 numbers" },
+    { "8 1 10 20 30 40", "plan_map row: expected 5 numbers" },
+    { "8.5 1 10 20 30", "not a whole number" },
+    { "8 0 10 20 30", "not a whole number" },
+    { "8 1 10 0 30", "out of range" },
+    { "8 1 10 nan 30", "expected 5 numbers" },
+    { "8 1 1 2 3\n8 1 1 2 3", "given twice" },
+};
+
 static void test_perfdb(void)
 {
     char p[300], msg[2048];
@@ -206,20 +231,7 @@ static void test_perfdb(void)
 
     /* broken in every way we can think of */
     setenv("OVL_CALIBRATE", "0", 1); /* keep the fallbacks fast */
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 20\n[end]\n", 0);
-    refused(p, "plan_map row: expected 5 numbers");
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 20 30 40\n[end]\n", 0);
-    refused(p, "plan_map row: expected 5 numbers");
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8.5 1 10 20 30\n[end]\n", 0);
-    refused(p, "not a whole number");
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 0 10 20 30\n[end]\n", 0);
-    refused(p, "not a whole number");
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 0 30\n[end]\n", 0);
-    refused(p, "out of range");
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 10 nan 30\n[end]\n", 0);
-    refused(p, "expected 5 numbers");
-    write_db(p, NULL, NULL, NULL, "[table plan_map]\n8 1 1 2 3\n8 1 1 2 3\n[end]\n", 0);
-    refused(p, "given twice");
+    refused_rows(p, "plan_map", map_bad, sizeof map_bad / sizeof *map_bad);
     {
         char big[6000] = "[table plan_map]\n";
         for (int i = 0; i <= OVL__MAP_MAX; i++)
@@ -771,6 +783,16 @@ static void test_calibrated(const char *path)
     CHECK_OK(ovl_finalize());
 }
 
+/* One whole execution of @pl, no computation. */
+static void execute(ovl_plan_t pl)
+{
+    int64_t i0, n = 1;
+    CHECK_OK(ovl_plan_begin(pl));
+    while (n > 0)
+        CHECK_OK(ovl_plan_next(pl, &i0, &n));
+    CHECK_OK(ovl_plan_end(pl));
+}
+
 /* Re-ranking: a protocol map that predicts every protocol far too fast
  * makes the automatic plan explore: each protocol measured once (3
  * executions after the first), then the least measured for good. */
@@ -813,11 +835,7 @@ static void test_rerank(void)
                (int)in.protocol);
         for (int e = 0; e < 16; e++) {
             memset(dst, 0, RUNS * RUN);
-            int64_t i0, n = 1;
-            CHECK_OK(ovl_plan_begin(pl));
-            while (n > 0)
-                CHECK_OK(ovl_plan_next(pl, &i0, &n));
-            CHECK_OK(ovl_plan_end(pl));
+            execute(pl);
             int bad = 0;
             for (int i = 0; i < RUNS * RUN; i++)
                 bad += dst[i] != (char)(31 + ((i / RUN) * 2 * RUN + i % RUN) * 7);
@@ -847,11 +865,7 @@ static void test_rerank(void)
         /* settled: more executions keep it */
         const ovl_plan_protocol_t settled = in.protocol;
         for (int e = 0; e < 4; e++) {
-            int64_t i0, n = 1;
-            CHECK_OK(ovl_plan_begin(pl));
-            while (n > 0)
-                CHECK_OK(ovl_plan_next(pl, &i0, &n));
-            CHECK_OK(ovl_plan_end(pl));
+            execute(pl);
         }
         CHECK_OK(ovl_plan_query(pl, &in));
         CHECK(in.protocol == settled);
@@ -865,11 +879,7 @@ static void test_rerank(void)
                                 .strip = RUNS,
                                 .protocol = OVL_PLAN_RUNS }));
         for (int e = 0; e < 6; e++) {
-            int64_t i0, n = 1;
-            CHECK_OK(ovl_plan_begin(pl));
-            while (n > 0)
-                CHECK_OK(ovl_plan_next(pl, &i0, &n));
-            CHECK_OK(ovl_plan_end(pl));
+            execute(pl);
         }
         CHECK_OK(ovl_plan_query(pl, &in));
         CHECK(in.protocol == OVL_PLAN_RUNS && in.reranks == 0);
@@ -953,13 +963,7 @@ static void test_replan(void)
         CHECK_OK(
             ovl_plan_commit(pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = 4 }));
         for (int e = 0; e < 2; e++) {
-            int rc = -1;
-            CHECK_OK(ovl_plan_begin(pl));
-            OVL_PLAN_FOR_STRIPS(pl, i0, n, rc)
-            {
-            }
-            CHECK_OK(rc);
-            CHECK_OK(ovl_plan_end(pl));
+            execute(pl);
         }
         ovl_plan_info_t in;
         CHECK_OK(ovl_plan_query(pl, &in));
@@ -1035,17 +1039,12 @@ static void test_load(void)
     CHECK_OK(ovl_barrier());
     CHECK_OK(ovl_segment_free(&seg));
     CHECK_OK(ovl_finalize());
-    /* refused rows */
-    write_db(p, NULL, NULL, NULL, "[table loaded]\n1\n[end]\n", 0);
-    refused(p, "loaded row: expected 2 numbers");
-    write_db(p, NULL, NULL, NULL, "[table loaded]\n0 10\n[end]\n", 0);
-    refused(p, "not a whole number");
-    write_db(p, NULL, NULL, NULL, "[table loaded]\n65 10\n[end]\n", 0);
-    refused(p, "not a whole number");
-    write_db(p, NULL, NULL, NULL, "[table loaded]\n2 -1\n[end]\n", 0);
-    refused(p, "out of range");
-    write_db(p, NULL, NULL, NULL, "[table loaded]\n2 10\n2 11\n[end]\n", 0);
-    refused(p, "given twice");
+    static const struct bad_row load_bad[] = {
+        { "1", "loaded row: expected 2 numbers" }, { "0 10", "not a whole number" },
+        { "65 10", "not a whole number" },         { "2 -1", "out of range" },
+        { "2 10\n2 11", "given twice" },
+    };
+    refused_rows(p, "loaded", load_bad, sizeof load_bad / sizeof *load_bad);
     /* no table: no estimate */
     write_db(p, NULL, NULL, NULL, NULL, 0);
     init_with(p, msg, sizeof msg);

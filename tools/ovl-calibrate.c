@@ -4,7 +4,7 @@
  * communicator it runs on, and write the performance database that
  * ovl_init loads (format: docs/PERFDB.md).
  *
- *   mpiexec -n 2 ovl-calibrate [-o FILE] [--quick]
+ *   mpiexec -n 2 ovl-calibrate [-o FILE] [--quick] [--maps] [--loaded]
  *
  * Ranks 0 and 1 measure (the others wait): LogGP's per-message overhead o
  * (per size, and per message of a back-to-back burst), latency L and round
@@ -14,6 +14,8 @@
  * on this process, the fault-service cost I and protection cost M(N) of
  * both access monitors (the watch layer's own measurements) and the
  * memory-to-cache copy rate (the lower bound on computation per byte).
+ * --maps adds the loop-nest planner's protocol maps (rank 0 reading from
+ * rank 1), --loaded the bandwidth of one flow under load (every rank).
  * The output path is -o, else OVL_PERFDB, else the per-user default
  * ($XDG_CACHE_HOME/ovl/perfdb or ~/.cache/ovl/perfdb).
  */
@@ -449,7 +451,7 @@ static void loaded(MPI_Comm w, int reps, double *bw)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: mpiexec -n 2 ovl-calibrate [-o FILE] [--quick] [--maps]\n"
+    fprintf(stderr, "usage: mpiexec -n 2 ovl-calibrate [-o FILE] [--quick] [--maps] [--loaded]\n"
                     "  -o FILE   write the database here (default: OVL_PERFDB, else\n"
                     "            $XDG_CACHE_HOME/ovl/perfdb or ~/.cache/ovl/perfdb)\n"
                     "  --quick   fewer sizes and repetitions (about a second)\n"
