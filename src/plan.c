@@ -1727,14 +1727,6 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
     return OVL_SUCCESS;
 }
 
-/* ", measured X us" of protocol @q (a static buffer: explain's only). */
-static const char *measured(int q, const struct plan *p)
-{
-    static _Thread_local char buf[48];
-    snprintf(buf, sizeof buf, ", measured %.1f us", measured_of(p, q));
-    return buf;
-}
-
 int ovl_plan_explain(ovl_plan_t plan, FILE *out)
 {
     struct plan *p = NULL;
@@ -1778,18 +1770,21 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
                 "x%.2f beyond latency\n",
                 p->flows, ovl__model_flow_Bpus(p->flows), p->slow);
     for (int q = 1; q < NPROTO; q++) {
-        if (p->pred[q] < 0)
+        if (p->pred[q] < 0) {
             fprintf(out, "    %-8s  n/a (%s)\n", proto_name[q], p->why[q]);
-        else
-            fprintf(out, "    %-8s %10.1f us (%s)%s%s\n", proto_name[q], p->pred[q],
-                    p->pred_src[q] == 'm'   ? "map"
-                    : p->pred_src[q] == 'b' ? "map and formulas"
-                                            : "formulas",
-                    p->nmeas[q] > 0 ? measured(q, p) : "",
-                    q != (int)p->proto ? ""
-                    : p->forced        ? "  <- chosen (forced by the commit's param)"
-                    : p->reranks       ? "  <- chosen (re-ranked on measured executions)"
-                                       : "  <- chosen (least predicted time)");
+            continue;
+        }
+        fprintf(out, "    %-8s %10.1f us (%s)", proto_name[q], p->pred[q],
+                p->pred_src[q] == 'm'   ? "map"
+                : p->pred_src[q] == 'b' ? "map and formulas"
+                                        : "formulas");
+        if (p->nmeas[q] > 0)
+            fprintf(out, ", measured %.1f us", measured_of(p, q));
+        fprintf(out, "%s\n",
+                q != (int)p->proto ? ""
+                : p->forced        ? "  <- chosen (forced by the commit's param)"
+                : p->reranks       ? "  <- chosen (re-ranked on measured executions)"
+                                   : "  <- chosen (least predicted time)");
     }
     return OVL_SUCCESS;
 }
