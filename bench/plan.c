@@ -46,6 +46,8 @@ static const char HELP[] =
     "  datatype  one MPI_Rget per strip and reference, derived datatypes on both sides\n"
     "  runs      one MPI_Rget per contiguous run, a strip's issued together\n"
     "  bbox      one MPI_Rget of the strip's bounding box into staging, runs copied out\n"
+    "  pack      the target packs the strip (an active message) and sends it as one\n"
+    "            message (thread progress only here: the target waits in MPI_Barrier)\n"
     "the strip size S (outer-loop iterations per strip) and the lookahead (strips in\n"
     "flight ahead), and ovl_plan_next hands each strip out once its bytes are in\n"
     "place. Rank 0 reads from rank 1, which serves passively (MPI_Barrier; with\n"
@@ -57,7 +59,7 @@ static const char HELP[] =
     "              --max-bytes skipped. Per cell one execution (begin, next until the\n"
     "              last strip, end) per forced protocol (the planner's S and\n"
     "              lookahead kept) and with the planner's choice (auto). Columns:\n"
-    "              S; medians in us of datatype, runs, bbox, auto; the model's\n"
+    "              S; medians in us of datatype, runs, bbox, pack, auto; the model's\n"
     "              predictions (ovl_plan_query predicted_us); best = fastest\n"
     "              protocol measured; pick = the planner's; pick/best = the picked\n"
     "              protocol's median over the best's (the choice's cost); auto/best\n"
@@ -167,7 +169,7 @@ static int parse_ratios(const char *s, double **out)
 
 /* ---- plumbing ------------------------------------------------------------------------- */
 
-static const char *const pname[4] = { "auto", "datatype", "runs", "bbox" };
+static const char *const pname[OVL_PLAN_PROTOCOLS] = { "auto", "datatype", "runs", "bbox", "pack" };
 
 /* Memory on every rank: a plain MPI window (passive target, locked for its
  * whole life as rma.c's) and an ovl segment of @bytes each, this rank's. */
@@ -309,6 +311,14 @@ static ovl_plan_t plan_new(const struct pdesc *d, ovl_plan_protocol_t proto, int
                            char *why, size_t len)
 {
     ovl_plan_t p = OVL_PLAN_NULL;
+    ovl_config_t cf;
+    BENCH_OVL(ovl_config_get(&cf));
+    if (proto == OVL_PLAN_PACK && cf.progress.mode != OVL_PROGRESS_THREAD) {
+        /* the target waits in MPI_Barrier, where nothing would pack */
+        if (why)
+            snprintf(why, len, "the target packs only with OVL_PROGRESS=thread here");
+        return OVL_PLAN_NULL;
+    }
     BENCH_OVL(ovl_plan_create(NULL, &p, NULL));
     describe(p, d);
     ovl_param_t pm = { .field_mask = 0 };
@@ -442,7 +452,7 @@ static uint64_t word_at(uint64_t w)
 
 /* ---- map --------------------------------------------------------------------------------- */
 
-enum { M_DT, M_RUNS, M_BBOX, M_AUTO, M_NV };
+enum { M_DT, M_RUNS, M_BBOX, M_PACK, M_AUTO, M_NV, M_NQ = M_AUTO };
 
 static ovl_plan_protocol_t map_proto(int v)
 {
@@ -494,13 +504,13 @@ static int bench_plan_map(const struct opt *o)
     double *t = times_alloc(M_NV, o->reps);
     FILE *f = bench_csv_open(CMD, o->csv);
     csv_header(f);
-    int cells = 0, within = 0, na[3] = { 0, 0, 0 };
-    double worst = 0, auto_worst = 0, fixed_worst[3] = { 0, 0, 0 };
-    int64_t fixed_at[3][2] = { { 0, 0 }, { 0, 0 }, { 0, 0 } }, worst_at[2] = { 0, 0 };
+    int cells = 0, within = 0, na[M_NQ] = { 0 };
+    double worst = 0, auto_worst = 0, fixed_worst[M_NQ] = { 0 };
+    int64_t fixed_at[M_NQ][2] = { { 0, 0 } }, worst_at[2] = { 0, 0 };
     int ncells_max = o->nrun * o->nruns;
-    double *mp[3]; /* measured/predicted per protocol and cell */
-    int nmp[3] = { 0, 0, 0 };
-    for (int q = 0; q < 3; q++)
+    double *mp[M_NQ]; /* measured/predicted per protocol and cell */
+    int nmp[M_NQ] = { 0 };
+    for (int q = 0; q < M_NQ; q++)
         mp[q] = times_alloc(ncells_max, 1);
     const int hosts = bench_hosts();
     if (bench_rank == 0) {
@@ -508,9 +518,11 @@ static int bench_plan_map(const struct opt *o)
                "predictions (pred) beside them\n",
                o->reps, o->gap_us, eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
                hosts);
-        printf("%6s %5s %8s %5s %3s | %9s %9s %9s %9s | %9s %9s %9s | %-8s %-8s %9s %9s\n", "run",
-               "runs", "bytes", "S", "la", "datatype", "runs", "bbox", "auto", "pred-dt",
-               "pred-runs", "pred-bbox", "best", "pick", "pick/best", "auto/best");
+        printf("%6s %5s %8s %5s %3s | %9s %9s %9s %9s %9s | %9s %9s %9s %9s | %-8s %-8s %9s "
+               "%9s\n",
+               "run", "runs", "bytes", "S", "la", "datatype", "runs", "bbox", "pack", "auto",
+               "pred-dt", "pred-runs", "pred-bbox", "pred-pack", "best", "pick", "pick/best",
+               "auto/best");
     }
     for (int a = 0; a < o->nrun; a++)
         for (int b = 0; b < o->nruns; b++) {
@@ -559,7 +571,7 @@ static int bench_plan_map(const struct opt *o)
                     worst_at[1] = nr;
                 }
                 auto_worst = ar > auto_worst ? ar : auto_worst;
-                for (int q = 0; q < 3; q++) {
+                for (int q = 0; q < M_NQ; q++) {
                     if (!on[q]) {
                         na[q]++;
                         continue;
@@ -573,18 +585,18 @@ static int bench_plan_map(const struct opt *o)
                     if (ai->predicted_us[q + 1] > 0)
                         mp[q][nmp[q]++] = st[q].med * 1e6 / ai->predicted_us[q + 1];
                 }
-                char sz[32], u[M_NV][32], pd[3][32];
+                char sz[32], u[M_NV][32], pd[M_NQ][32];
                 for (int v = 0; v < M_NV; v++)
                     fmt_us(st[v].med, on[v], u[v], sizeof u[v]);
-                for (int q = 0; q < 3; q++)
+                for (int q = 0; q < M_NQ; q++)
                     fmt_us(ai->predicted_us[q + 1] * 1e-6, ai->predicted_us[q + 1] >= 0, pd[q],
                            sizeof pd[q]);
-                printf("%6" PRId64 " %5" PRId64 " %8s %5" PRId64 " %3u | %9s %9s %9s %9s | %9s "
-                       "%9s %9s | %-8s %-8s %9.3f %9.3f\n",
+                printf("%6" PRId64 " %5" PRId64 " %8s %5" PRId64 " %3u | %9s %9s %9s %9s %9s | "
+                       "%9s %9s %9s %9s | %-8s %-8s %9.3f %9.3f\n",
                        run, nr, bench_fmt_size((size_t)(run * nr), sz, sizeof sz), ai->strip,
-                       ai->lookahead, u[0], u[1], u[2], u[3], pd[0], pd[1], pd[2], pname[best + 1],
-                       pname[pick + 1], pr, ar);
-                for (int v = 0; v < 3; v++)
+                       ai->lookahead, u[0], u[1], u[2], u[3], u[4], pd[0], pd[1], pd[2], pd[3],
+                       pname[best + 1], pname[pick + 1], pr, ar);
+                for (int v = 0; v < M_NQ; v++)
                     if (!on[v])
                         printf("       %s n/a: %s\n", pname[v + 1], why[v]);
                 char cas[64];
@@ -607,7 +619,7 @@ static int bench_plan_map(const struct opt *o)
         printf("worst pick/best: %.3f (run %" PRId64 ", runs %" PRId64 ")  [target <= 1.25: %s]; "
                "worst auto/best as measured: %.3f\n",
                worst, worst_at[0], worst_at[1], worst <= 1.25 ? "met" : "missed", auto_worst);
-        for (int q = 0; q < 3; q++) {
+        for (int q = 0; q < M_NQ; q++) {
             double r = nmp[q] ? median_of(mp[q], nmp[q]) : 0;
             printf("fixed %-8s worst/best %.3f (run %" PRId64 ", runs %" PRId64 ")%s, n/a in "
                    "%d cells; measured/predicted median %.2f\n",
@@ -616,7 +628,7 @@ static int bench_plan_map(const struct opt *o)
                    r);
         }
     }
-    for (int q = 0; q < 3; q++)
+    for (int q = 0; q < M_NQ; q++)
         free(mp[q]);
     bench_csv_close(f, o->csv);
     free(t);
@@ -894,7 +906,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
         for (int64_t s = g.R; s >= 1 && s >= g.R / 64 && nS < 16; s /= 2)
             if (!nS || s != S[nS - 1])
                 S[nS++] = s;
-        const int nconf = 3 * nS;
+        const int nconf = (OVL_PLAN_PROTOCOLS - 1) * nS;
         g.sweep = calloc((size_t)nconf, sizeof *g.sweep);
         double *ts = times_alloc(nconf, o->sweep_reps);
         if (bench_rank == 0)
@@ -916,7 +928,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
             int *son = calloc((size_t)nconf, sizeof *son);
             char why[160];
             if (bench_rank == 0)
-                for (int q = 0; q < 3; q++)
+                for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++)
                     for (int s = 0; s < nS; s++) {
                         int i = q * nS + s;
                         g.sweep[i] =
@@ -926,7 +938,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
             MPI_Bcast(son, nconf, MPI_INT, 0, MPI_COMM_WORLD);
             warm_variants(nconf, son, o->gap_us, 0, panel_sweep_run, &g, &g.check);
             time_variants(nconf, son, o->sweep_reps, o->gap_us, 0, panel_sweep_run, &g, ts);
-            double smed[3 * 16];
+            double smed[(OVL_PLAN_PROTOCOLS - 1) * 16];
             int best = -1;
             if (bench_rank == 0) {
                 for (int i = 0; i < nconf; i++) {
@@ -957,7 +969,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                 for (int s = 0; s < nS; s++)
                     printf(" %8s", (snprintf(c1, sizeof c1, "S=%" PRId64, S[s]), c1));
                 printf("\n");
-                for (int q = 0; q < 3; q++) {
+                for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++) {
                     printf("  %-41s", pname[q + 1]);
                     for (int s = 0; s < nS; s++) {
                         int i = q * nS + s;
@@ -1016,15 +1028,17 @@ static int bench_plan_panel(const struct opt *o, int reduce)
 
 /* ---- halo3d ------------------------------------------------------------------------------- */
 
-enum { H_DT, H_RUNS, H_BBOX, H_AUTO, H_BASE, H_XFER, H_NV };
-static const char *const hname[H_NV] = { "datatype", "runs", "bbox", "auto", "base", "xfer" };
+enum { H_DT, H_RUNS, H_BBOX, H_PACK, H_AUTO, H_BASE, H_XFER, H_NV };
+static const char *const hname[H_NV] = {
+    "datatype", "runs", "bbox", "pack", "auto", "base", "xfer"
+};
 static const char *const face_name[3] = { "z", "y", "x" };
 
 struct halo {
     int N, w;
     struct mem m;
     MPI_Datatype sub;
-    ovl_plan_t p[4];
+    ovl_plan_t p[H_AUTO + 1];
     double *buf, *fref; /* the face as read, as it should be (N x N) */
     double *res, *rref; /* per row: the sum */
     int check;
@@ -1159,12 +1173,13 @@ static int bench_plan_halo3d(const struct opt *o)
                 h.fref[(size_t)i * N + j] = face == 0   ? h_val(idx, i, j)
                                             : face == 1 ? h_val(i, idx, j)
                                                         : h_val(i, j, idx);
-        int on[H_NV] = { 0, 0, 0, 0, 1, 0 };
-        char why[4][160];
-        ovl_plan_info_t in[4];
+        int on[H_NV] = { 0 };
+        on[H_BASE] = 1;
+        char why[H_AUTO + 1][160];
+        ovl_plan_info_t in[H_AUTO + 1];
         memset(in, 0, sizeof in);
         if (bench_rank == 0)
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v <= H_AUTO; v++) {
                 why[v][0] = 0;
                 h.p[v] = plan_new(&d, map_proto(v), 0, why[v], sizeof why[v]);
                 if ((on[v] = h.p[v] != OVL_PLAN_NULL))
@@ -1172,27 +1187,28 @@ static int bench_plan_halo3d(const struct opt *o)
             }
         MPI_Bcast(on, H_NV, MPI_INT, 0, MPI_COMM_WORLD);
         if (bench_rank == 0) {
-            char pd[3][32];
-            for (int q = 0; q < 3; q++)
+            char pd[H_AUTO][32];
+            for (int q = 0; q < H_AUTO; q++)
                 fmt_us(in[H_AUTO].predicted_us[q + 1] * 1e-6, in[H_AUTO].predicted_us[q + 1] >= 0,
                        pd[q], sizeof pd[q]);
             printf("face %s (%s): plan S=%" PRId64 ", lookahead %u; predicted us: datatype %s, "
-                   "runs %s, bbox %s\n",
+                   "runs %s, bbox %s, pack %s\n",
                    face_name[face],
                    face == 0   ? "contiguous"
                    : face == 1 ? "N runs of N doubles, strided"
                                : "N*N single doubles, strided",
-                   in[H_AUTO].strip, in[H_AUTO].lookahead, pd[0], pd[1], pd[2]);
-            for (int v = 0; v < 3; v++)
+                   in[H_AUTO].strip, in[H_AUTO].lookahead, pd[0], pd[1], pd[2], pd[3]);
+            for (int v = 0; v < H_AUTO; v++)
                 if (!on[v])
                     printf("  %s n/a: %s\n", hname[v], why[v]);
-            printf("  %-6s %6s %8s %9s %9s %9s %9s %9s  %-8s %-8s %9s %9s %9s\n", "ratio", "W",
-                   "measured", "datatype", "runs", "bbox", "auto", "base", "best", "pick",
+            printf("  %-6s %6s %8s %9s %9s %9s %9s %9s %9s  %-8s %-8s %9s %9s %9s\n", "ratio", "W",
+                   "measured", "datatype", "runs", "bbox", "pack", "auto", "base", "best", "pick",
                    "pick/best", "auto/best", "auto/base");
         }
         for (int ri = 0; ri < o->nratio; ri++) {
             const double ratio = o->ratio[ri];
-            int onx[H_NV] = { 0, 0, 0, 0, 0, 1 };
+            int onx[H_NV] = { 0 };
+            onx[H_XFER] = 1;
             warm_variants(H_NV, onx, o->gap_us, 0, halo_run, &h, &h.check);
             time_variants(H_NV, onx, 5, o->gap_us, 0, halo_run, &h, t);
             double tc = 0, meas = 0;
@@ -1215,8 +1231,8 @@ static int bench_plan_halo3d(const struct opt *o)
             char u[H_BASE + 1][32], cas[64], note[96];
             for (int v = 0; v <= H_BASE; v++)
                 fmt_us(st[v].med, on[v], u[v], sizeof u[v]);
-            printf("  %-6g %6d %8.2f %9s %9s %9s %9s %9s  %-8s %-8s %9.3f %9.3f %9.3f\n", ratio,
-                   h.w, meas, u[0], u[1], u[2], u[3], u[4], hname[best], hname[pick],
+            printf("  %-6g %6d %8.2f %9s %9s %9s %9s %9s %9s  %-8s %-8s %9.3f %9.3f %9.3f\n", ratio,
+                   h.w, meas, u[0], u[1], u[2], u[3], u[4], u[5], hname[best], hname[pick],
                    st[pick].med / st[best].med, st[H_AUTO].med / st[best].med,
                    st[H_AUTO].med / st[H_BASE].med);
             snprintf(cas, sizeof cas, "face=%s;ratio=%g", face_name[face], ratio);
@@ -1224,13 +1240,14 @@ static int bench_plan_halo3d(const struct opt *o)
                      tc * 1e6);
             for (int v = 0; v <= H_BASE; v++)
                 if (on[v])
-                    csv_row(f, "halo3d", cas, hname[v], o->reps, &st[v], v < 4 ? &in[v] : NULL,
-                            v < 3    ? in[H_AUTO].predicted_us[v + 1]
-                            : v == 3 ? in[H_AUTO].predicted_us[in[H_AUTO].protocol]
-                                     : -1,
+                    csv_row(f, "halo3d", cas, hname[v], o->reps, &st[v],
+                            v <= H_AUTO ? &in[v] : NULL,
+                            v < H_AUTO    ? in[H_AUTO].predicted_us[v + 1]
+                            : v == H_AUTO ? in[H_AUTO].predicted_us[in[H_AUTO].protocol]
+                                          : -1,
                             note);
         }
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v <= H_AUTO; v++)
             free_plan(&h.p[v]);
         BENCH_MPI(MPI_Type_free(&h.sub));
     }

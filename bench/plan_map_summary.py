@@ -11,7 +11,7 @@ import csv
 import statistics
 import sys
 
-PROTOCOLS = ("datatype", "runs", "bbox")
+PROTOCOLS = ("datatype", "runs", "bbox", "pack")
 
 
 def main(files):

@@ -397,9 +397,18 @@ typedef enum {
     OVL_PLAN_DATATYPE = 1, /**< one MPI_Rget per strip and reference, derived datatypes on
                                 both sides (MPI packs) */
     OVL_PLAN_RUNS = 2,     /**< one MPI_Rget per contiguous run, a strip's issued together */
-    OVL_PLAN_BBOX = 3      /**< one MPI_Rget of the strip's bounding box into staging, the
+    OVL_PLAN_BBOX = 3,     /**< one MPI_Rget of the strip's bounding box into staging, the
                                 runs copied out when the strip is handed out (reads only) */
+    OVL_PLAN_PACK = 4      /**< packed at the source: an active message asks the target to
+                                pack a read strip's points and send them (one message,
+                                unpacked by MPI into the local layout); a write strip is
+                                packed here and unpacked by the target's handler. The
+                                target packs only while it drives ovl's progress (an ovl
+                                call, or the progress thread): chosen automatically only
+                                with OVL_PROGRESS=thread, else only when forced */
 } ovl_plan_protocol_t;
+/** Entries of per-protocol arrays (ovl_plan_info_t), OVL_PLAN_AUTO's unused. */
+#define OVL_PLAN_PROTOCOLS 5
 
 /** Bits of ovl_param_t::field_mask: which fields the caller set. */
 enum {
@@ -1602,12 +1611,12 @@ typedef struct {
     unsigned long runs;           /**< executions begun */
     /** predicted time of one execution's transfers per protocol, microseconds,
      *  indexed by ovl_plan_protocol_t (index 0 unused; < 0: not applicable) */
-    double predicted_us[4];
+    double predicted_us[OVL_PLAN_PROTOCOLS];
     /** time one execution spent in ovl_plan_begin / _next / _end with each
      *  protocol: the median of its last 3 whole executions, the mean of
      *  fewer (the first execution not counted), microseconds; < 0: not
      *  measured */
-    double measured_us[4];
+    double measured_us[OVL_PLAN_PROTOCOLS];
     /** times the plan changed protocol because its executions kept taking
      *  longer than predicted (ovl_plan_commit(): re-ranking) */
     unsigned reranks;

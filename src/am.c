@@ -13,7 +13,7 @@
  * receiving side is a progress source of engine 0 only: its poll probes
  * comm_am and runs handlers on the thread driving domain 0, so handlers
  * run one at a time. Before this rank uses active messages at all
- * (registers a handler or sends one) it probes every 64th drive only, so a
+ * (registers a handler, sends or receives one) it probes every 64th drive only, so a
  * program that never uses them pays almost nothing, and a message sent to
  * it is still answered.
  */
@@ -73,23 +73,38 @@ struct ovl_am_token_s {
 };
 
 static struct {
-    _Atomic(ovl_am_fn) fn[OVL_AM_MAX];
-    void *_Atomic arg[OVL_AM_MAX];
+    _Atomic(ovl_am_fn) fn[OVL__AM_IDS]; /* the program's, then ovl's own (OVL__AM_PLAN) */
+    void *_Atomic arg[OVL__AM_IDS];
     atomic_int active; /* this rank has used active messages */
     pthread_mutex_t lock;
     struct pend *head; /* requests waiting for replies */
     atomic_int npend;
     atomic_ullong next_seq;
+    atomic_ullong next_data; /* ovl__am_data_tag */
     atomic_ullong handled;
     unsigned skip; /* drives since the last probe, while not active (driver) */
     char *rx;      /* the driver's receive buffer */
     size_t rx_cap;
 } A = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* comm_am_bulk's tags: the lower half for large requests' payloads (from
+ * the sender's sequence), the upper half for data a handler sends back to
+ * a requester that chose the tag (ovl__am_data_tag), so the two never
+ * match each other's messages. */
+static unsigned bulk_span(void)
+{
+    return ((unsigned)ovl__g.mpi_tag_ub - TAG_BULK + 1u) / 2u;
+}
+
 static int bulk_tag(uint64_t seq)
 {
-    unsigned span = (unsigned)ovl__g.mpi_tag_ub - TAG_BULK + 1u;
-    return TAG_BULK + (int)(seq % span);
+    return TAG_BULK + (int)(seq % bulk_span());
+}
+
+int ovl__am_data_tag(void)
+{
+    unsigned span = bulk_span();
+    return TAG_BULK + (int)span + (int)(atomic_fetch_add(&A.next_data, 1) % span);
 }
 
 /* ---- completing the sender's request ------------------------------------------ */
@@ -195,7 +210,9 @@ static int send_reply(int dest, uint64_t seq, int id, int status, const void *bu
 
 static void run_handler(int src, const struct am_hdr *h, const void *payload, size_t bytes)
 {
-    ovl_am_fn fn = h->id >= 0 && h->id < OVL_AM_MAX ? atomic_load(&A.fn[h->id]) : NULL;
+    ovl_am_fn fn = h->id >= 0 && h->id < OVL__AM_IDS ? atomic_load(&A.fn[h->id]) : NULL;
+    /* a rank that receives active messages uses them: probe every drive */
+    atomic_store_explicit(&A.active, 1, memory_order_relaxed);
     if (!fn) {
         if (send_reply(src, h->seq, h->id, OVL_ERR_ARG, NULL, 0) != OVL_SUCCESS)
             ovl__report(OVL_ERR_NOMEM, "ovl active message", "cannot answer rank %d", src);
@@ -386,14 +403,14 @@ int ovl_am_register(int id, ovl_am_fn fn, void *arg)
 }
 
 static int am_send(const char *name, int rank, int id, const void *buf, size_t bytes, void *reply,
-                   size_t cap, int drop, ovl_request_t *req)
+                   size_t cap, int drop, ovl_request_t *req, int ids)
 {
     int rc;
     if ((rc = ovl__check_init(name)))
         return rc;
     if (!req)
         return ovl__error(OVL_ERR_ARG, name, "req is NULL");
-    if (id < 0 || id >= OVL_AM_MAX)
+    if (id < 0 || id >= ids)
         return ovl__error(OVL_ERR_ARG, name, "id %d outside [0, %d]", id, OVL_AM_MAX - 1);
     if (!buf && bytes > 0)
         return ovl__error(OVL_ERR_ARG, name, "buf is NULL with %zu bytes", bytes);
@@ -456,7 +473,7 @@ static int am_send(const char *name, int rank, int id, const void *buf, size_t b
 int ovl_am_request(int rank, int id, const void *buf, size_t bytes, ovl_request_t *req)
 {
     struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
-    int rc = am_send("ovl_am_request", rank, id, buf, bytes, NULL, 0, 1, req);
+    int rc = am_send("ovl_am_request", rank, id, buf, bytes, NULL, 0, 1, req, OVL_AM_MAX);
     ovl__dom_leave(prev);
     return rc;
 }
@@ -465,7 +482,22 @@ int ovl_am_call(int rank, int id, const void *buf, size_t bytes, void *reply, si
                 ovl_request_t *req)
 {
     struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
-    int rc = am_send("ovl_am_call", rank, id, buf, bytes, reply, reply_cap, 0, req);
+    int rc = am_send("ovl_am_call", rank, id, buf, bytes, reply, reply_cap, 0, req, OVL_AM_MAX);
+    ovl__dom_leave(prev);
+    return rc;
+}
+
+void ovl__am_register(int id, ovl_am_fn fn, void *arg)
+{
+    atomic_store(&A.arg[id], arg);
+    atomic_store(&A.fn[id], fn);
+}
+
+int ovl__am_call(const char *fn, int rank, int id, const void *buf, size_t bytes, void *reply,
+                 size_t reply_cap, ovl_request_t *req)
+{
+    struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
+    int rc = am_send(fn, rank, id, buf, bytes, reply, reply_cap, reply == NULL, req, OVL__AM_IDS);
     ovl__dom_leave(prev);
     return rc;
 }

@@ -318,6 +318,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         rc = ovl__error(rc, fn, "too many progress sources");
         goto fail_table;
     }
+    ovl__plan_init(); /* the front ends' own active-message handlers */
     atomic_store(&ovl__g.initialized, 1);
     if ((rc = ovl__engine_start()) != OVL_SUCCESS) {
         atomic_store(&ovl__g.initialized, 0);

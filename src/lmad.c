@@ -957,3 +957,58 @@ fail:
         MPI_Type_free(&t);
     return ovl__mpi_error(rc, fn, what);
 }
+
+/* ---- internal: point-order walks (the planner's PACK protocol) ----------------- */
+
+void ovl__lmad_fold(ovl_lmad_t *l)
+{
+    int n = 0;
+    for (int i = 0; i < l->ndims; i++)
+        if (l->dim[i].count > 1)
+            l->dim[n++] = l->dim[i];
+    l->ndims = n;
+    for (;;) {
+        if (l->ndims && l->dim[0].stride == l->elem) {
+            l->elem *= l->dim[0].count;
+            memmove(&l->dim[0], &l->dim[1], (size_t)(l->ndims - 1) * sizeof l->dim[0]);
+            l->ndims--;
+            continue;
+        }
+        int merged = 0;
+        for (int i = 0; i + 1 < l->ndims && !merged; i++)
+            if (l->dim[i + 1].stride == l->dim[i].count * l->dim[i].stride) {
+                l->dim[i].count *= l->dim[i + 1].count;
+                memmove(&l->dim[i + 1], &l->dim[i + 2],
+                        (size_t)(l->ndims - i - 2) * sizeof l->dim[0]);
+                l->ndims--;
+                merged = 1;
+            }
+        if (!merged)
+            return;
+    }
+}
+
+int64_t ovl__lmad_copy(const ovl_lmad_t *in, char *mem, char *buf, int to_mem)
+{
+    ovl_lmad_t l = *in;
+    ovl__lmad_fold(&l);
+    int64_t k[OVL_LMAD_MAX_DIMS] = { 0 }, at = l.base, moved = 0;
+    const size_t e = (size_t)l.elem;
+    for (;;) {
+        if (to_mem)
+            memcpy(mem + at, buf + moved, e);
+        else
+            memcpy(buf + moved, mem + at, e);
+        moved += l.elem;
+        int i = 0;
+        for (; i < l.ndims; i++) {
+            at += l.dim[i].stride;
+            if (++k[i] < l.dim[i].count)
+                break;
+            at -= l.dim[i].stride * l.dim[i].count;
+            k[i] = 0;
+        }
+        if (i == l.ndims)
+            return moved;
+    }
+}

@@ -12,7 +12,7 @@
 enum { OVL__MODEL_DEFAULTS, OVL__MODEL_INIT, OVL__MODEL_PERFDB };
 
 #define OVL__MAP_MAX    64 /* cells of the protocol map */
-#define OVL__MAP_NPROTO 3  /* protocols it covers: OVL_PLAN_DATATYPE .. OVL_PLAN_BBOX */
+#define OVL__MAP_NPROTO 4  /* protocols it covers: OVL_PLAN_DATATYPE .. OVL_PLAN_PACK */
 #define OVL__LOAD_MAX   64 /* most concurrent flows the load table holds */
 
 struct ovl__model {

@@ -123,7 +123,7 @@ static int parse_number(const char *s, double *out)
     return 0;
 }
 
-/* One row of table plan_map: run_B runs datatype_us runs_us bbox_us, sizes
+/* One row of table plan_map: run_B runs datatype_us runs_us bbox_us [pack_us], sizes
  * whole and positive, times positive or -1 (not measured), each cell once. */
 /* A table row of exactly @n numbers into @v (0), else -1 with @why. */
 static int row_numbers(char *s, double *v, int n, const char *table, char *why, size_t why_len,
@@ -145,7 +145,18 @@ static int map_row(char *s, struct ovl__map_cell *map, int *nmap, char *why, siz
 {
     double v[2 + OVL__MAP_NPROTO];
     const int n = 2 + OVL__MAP_NPROTO;
-    if (row_numbers(s, v, n, "plan_map", why, why_len, path, lineno))
+    /* a row without pack_us (written before the PACK protocol) has it -1 */
+    int k = 0;
+    for (const char *c = s; *c; k++) {
+        while (*c == ' ' || *c == '\t')
+            c++;
+        if (!*c)
+            break;
+        while (*c && *c != ' ' && *c != '\t')
+            c++;
+    }
+    v[n - 1] = -1;
+    if (row_numbers(s, v, k == n - 1 ? n - 1 : n, "plan_map", why, why_len, path, lineno))
         return -1;
     for (int i = 0; i < 2; i++)
         if (v[i] < 1 || v[i] > 1e12 || v[i] != (double)(long long)v[i]) {

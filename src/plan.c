@@ -67,11 +67,20 @@
 #define RERANK_OVER     1.25
 #define RERANK_FLOOR_US 5.0
 
-enum { NPROTO = 4 };
-static const char *const proto_name[NPROTO] = { "auto", "datatype", "runs", "bbox" };
+enum { NPROTO = OVL_PLAN_PROTOCOLS };
+static const char *const proto_name[NPROTO] = { "auto", "datatype", "runs", "bbox", "pack" };
 
 struct piece {
     int64_t roff, loff, len; /* remote displacement, local offset, bytes */
+};
+
+/* PACK: the active message to the target (pack_serve()); a write's packed
+ * bytes follow it. */
+struct pack_hdr {
+    uint64_t seg;   /* the segment's handle (the same on every rank) */
+    int32_t write;  /* 1: unpack the payload into the segment, reply the code */
+    int32_t tag;    /* a read's: the data's tag on comm_am_bulk */
+    ovl_lmad_t rem; /* the strip's remote LMAD, base the displacement */
 };
 
 /* One strip shape of a reference: a full strip or the last one. */
@@ -108,6 +117,7 @@ struct plan;
 struct pop {
     struct ovl__op op;
     struct slot *sl;
+    int64_t expect; /* PACK reads: the bytes the target sends (else -1) */
 };
 /* A strip in flight. */
 struct slot {
@@ -496,41 +506,12 @@ static ovl_lmad_t cut(const ovl_lmad_t *l, int invariant, int64_t n)
     return o;
 }
 
-/* Merge neighbours that tile each other, keeping the order of the points. */
-static void fold(ovl_lmad_t *l)
-{
-    int n = 0;
-    for (int i = 0; i < l->ndims; i++)
-        if (l->dim[i].count > 1)
-            l->dim[n++] = l->dim[i];
-    l->ndims = n;
-    for (;;) {
-        if (l->ndims && l->dim[0].stride == l->elem) {
-            l->elem *= l->dim[0].count;
-            memmove(&l->dim[0], &l->dim[1], (size_t)(l->ndims - 1) * sizeof l->dim[0]);
-            l->ndims--;
-            continue;
-        }
-        int merged = 0;
-        for (int i = 0; i + 1 < l->ndims && !merged; i++)
-            if (l->dim[i + 1].stride == l->dim[i].count * l->dim[i].stride) {
-                l->dim[i].count *= l->dim[i + 1].count;
-                memmove(&l->dim[i + 1], &l->dim[i + 2],
-                        (size_t)(l->ndims - i - 2) * sizeof l->dim[0]);
-                l->ndims--;
-                merged = 1;
-            }
-        if (!merged)
-            return;
-    }
-}
-
 /* The runs of @l in order (consecutive contiguous points merged): offsets
  * and lengths, at most PIECES_MAX (else 0 and *n = -1). */
 static int runs_of(const ovl_lmad_t *in, int64_t **off, int64_t **len, int64_t *n)
 {
     ovl_lmad_t l = *in;
-    fold(&l);
+    ovl__lmad_fold(&l);
     int64_t pts = 1;
     for (int i = 0; i < l.ndims; i++)
         pts *= l.dim[i].count; /* a valid LMAD's point count fits */
@@ -699,6 +680,16 @@ static double formula(int proto, const struct shape *s, const char **why)
             return -1;
         }
         return lat + (double)s->rr.extent / bw + B * ovl__m.compute_us_per_B;
+    case OVL_PLAN_PACK: {
+        if (!fits_int(&s->l) || B > INT_MAX - (double)sizeof(struct pack_hdr)) {
+            *why = "a strip beyond MPI's int count";
+            return -1;
+        }
+        /* request, then the packed data: two messages; packed and unpacked */
+        double plat = ovl__m.lat_us > 0 ? ovl__m.lat_us : lat / 2;
+        double pbw = ovl__m.bw_Bpus > 0 ? ovl__m.bw_Bpus : bw;
+        return 2 * plat + o + B / pbw + 2 * B * ovl__m.compute_us_per_B;
+    }
     }
     *why = "unknown protocol";
     return -1;
@@ -823,6 +814,11 @@ static void predict_all(struct plan *p)
         if (q == OVL_PLAN_BBOX && p->writes && t >= 0) {
             t = -1;
             why = "the plan writes (the box is for reads only)";
+        }
+        if (q == OVL_PLAN_PACK && t >= 0 && ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
+            !((p->param.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (int)p->param.protocol == q)) {
+            t = -1; /* a target in MPI_Barrier, say, would never answer */
+            why = "its targets pack only in ovl calls (OVL_PROGRESS=inline): forced only";
         }
         p->pred[q] = t;
         p->pred_src[q] = mapped == 0 ? 'f' : mapped == shapes ? 'm' : 'b';
@@ -1037,7 +1033,7 @@ static int build(const char *fn, struct plan *p, int make)
         struct ref *r = &d->refs[j];
         for (int k = 0; k < 2; k++) {
             struct shape *s = &r->sh[k];
-            if (make && p->proto != OVL_PLAN_DATATYPE && !s->pc) {
+            if (make && p->proto != OVL_PLAN_DATATYPE && p->proto != OVL_PLAN_PACK && !s->pc) {
                 rc = pieces_of(s);
                 if (!s->pc)
                     s->npc = est_pieces(&s->rr, &s->lr);
@@ -1047,9 +1043,15 @@ static int build(const char *fn, struct plan *p, int make)
                     return ovl__error(OVL_ERR_ARG, fn, "reference %d: more than %d runs per strip",
                                       j, PIECES_MAX);
             }
-            if (make && p->proto == OVL_PLAN_DATATYPE && s->rtype == MPI_DATATYPE_NULL &&
-                ((rc = type_of(&s->r, s->rr.lo, &s->rtype)) ||
-                 (rc = type_of(&s->l, s->lr.lo, &s->ltype)))) {
+            if (make && p->proto == OVL_PLAN_DATATYPE &&
+                ((s->rtype == MPI_DATATYPE_NULL && (rc = type_of(&s->r, s->rr.lo, &s->rtype))) ||
+                 (s->ltype == MPI_DATATYPE_NULL && (rc = type_of(&s->l, s->lr.lo, &s->ltype))))) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", ovl_error_detail());
+                return ovl__error(rc, fn, "reference %d's datatypes (%s)", j, why);
+            }
+            if (make && p->proto == OVL_PLAN_PACK && !r->write && s->ltype == MPI_DATATYPE_NULL &&
+                (rc = type_of(&s->l, s->lr.lo, &s->ltype))) {
                 char why[256];
                 snprintf(why, sizeof why, "%s", ovl_error_detail());
                 return ovl__error(rc, fn, "reference %d's datatypes (%s)", j, why);
@@ -1119,10 +1121,175 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
 static void op_done(struct ovl__op *op, MPI_Status *st)
 {
     struct pop *o = (struct pop *)op;
-    int none = MPI_SUCCESS;
+    int none = MPI_SUCCESS, got = 0;
     if (st && st->MPI_ERROR != MPI_SUCCESS)
         atomic_compare_exchange_strong(&o->sl->err, &none, st->MPI_ERROR);
+    else if (st && o->expect >= 0 && /* PACK: the target could not serve it */
+             (MPI_Get_count(st, MPI_BYTE, &got) != MPI_SUCCESS || got != o->expect))
+        atomic_compare_exchange_strong(&o->sl->err, &none, MPI_ERR_OTHER);
     atomic_fetch_sub(&o->sl->left, 1);
+}
+
+/* ---- PACK: packing at the target, through an active message -------------------- */
+
+/* A write's active message in flight: its packed bytes and the target's
+ * answer. */
+struct pack_put {
+    struct slot *sl;
+    void *buf;
+    int32_t code;
+};
+
+static void pack_put_done(const ovl_status_t *st, void *arg)
+{
+    struct pack_put *w = arg;
+    int none = MPI_SUCCESS;
+    if (st->error != OVL_SUCCESS || w->code != OVL_SUCCESS)
+        atomic_compare_exchange_strong(&w->sl->err, &none, MPI_ERR_OTHER);
+    atomic_fetch_sub(&w->sl->left, 1);
+    free(w->buf);
+    free(w);
+}
+
+/* Issue one PACK transfer of strip shape @sh of reference @r, shifted by
+ * @rs remote and @ls local bytes: a read posts the receive of the packed
+ * bytes into the local layout (op @o, not yet given to the engine) and
+ * asks the target to pack and send them; a write packs the local points
+ * and sends them with the request, counted in @sl until the target has
+ * unpacked them. Returns an ovl code. */
+static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int64_t rs, int64_t ls,
+                      struct slot *sl, struct pop *o)
+{
+    const int64_t B = sh->rr.n * sh->rr.size;
+    struct pack_hdr h = { .seg = (uint64_t)(uintptr_t)r->seg, .write = r->write, .rem = sh->r };
+    h.rem.base += rs;
+    ovl_request_t req = OVL_REQUEST_NULL;
+    int rc;
+    if (!r->write) {
+        h.tag = ovl__am_data_tag();
+        int mrc = MPI_Irecv(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank, h.tag,
+                            ovl__g.comm_am_bulk, &o->op.mreq);
+        if (mrc != MPI_SUCCESS)
+            return ovl__mpi_error(mrc, fn, "MPI_Irecv");
+        o->expect = B;
+        if ((rc = ovl__am_call(fn, r->rank, OVL__AM_PLAN, &h, sizeof h, NULL, 0, &req))) {
+            MPI_Cancel(&o->op.mreq);
+            MPI_Wait(&o->op.mreq, MPI_STATUS_IGNORE);
+            return rc;
+        }
+        return ovl_request_free(&req);
+    }
+    struct pack_put *w = malloc(sizeof *w);
+    char *buf = malloc(sizeof h + (size_t)B);
+    if (!w || !buf) {
+        free(w);
+        free(buf);
+        return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a packed strip of %" PRId64 " bytes",
+                          B);
+    }
+    memcpy(buf, &h, sizeof h);
+    ovl_lmad_t l = sh->l;
+    l.base += ls;
+    ovl__lmad_copy(&l, r->base, buf + sizeof h, 0);
+    *w = (struct pack_put){ .sl = sl, .buf = buf, .code = OVL_ERR_INTERNAL };
+    if ((rc = ovl__am_call(fn, r->rank, OVL__AM_PLAN, buf, sizeof h + (size_t)B, &w->code,
+                           sizeof w->code, &req))) {
+        free(buf);
+        free(w);
+        return rc;
+    }
+    /* counted in sl->left by the caller; the continuation takes it off */
+    if ((rc = ovl_continue(req, pack_put_done, w)) != OVL_SUCCESS) {
+        int e = ovl_wait(&req, OVL_STATUS_IGNORE);
+        ovl_status_t st = { .error = e };
+        pack_put_done(&st, w);
+        return rc;
+    }
+    return ovl_request_free(&req);
+}
+
+/* A packed read's data on its way back (the target's side). */
+struct pack_out {
+    struct ovl__op op;
+    void *buf;
+};
+
+static void pack_out_done(struct ovl__op *op, MPI_Status *st)
+{
+    (void)st;
+    struct pack_out *x = (struct pack_out *)op;
+    free(x->buf);
+    free(x);
+}
+
+/* The target's side of PACK (an active-message handler of domain 0): a
+ * read's points packed in order and sent back with the request's tag (an
+ * empty message when it cannot be served, which fails the reader's
+ * strip); a write's payload unpacked into the segment, the code replied. */
+static void pack_serve(ovl_am_token_t tok, const void *buf, size_t bytes, void *arg)
+{
+    static const char *fn = "ovl_plan (serving a packed transfer)";
+    (void)arg;
+    struct pack_hdr h;
+    int src = -1, rc = OVL_ERR_ARG;
+    ovl_lmad_runs_t rr = { 0 };
+    struct ovl__seg *s = NULL;
+    if (ovl_am_source(tok, &src) != OVL_SUCCESS || bytes < sizeof h)
+        return;
+    memcpy(&h, buf, sizeof h);
+    const char *payload = (const char *)buf + sizeof h;
+    if (ovl_lmad_runs(&h.rem, &rr) == OVL_SUCCESS &&
+        ovl__seg_lookup(fn, (ovl_segment_t)(uintptr_t)h.seg, &s) == OVL_SUCCESS) {
+        if (rr.lo < 0 || rr.lo + rr.extent > (int64_t)s->bytes)
+            rc = ovl__error(OVL_ERR_ARG, fn,
+                            "rank %d's bytes [%" PRId64 ", %" PRId64
+                            ") outside this rank's %zu-byte segment",
+                            src, rr.lo, rr.lo + rr.extent, s->bytes);
+        else if (h.write && bytes - sizeof h != (size_t)(rr.n * rr.size))
+            rc = ovl__error(OVL_ERR_ARG, fn, "rank %d sent %zu bytes for %" PRId64, src,
+                            bytes - sizeof h, rr.n * rr.size);
+        else
+            rc = OVL_SUCCESS;
+    }
+    if (h.write) {
+        if (rc == OVL_SUCCESS)
+            ovl__lmad_copy(&h.rem, s->base, (char *)(uintptr_t)payload, 1);
+        int32_t code = rc;
+        if (ovl_am_reply(tok, &code, sizeof code) != OVL_SUCCESS) /* the writer waits on */
+            ovl__report(OVL_ERR_NOMEM, fn, "cannot answer rank %d", src);
+        return;
+    }
+    const size_t B = rc == OVL_SUCCESS ? (size_t)(rr.n * rr.size) : 0;
+    struct pack_out *x = calloc(1, sizeof *x);
+    char *out = x ? malloc(B ? B : 1) : NULL;
+    if (!out) { /* answered empty (the reader fails) from a static byte */
+        static char none;
+        free(x);
+        MPI_Send(&none, 0, MPI_BYTE, src, h.tag, ovl__g.comm_am_bulk);
+        return;
+    }
+    if (B)
+        ovl__lmad_copy(&h.rem, s->base, out, 0);
+    x->buf = out;
+    x->op.done = pack_out_done;
+    x->op.ctx = x;
+    x->op.kind = OVL__OP_SEND;
+    x->op.peer = src;
+    if (MPI_Isend(out, (int)B, MPI_BYTE, src, h.tag, ovl__g.comm_am_bulk, &x->op.mreq) !=
+        MPI_SUCCESS) {
+        free(out);
+        free(x);
+        return;
+    }
+    if (ovl__engine_post(&x->op, &(struct ovl__post){ .bytes = B }) != OVL_SUCCESS) {
+        MPI_Wait(&x->op.mreq, MPI_STATUS_IGNORE);
+        pack_out_done(&x->op, NULL);
+    }
+}
+
+void ovl__plan_init(void)
+{
+    ovl__am_register(OVL__AM_PLAN, pack_serve, NULL);
 }
 
 /* Issue strip @k's reads (@w 0) or writes (@w 1) into slot @sl; returns
@@ -1131,7 +1298,7 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
 {
     const int64_t i0 = k * p->S;
     const int kind = k == p->nstrips - 1 ? 1 : 0;
-    int64_t n = 0;
+    int64_t n = 0, am = 0; /* engine ops, PACK writes' active messages */
     MPI_Win wins[OVL_PLAN_MAX_REFS];
     sl->strip = k;
     atomic_store(&sl->err, MPI_SUCCESS);
@@ -1176,6 +1343,25 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
                     n++;
             }
             break;
+        case OVL_PLAN_PACK: {
+            sl->ops[n].expect = -1;
+            int prc = pack_issue(fn, r, sh, rs, ls, sl, &sl->ops[n]);
+            if (prc != OVL_SUCCESS) {
+                atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n - am));
+                for (int64_t i = 0; i < n; i++) { /* posted already: wait for them here */
+                    MPI_Status st;
+                    sl->ops[i].sl = sl;
+                    MPI_Wait(&sl->ops[i].op.mreq, &st);
+                    op_done(&sl->ops[i].op, &st);
+                }
+                return prc;
+            }
+            if (w)
+                am++;
+            else
+                n++;
+            break;
+        }
         default: /* OVL_PLAN_BBOX */
             mrc = MPI_Rget(sl->stage[j], (int)sh->rr.extent, MPI_BYTE, r->rank,
                            (MPI_Aint)(sh->rr.lo + rs), (int)sh->rr.extent, MPI_BYTE, win,
@@ -1184,11 +1370,14 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
                 n++;
             break;
         }
-        for (int64_t i = from; i < n; i++)
+        for (int64_t i = from; i < n; i++) {
             sl->ops[i].op.peer = r->rank;
+            if (p->proto != OVL_PLAN_PACK)
+                sl->ops[i].expect = -1;
+        }
     }
     /* the ops that will not be issued count as done before any is posted */
-    atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n));
+    atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n - am));
     for (int64_t i = 0; i < n; i++) {
         struct pop *o = &sl->ops[i];
         o->sl = sl;
@@ -1612,7 +1801,7 @@ static int drain(const char *fn, struct plan *p)
             p->wslots[i].strip = -1;
         }
     }
-    if (p->writes) {
+    if (p->writes && p->proto != OVL_PLAN_PACK) { /* PACK: answered once unpacked */
         int r = flush_writes(fn, p);
         if (!rc)
             rc = r;

@@ -153,8 +153,9 @@ static void refused_rows(const char *p, const char *table, const struct bad_row 
 }
 
 static const struct bad_row map_bad[] = {
-    { "8 1 10 20", "plan_map row: expected 5 numbers" },
-    { "8 1 10 20 30 40", "plan_map row: expected 5 numbers" },
+    { "8 1 10 20", "plan_map row: expected 6 numbers" },
+    { "8 1 10 20 30 40 50", "plan_map row: expected 6 numbers" },
+    { "8 1 10 20 30 0", "out of range" },
     { "8.5 1 10 20 30", "not a whole number" },
     { "8 0 10 20 30", "not a whole number" },
     { "8 1 10 0 30", "out of range" },
@@ -198,8 +199,8 @@ static void test_perfdb(void)
     /* the planner's protocol map: read, and interpolated between its cells
      * (log-log), nothing outside them */
     write_db(p, NULL, NULL, NULL,
-             "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us\n"
-             "8 1 10 20 -1\n8 16 40 80 -1\n64 1 10 20 30\n64 16 160 320 30\n[end]\n",
+             "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us [pack_us]\n"
+             "8 1 10 20 -1\n8 16 40 80 -1\n64 1 10 20 30 40\n64 16 160 320 30 40\n[end]\n",
              0);
     init_with(p, msg, sizeof msg);
     CHECKF(ovl__m.source == OVL__MODEL_PERFDB && ovl__m.nmap == 4, "map: %.200s / %.200s (%d)",
@@ -220,7 +221,9 @@ static void test_perfdb(void)
     CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 4, 1) < 0);            /* outside the grid */
     CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 8, 17) < 0);
     CHECK(ovl__model_map_us(OVL_PLAN_DATATYPE, 128, 1) < 0);
-    CHECK(ovl__model_map_us(0, 8, 1) < 0 && ovl__model_map_us(4, 8, 1) < 0);
+    CHECK(fabs(ovl__model_map_us(OVL_PLAN_PACK, 64, 4) - 40) < 1e-9); /* a sixth column */
+    CHECK(ovl__model_map_us(OVL_PLAN_PACK, 8, 1) < 0);                /* a row without it */
+    CHECK(ovl__model_map_us(0, 8, 1) < 0 && ovl__model_map_us(5, 64, 1) < 0);
     CHECK_OK(ovl_finalize());
     /* a database without the table: no map */
     write_db(p, NULL, NULL, NULL, NULL, 0);

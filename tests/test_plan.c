@@ -7,7 +7,8 @@
  * the dimensions, independent of the library). The checks:
  *  - a column block of a row-major matrix, a subarray of a 3-D array into
  *    a padded local array, a contiguous range, and a plan of two
- *    references on two targets, each under every protocol forced and the
+ *    references on two targets, each under every protocol forced (PACK
+ *    included: the target packs in its ovl calls) and the
  *    model's choice, with strips of 2, 5 and the model's size: when
  *    ovl_plan_next hands a strip out, its iterations' bytes are in place;
  *    after ovl_plan_end every byte is, and local bytes no reference
@@ -189,14 +190,14 @@ static void describe(ovl_plan_t p, ovl_segment_t seg, ref_t *refs, int nrefs, co
         CHECK_OK(ovl_plan_read(p, seg, refs[j].rank, &refs[j].rem, refs[j].buf, &refs[j].loc));
 }
 
-static const char *const pname[] = { "auto", "datatype", "runs", "bbox" };
+static const char *const pname[] = { "auto", "datatype", "runs", "bbox", "pack" };
 
 /* Every protocol x strip size on one case. */
 static void sweep(const char *name, ovl_segment_t seg, ref_t *refs, int nrefs, const int64_t *trips,
                   int ndepth)
 {
     const int64_t strips[] = { 2, 5, 0 }; /* 0: the model's */
-    for (int q = 0; q <= OVL_PLAN_BBOX; q++)
+    for (int q = 0; q <= OVL_PLAN_PACK; q++)
         for (size_t s = 0; s < sizeof strips / sizeof strips[0]; s++) {
             char what[128];
             snprintf(what, sizeof what, "%s, %s, strip %" PRId64, name, pname[q], strips[s]);
@@ -220,7 +221,7 @@ static void sweep(const char *name, ovl_segment_t seg, ref_t *refs, int nrefs, c
             CHECKF(q != 0 || (!in.forced && in.predicted_us[in.protocol] >= 0),
                    "%s: the model chose %d", what, (int)in.protocol);
             /* the least predicted; an earlier (simpler) one within 3 % */
-            for (int k = 1; q == 0 && k <= OVL_PLAN_BBOX; k++)
+            for (int k = 1; q == 0 && k <= OVL_PLAN_PACK; k++)
                 CHECKF(in.predicted_us[k] < 0 ||
                            in.predicted_us[in.protocol] <= in.predicted_us[k] ||
                            (k > (int)in.protocol &&
@@ -334,7 +335,8 @@ static void writes(ovl_segment_t seg, uint8_t *base)
     CHECK(written != NULL);
     for (int64_t i = 0; i < wr.rb.n; i++)
         written[wr.rb.off[i] - WOFF] = 1;
-    const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS };
+    const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS,
+                                           OVL_PLAN_PACK };
     const int64_t strips[] = { 2, 5, 0 };
     int salt = 0;
     for (size_t q = 0; q < sizeof protos / sizeof protos[0]; q++)
@@ -465,7 +467,7 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
     th_rng_init(&g, 37, 2, 0); /* the same on every rank */
     const int64_t elems[] = { 1, 2, 3, 4, 8 };
     const size_t region = 64 * 96 * 8;
-    int writes_run = 0, per_proto[4] = { 0 };
+    int writes_run = 0, per_proto[OVL_PLAN_PROTOCOLS] = { 0 };
     for (int round = 0; round < 40; round++) {
         const int mo = th_below(&g, 2) ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
         const int64_t elem = elems[th_below(&g, 5)];
@@ -478,7 +480,7 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
         random_shape(&g, mo, WOFF + (int64_t)th_below(&g, 4096), &wrem, &wloc, &wlb, wtrips, &wnd,
                      elem, (int)trips[0]);
         const int with_write = (int)th_below(&g, 2);
-        const ovl_plan_protocol_t proto = (ovl_plan_protocol_t)th_below(&g, 4);
+        const ovl_plan_protocol_t proto = (ovl_plan_protocol_t)th_below(&g, OVL_PLAN_PROTOCOLS);
         const int64_t strip = 1 + (int64_t)th_below(&g, (uint64_t)trips[0] + 1);
         const unsigned ahead = (unsigned)th_below(&g, 5);
         char what[160];
@@ -555,9 +557,10 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
         ref_free(&w);
     }
     if (th_rank == 0)
-        printf("random plans: %d with a write; datatype %d, runs %d, bbox %d\n", writes_run,
-               per_proto[1], per_proto[2], per_proto[3]);
-    CHECK(writes_run > 0 && per_proto[1] > 0 && per_proto[2] > 0 && per_proto[3] > 0);
+        printf("random plans: %d with a write; datatype %d, runs %d, bbox %d, pack %d\n",
+               writes_run, per_proto[1], per_proto[2], per_proto[3], per_proto[4]);
+    CHECK(writes_run > 0 && per_proto[1] > 0 && per_proto[2] > 0 && per_proto[3] > 0 &&
+          per_proto[4] > 0);
 }
 
 /* ovl_plan_run's callback: checks each strip as it comes. */
@@ -690,7 +693,7 @@ static void strided(ovl_segment_t seg, uint8_t *base)
                                  .dim = { { 4, 5, 2 }, { 20, 3, 1 }, { 60, 4, 0 } } };
         ref_t r;
         ref_make(&r, next, &rem, &loc, 4 * 3 * 5 * 4);
-        for (int q = 0; q < 4; q++) {
+        for (int q = 0; q < OVL_PLAN_PROTOCOLS; q++) {
             ovl_plan_t p = OVL_PLAN_NULL;
             CHECK_OK(ovl_plan_create(NULL, &p, NULL));
             CHECK_OK(OVL_PLAN_READ_3D(p, seg, next, off, 4, 4, -480, 3, 40, 5, 4, r.buf));
@@ -994,11 +997,11 @@ static void errors(ovl_segment_t seg)
     EXPECT_ERR(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
                                                   .protocol = OVL_PLAN_RUNS }),
                OVL_ERR_ARG);
-    CHECK_OK(ovl_plan_commit(p, NULL)); /* the model takes the datatype */
+    CHECK_OK(ovl_plan_commit(p, NULL)); /* the model takes a datatype or the target's packing */
     ovl_plan_info_t in;
     CHECK_OK(ovl_plan_query(p, &in));
-    CHECK(in.protocol == OVL_PLAN_DATATYPE && in.predicted_us[OVL_PLAN_RUNS] < 0 &&
-          in.predicted_us[OVL_PLAN_BBOX] < 0);
+    CHECK((in.protocol == OVL_PLAN_DATATYPE || in.protocol == OVL_PLAN_PACK) &&
+          in.predicted_us[OVL_PLAN_RUNS] < 0 && in.predicted_us[OVL_PLAN_BBOX] < 0);
     CHECK_OK(ovl_plan_begin(p));
     CHECK_OK(ovl_plan_next(p, &i0, &n));
     CHECK(i0 == 0 && n == 1);

@@ -309,8 +309,9 @@ static int mkdirs(char *path)
  * into a dense buffer with each protocol forced (one strip, nothing
  * ahead), median of @reps executions, the protocols alternated. Every rank
  * of @w calls it (the segment is collective); rank 1 and the others serve
- * in MPI_Barrier. Rank 0's rows go to @cell (run, runs, datatype, runs,
- * bbox microseconds; -1 where the commit refuses the protocol). */
+ * in ovl_barrier (PACK's target packs in ovl calls). Rank 0's rows go to
+ * @cell (run, runs, datatype, runs, bbox, pack microseconds; -1 where the
+ * commit refuses the protocol). */
 #define MAP_BYTES_MAX (4u << 20)
 static int maps(MPI_Comm w, int reps, double (*cell)[2 + OVL__MAP_NPROTO])
 {
@@ -383,7 +384,8 @@ static int maps(MPI_Comm w, int reps, double (*cell)[2 + OVL__MAP_NPROTO])
                     MPI_Abort(MPI_COMM_WORLD, 1);
             }
         }
-    MPI_Barrier(w);
+    if (ovl_barrier() != OVL_SUCCESS)
+        MPI_Abort(MPI_COMM_WORLD, 1);
     free(dst);
     if (ovl_segment_free(&seg) != OVL_SUCCESS)
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -766,7 +768,7 @@ int main(int argc, char **argv)
                 fprintf(f, "[end]\n\n# the loop-nest planner's protocol maps (ovl_init reads "
                            "them): one strip of\n# runs x run_B bytes at stride 2 x run_B, "
                            "median microseconds per protocol, -1 refused\n"
-                           "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us\n");
+                           "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us pack_us\n");
                 for (int i = 0; i < nmap; i++) {
                     fprintf(f, "%.0f %.0f", mapc[i][0], mapc[i][1]);
                     for (int q = 0; q < OVL__MAP_NPROTO; q++)

@@ -378,6 +378,8 @@ def port_transpose_rma(src):
     ovl_plan_t plan;
     """ + RMA_PLAN_KEY + """
     OVL_CHECK(ovl_plan_create(plan_key, &plan, NULL));
+    if (my_ID==0 && phase==1 && getenv("PRK_OVL_EXPLAIN")) /* what the planner chose */
+      OVL_CHECK(ovl_plan_explain(plan, stdout));
     OVL_CHECK(ovl_plan_free(&plan));
   }
   OVL_CHECK(ovl_segment_free(&A_seg));
