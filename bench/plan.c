@@ -2,8 +2,8 @@
 /*
  * ovl-bench plan: the loop-nest planner (ovl_plan_*) against the protocols
  * it chooses from and against what a programmer writes with plain MPI.
- * Rank 0 reads from rank 1 (the target), which serves passively in
- * MPI_Barrier (and with ovl's progress thread), except in transpose, where
+ * Rank 0 reads from rank 1 (the target), which serves in ovl_barrier
+ * (and with ovl's progress thread), except in transpose, where
  * every rank reads from every other, and overhead, where rank 0 reads from
  * itself.
  *
@@ -47,11 +47,12 @@ static const char HELP[] =
     "  runs      one MPI_Rget per contiguous run, a strip's issued together\n"
     "  bbox      one MPI_Rget of the strip's bounding box into staging, runs copied out\n"
     "  pack      the target packs the strip (an active message) and sends it as one\n"
-    "            message (thread progress only here: the target waits in MPI_Barrier)\n"
+    "            message\n"
     "the strip size S (outer-loop iterations per strip) and the lookahead (strips in\n"
     "flight ahead), and ovl_plan_next hands each strip out once its bytes are in\n"
-    "place. Rank 0 reads from rank 1, which serves passively (MPI_Barrier; with\n"
-    "OVL_PROGRESS=thread, the default here, ovl's progress thread as well).\n"
+    "place. Rank 0 reads from rank 1, which serves in ovl_barrier (spinning ovl's\n"
+    "engine; with OVL_PROGRESS=thread, the default here, ovl's progress thread as\n"
+    "well), as ovl-calibrate --maps measures.\n"
     "\n"
     "Kernels:\n"
     "  map         the protocol map: RUNS runs of RUN bytes at stride 2*RUN read into a\n"
@@ -236,7 +237,8 @@ typedef double (*variant_fn)(void *ctx, int v);
  * each, alternated, their order rotated every rep, each after an idle gap:
  * t[v * reps + r] on rank 0. @everyone: every rank runs @fn and the time
  * kept is the slowest rank's; otherwise rank 0 runs it while the others
- * serve in MPI_Barrier. */
+ * serve in ovl_barrier (spinning ovl's engine, which also polls MPI: gets
+ * and PACK requests are served at once, as ovl-calibrate --maps serves). */
 static void time_variants(int nv, const int *on, int reps, long gap_us, int everyone, variant_fn fn,
                           void *ctx, double *t)
 {
@@ -247,7 +249,7 @@ static void time_variants(int nv, const int *on, int reps, long gap_us, int ever
                 continue;
             idle_gap(gap_us);
             t[v * reps + r] = everyone || bench_rank == 0 ? fn(ctx, v) : 0;
-            MPI_Barrier(MPI_COMM_WORLD);
+            BENCH_OVL(ovl_barrier());
         }
     if (everyone)
         MPI_Reduce(bench_rank == 0 ? MPI_IN_PLACE : t, t, nv * reps, MPI_DOUBLE, MPI_MAX, 0,
@@ -265,7 +267,7 @@ static void warm_variants(int nv, const int *on, long gap_us, int everyone, vari
         idle_gap(gap_us);
         if (everyone || bench_rank == 0)
             (void)fn(ctx, v);
-        MPI_Barrier(MPI_COMM_WORLD);
+        BENCH_OVL(ovl_barrier());
     }
     *check = 0;
 }
@@ -311,14 +313,6 @@ static ovl_plan_t plan_new(const struct pdesc *d, ovl_plan_protocol_t proto, int
                            char *why, size_t len)
 {
     ovl_plan_t p = OVL_PLAN_NULL;
-    ovl_config_t cf;
-    BENCH_OVL(ovl_config_get(&cf));
-    if (proto == OVL_PLAN_PACK && cf.progress.mode != OVL_PROGRESS_THREAD) {
-        /* the target waits in MPI_Barrier, where nothing would pack */
-        if (why)
-            snprintf(why, len, "the target packs only with OVL_PROGRESS=thread here");
-        return OVL_PLAN_NULL;
-    }
     BENCH_OVL(ovl_plan_create(NULL, &p, NULL));
     describe(p, d);
     ovl_param_t pm = { .field_mask = 0 };
@@ -1407,6 +1401,8 @@ static int bench_plan_transpose(const struct opt *o)
         printf("%10.1f %10.1f %10.1f %10.3f %10.3f  %-16s %u\n", st[0].med * 1e6, st[1].med * 1e6,
                st[2].med * 1e6, st[2].med / st[0].med, st[2].med / st[1].med,
                fmt_choice(&in, ch, sizeof ch), in.lookahead);
+        if (getenv("OVL_BENCH_EXPLAIN")) /* the plan and its alternatives, rank 0's */
+            BENCH_OVL(ovl_plan_explain(plan_keyed(TR_KEY, &x.d), stdout));
         snprintf(cas, sizeof cas, "P=%d;N=%d", P, N);
         for (int v = 0; v < T_NV; v++)
             csv_row(f, "transpose", cas, tname[v], o->reps, &st[v], v == T_PLAN ? &in : NULL,

@@ -1736,6 +1736,20 @@ static double measured_of(const struct plan *p, int r)
     return n ? sum / n : -1;
 }
 
+/* Strips of @S iterations (the shapes and predictions for them), back to
+ * @old if they cannot be built. */
+static void restrip(const char *fn, struct plan *p, int64_t S, int64_t old)
+{
+    if (S == p->S)
+        return;
+    p->S = S;
+    if (shapes_build(fn, p) != OVL_SUCCESS) {
+        p->S = old;
+        (void)shapes_build(fn, p);
+    }
+    predict_all(p);
+}
+
 /* After a whole execution of @us microseconds in the plan's calls: the
  * bounded exploration of RERANK_*. Switching protocol rebuilds what it
  * needs (prepare()) and the strips' slots at the next ovl_plan_begin. */
@@ -1769,11 +1783,15 @@ static void rerank(const char *fn, struct plan *p, double us)
     if (to == q)
         return;
     p->proto = (ovl_plan_protocol_t)to;
+    const int64_t old = p->S;
+    if (p->strip_measured && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
+        restrip(fn, p, choose_strip(p, to, p->c_us), old); /* its own strip size */
     set_lookahead(p);
     if (prepare(fn, p) != OVL_SUCCESS) { /* cannot build it after all: left out */
         p->pred[to] = -1;
         snprintf(p->why[to], sizeof p->why[to], "%s", "its datatypes could not be built");
         p->proto = (ovl_plan_protocol_t)q;
+        restrip(fn, p, old, old);
         set_lookahead(p);
         if (prepare(fn, p) != OVL_SUCCESS)
             p->settled = 1;
