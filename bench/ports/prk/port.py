@@ -558,7 +558,11 @@ def port_transpose_rma(src):
                                    Block_order, order*(long)sizeof(double),
                                    Block_order, sizeof(double),
                                    Work_in_p+(phase-1)*Block_size));
-        OVL_CHECK(ovl_plan_commit(plan, NULL));
+        /* PRK_OVL_PROTOCOL=1..4 forces a protocol (datatype, runs, bbox, pack) */
+        ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL };
+        const char *force = getenv("PRK_OVL_PROTOCOL");
+        pm.protocol = force ? (ovl_plan_protocol_t)atoi(force) : OVL_PLAN_AUTO;
+        OVL_CHECK(ovl_plan_commit(plan, force ? &pm : NULL));
       }
       istart = recv_from*Block_order;
       OVL_CHECK(ovl_plan_begin(plan));
