@@ -404,8 +404,13 @@ typedef enum {
                                 unpacked by MPI into the local layout); a write strip is
                                 packed here and unpacked by the target's handler. The
                                 target packs only while it drives ovl's progress (an ovl
-                                call, or the progress thread): chosen automatically only
-                                with OVL_PROGRESS=thread, else only when forced */
+                                call, or the progress thread). Chosen automatically:
+                                without the progress thread, a read strip the target has
+                                not packed within 2 ms + 10 x its predicted time is
+                                fetched by MPI_Rget instead, and the plan leaves PACK
+                                (ovl_plan_explain says why); a plan that writes only
+                                with OVL_PROGRESS=thread. Forced, the program promises
+                                its targets are in ovl calls */
 } ovl_plan_protocol_t;
 /** Entries of per-protocol arrays (ovl_plan_info_t), OVL_PLAN_AUTO's unused. */
 #define OVL_PLAN_PROTOCOLS 5

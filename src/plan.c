@@ -67,6 +67,14 @@
 #define RERANK_OVER     1.25
 #define RERANK_FLOOR_US 5.0
 
+/* PACK chosen automatically without the progress thread: a read strip
+ * whose target has not packed it within PACK_LATE_US + PACK_LATE_X x its
+ * predicted time (the target computes, or waits outside ovl, say in
+ * MPI_Barrier) is fetched by MPI_Rget instead (its receive cancelled, the
+ * late message drained when it comes) and the plan leaves PACK. */
+#define PACK_LATE_US 2000.0
+#define PACK_LATE_X  10.0
+
 enum { NPROTO = OVL_PLAN_PROTOCOLS };
 static const char *const proto_name[NPROTO] = { "auto", "datatype", "runs", "bbox", "pack" };
 
@@ -118,6 +126,11 @@ struct pop {
     struct ovl__op op;
     struct slot *sl;
     int64_t expect; /* PACK reads: the bytes the target sends (else -1) */
+    /* PACK reads: what the op moves (the fallback's), and whether its
+     * receive was cancelled */
+    int ref, kind, tag, cancelled;
+    int64_t rs, ls;
+    atomic_int fin; /* completed (its MPI request no longer the op's) */
 };
 /* A strip in flight. */
 struct slot {
@@ -125,6 +138,7 @@ struct slot {
     atomic_int err;  /* first MPI error code of its ops */
     int64_t strip;   /* -1: free */
     struct pop *ops;
+    int64_t nops;                   /* the engine ops its last issue posted */
     char *stage[OVL_PLAN_MAX_REFS]; /* BBOX */
 };
 
@@ -154,8 +168,10 @@ struct plan {
     double meas[NPROTO][RERANK_RUNS];
     int nmeas[NPROTO];
     unsigned reranks;
-    int ready;   /* the protocol's pieces and datatypes built (prepare()) */
-    int settled; /* no more re-ranking: forced, or every candidate measured */
+    int ready;          /* the protocol's pieces and datatypes built (prepare()) */
+    int pack_late;      /* this execution's PACK strips fetched by MPI_Rget instead (slot_wait()) */
+    int pack_late_ever; /* PACK left out for good */
+    int settled;        /* no more re-ranking: forced, or every candidate measured */
     /* strip size from the measured computation (replan()) */
     int strip_measured;
     unsigned replans;
@@ -616,11 +632,20 @@ static double formula(int proto, const struct shape *s, const char **why);
  * its difference at the RMA bandwidth. */
 static double unloaded(int proto, const struct shape *s, const char **why, int *from_map);
 
+/* The latency of one strip under @proto: an MPI_Rget's round trip, or for
+ * PACK its request and the packed message. */
+static double proto_lat(int proto)
+{
+    if (proto != OVL_PLAN_PACK)
+        return ovl__m.rma_lat_us;
+    return ovl__m.lat_us > 0 ? 2 * ovl__m.lat_us + ovl__m.o_us : ovl__m.rma_lat_us;
+}
+
 /* ... under load (the plan's load factor, load_factor()): the part of the
  * time beyond the latency scaled by it. */
 static double predict(int proto, const struct shape *s, const char **why, int *from_map)
 {
-    double t = unloaded(proto, s, why, from_map), lat = ovl__m.rma_lat_us;
+    double t = unloaded(proto, s, why, from_map), lat = proto_lat(proto);
     if (t < 0 || s->slow == 1.0 || t <= lat)
         return t;
     return lat + (t - lat) * s->slow;
@@ -686,9 +711,8 @@ static double formula(int proto, const struct shape *s, const char **why)
             return -1;
         }
         /* request, then the packed data: two messages; packed and unpacked */
-        double plat = ovl__m.lat_us > 0 ? ovl__m.lat_us : lat / 2;
         double pbw = ovl__m.bw_Bpus > 0 ? ovl__m.bw_Bpus : bw;
-        return 2 * plat + o + B / pbw + 2 * B * ovl__m.compute_us_per_B;
+        return proto_lat(proto) + B / pbw + 2 * B * ovl__m.compute_us_per_B;
     }
     }
     *why = "unknown protocol";
@@ -815,10 +839,16 @@ static void predict_all(struct plan *p)
             t = -1;
             why = "the plan writes (the box is for reads only)";
         }
-        if (q == OVL_PLAN_PACK && t >= 0 && ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
+        if (q == OVL_PLAN_PACK && t >= 0 && p->writes &&
+            ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
             !((p->param.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (int)p->param.protocol == q)) {
-            t = -1; /* a target in MPI_Barrier, say, would never answer */
-            why = "its targets pack only in ovl calls (OVL_PROGRESS=inline): forced only";
+            t = -1; /* a target in MPI_Barrier, say, would never unpack (reads fall back) */
+            why = "the plan writes, and its targets unpack only in ovl calls "
+                  "(OVL_PROGRESS=inline): forced only";
+        }
+        if (q == OVL_PLAN_PACK && t >= 0 && p->pack_late_ever) {
+            t = -1;
+            why = "a target did not pack in time (it computes, or waits outside ovl)";
         }
         p->pred[q] = t;
         p->pred_src[q] = mapped == 0 ? 'f' : mapped == shapes ? 'm' : 'b';
@@ -921,6 +951,7 @@ static int analyse(const char *fn, struct plan *p)
     const ovl_param_t *pm = &p->param;
     const int64_t T = d->trips[0];
     int rc;
+    p->pack_late_ever = 0; /* analysed again: the targets get another chance */
     load_factor(p);
     /* first the protocols over the whole loop as one strip (or the strips
      * the commit asked for) */
@@ -1121,8 +1152,11 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
 static void op_done(struct ovl__op *op, MPI_Status *st)
 {
     struct pop *o = (struct pop *)op;
-    int none = MPI_SUCCESS, got = 0;
-    if (st && st->MPI_ERROR != MPI_SUCCESS)
+    int none = MPI_SUCCESS, got = 0, cancelled = 0;
+    atomic_store(&o->fin, 1);
+    if (st && o->expect >= 0 && MPI_Test_cancelled(st, &cancelled) == MPI_SUCCESS && cancelled)
+        o->cancelled = 1; /* slot_wait() fetches it otherwise */
+    else if (st && st->MPI_ERROR != MPI_SUCCESS)
         atomic_compare_exchange_strong(&o->sl->err, &none, st->MPI_ERROR);
     else if (st && o->expect >= 0 && /* PACK: the target could not serve it */
              (MPI_Get_count(st, MPI_BYTE, &got) != MPI_SUCCESS || got != o->expect))
@@ -1172,6 +1206,8 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
         if (mrc != MPI_SUCCESS)
             return ovl__mpi_error(mrc, fn, "MPI_Irecv");
         o->expect = B;
+        o->tag = h.tag;
+        o->cancelled = 0;
         if ((rc = ovl__am_call(fn, r->rank, OVL__AM_PLAN, &h, sizeof h, NULL, 0, &req))) {
             MPI_Cancel(&o->op.mreq);
             MPI_Wait(&o->op.mreq, MPI_STATUS_IGNORE);
@@ -1303,6 +1339,7 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
     sl->strip = k;
     atomic_store(&sl->err, MPI_SUCCESS);
     atomic_store(&sl->left, 0);
+    sl->nops = 0;
     for (int j = 0; j < p->d.nrefs; j++) { /* a segment freed meanwhile: nothing issued */
         struct ovl__seg *s = NULL;
         int rc = ovl__seg_lookup(fn, p->d.refs[j].seg, &s);
@@ -1356,10 +1393,15 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
                 }
                 return prc;
             }
-            if (w)
+            if (w) {
                 am++;
-            else
-                n++;
+            } else {
+                struct pop *o = &sl->ops[n++];
+                o->ref = j;
+                o->kind = r->invariant ? 0 : kind;
+                o->rs = rs;
+                o->ls = ls;
+            }
             break;
         }
         default: /* OVL_PLAN_BBOX */
@@ -1378,8 +1420,10 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
     }
     /* the ops that will not be issued count as done before any is posted */
     atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n - am));
+    sl->nops = n;
     for (int64_t i = 0; i < n; i++) {
         struct pop *o = &sl->ops[i];
+        atomic_store(&o->fin, 0);
         o->sl = sl;
         o->op.ctx = o;
         o->op.done = op_done;
@@ -1401,11 +1445,102 @@ static int slot_done(const void *a)
     return atomic_load(&((const struct slot *)a)->left) == 0;
 }
 
-/* Wait for @sl's ops; its first MPI error as an ovl code. */
-static int slot_wait(const char *fn, struct slot *sl)
+/* A late PACK read's message, drained when it comes (the scratch freed). */
+struct pack_drain {
+    struct ovl__op op;
+    void *buf;
+};
+
+static void pack_drain_done(struct ovl__op *op, MPI_Status *st)
 {
+    (void)st;
+    struct pack_drain *x = (struct pack_drain *)op;
+    free(x->buf);
+    free(x);
+}
+
+/* PACK op @o's receive was cancelled: the strip's bytes by MPI_Rget with
+ * both datatypes (the remote one built now), waited for here; the packed
+ * message, if the target sends it after all, drained. An MPI code. */
+static int pack_fallback(struct plan *p, struct slot *sl, struct pop *o)
+{
+    struct ref *r = &p->d.refs[o->ref];
+    struct shape *sh = &r->sh[o->kind];
+    struct ovl__seg *s = NULL;
+    MPI_Request q;
+    int mrc;
+    if (ovl__seg_lookup("ovl_plan_next", r->seg, &s) != OVL_SUCCESS)
+        return MPI_ERR_WIN;
+    if (sh->rtype == MPI_DATATYPE_NULL && type_of(&sh->r, sh->rr.lo, &sh->rtype) != OVL_SUCCESS)
+        return MPI_ERR_TYPE;
+    const MPI_Win win = ovl__seg_win(s, p->dom);
+    if ((mrc = MPI_Rget(r->base + sh->lr.lo + o->ls, 1, sh->ltype, r->rank,
+                        (MPI_Aint)(sh->rr.lo + o->rs), 1, sh->rtype, win, &q)) != MPI_SUCCESS ||
+        (mrc = MPI_Wait(&q, MPI_STATUS_IGNORE)) != MPI_SUCCESS ||
+        (mrc = MPI_Win_flush_local(r->rank, win)) != MPI_SUCCESS) /* pmodels/mpich#7896 */
+        return mrc;
+    struct pack_drain *x = calloc(1, sizeof *x);
+    const size_t B = (size_t)o->expect;
+    if (x && (x->buf = malloc(B ? B : 1)) != NULL) {
+        x->op.done = pack_drain_done;
+        x->op.ctx = x;
+        x->op.kind = OVL__OP_FRAG; /* once started, it completes (finalize) */
+        x->op.peer = r->rank;
+        if (MPI_Irecv(x->buf, (int)B, MPI_BYTE, r->rank, o->tag, ovl__g.comm_am_bulk,
+                      &x->op.mreq) == MPI_SUCCESS &&
+            ovl__engine_post(&x->op, NULL) == OVL_SUCCESS)
+            return MPI_SUCCESS;
+        free(x->buf);
+    }
+    free(x); /* no memory: the late message stays in MPI's queue */
+    (void)sl;
+    return MPI_SUCCESS;
+}
+
+struct late_wait {
+    const struct slot *sl;
+    uint64_t until;
+};
+
+static int slot_done_or_late(const void *a)
+{
+    const struct late_wait *w = a;
+    return slot_done(w->sl) || ovl__now_ns() > w->until;
+}
+
+/* Wait for @sl's ops; its first MPI error as an ovl code. A PACK read
+ * strip of an automatic plan without the progress thread waits at most
+ * PACK_LATE_US + PACK_LATE_X x its prediction, then is fetched by
+ * MPI_Rget (pack_fallback()). */
+static int slot_wait(const char *fn, struct plan *p, struct slot *sl, int w)
+{
+    if (!w && p->proto == OVL_PLAN_PACK && !p->forced &&
+        ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD && !slot_done(sl)) {
+        const double per =
+            p->pred[OVL_PLAN_PACK] > 0 ? p->pred[OVL_PLAN_PACK] / (double)p->nstrips : 0;
+        struct late_wait lw = { sl, ovl__now_ns() +
+                                        (uint64_t)((PACK_LATE_US + PACK_LATE_X * per) * 1e3) };
+        ovl__engine_spin(slot_done_or_late, &lw);
+        if (!slot_done(sl)) { /* late: cancel what has not arrived (the engine completes it) */
+            for (int64_t i = 0; i < sl->nops; i++) {
+                MPI_Request h = sl->ops[i].op.mreq;
+                if (!atomic_load(&sl->ops[i].fin) && h != MPI_REQUEST_NULL)
+                    MPI_Cancel(&h);
+            }
+        }
+    }
     if (!slot_done(sl))
         ovl__engine_spin(slot_done, sl);
+    for (int64_t i = 0; !w && p->proto == OVL_PLAN_PACK && i < sl->nops; i++) {
+        struct pop *o = &sl->ops[i];
+        if (!o->cancelled)
+            continue;
+        o->cancelled = 0;
+        p->pack_late++;
+        int mrc = pack_fallback(p, sl, o), none = MPI_SUCCESS;
+        if (mrc != MPI_SUCCESS)
+            atomic_compare_exchange_strong(&sl->err, &none, mrc);
+    }
     int e = atomic_load(&sl->err);
     return e == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(e, fn, "a strip's transfer");
 }
@@ -1471,6 +1606,7 @@ int ovl_plan_begin(ovl_plan_t plan)
     p->issued = 0;
     p->state = ST_RUNNING;
     p->runs++;
+    p->pack_late = 0;
     rc = OVL_SUCCESS;
     for (; p->issued < p->nslots && rc == OVL_SUCCESS; p->issued++)
         rc = issue(fn, p, &p->slots[p->issued % p->nslots], p->issued, 0);
@@ -1514,7 +1650,7 @@ static int put_strip(const char *fn, struct plan *p, int64_t k)
     if (!p->writes)
         return OVL_SUCCESS;
     struct slot *sl = &p->wslots[k % p->nslots];
-    int rc = slot_wait(fn, sl);
+    int rc = slot_wait(fn, p, sl, 1);
     return rc ? rc : issue(fn, p, sl, k, 1);
 }
 
@@ -1611,7 +1747,7 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
         p->issued++;
     }
     struct slot *sl = &p->slots[p->cur % p->nslots];
-    int wrc = slot_wait(fn, sl);
+    int wrc = slot_wait(fn, p, sl, 0);
     if (!wrc && late)
         wrc = flush_strip(fn, p, p->cur);
     while (late && !wrc && !rc && p->issued < p->nstrips && p->issued - p->cur < p->nslots) {
@@ -1670,7 +1806,7 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
         w[1] = w[0];
     if (proto == OVL_PLAN_DATATYPE) /* issued after the flush: at the previous strip's start */
         la = la > 0 ? la - 1 : 0;
-    const double lat = ovl__m.rma_lat_us, h = ovl__m.o_us;
+    const double lat = proto_lat(proto), h = ovl__m.o_us;
     double link = 0, done = 0, start[LOOKAHEAD_MAX + 2];
     for (int64_t k = 0; k < ns; k++) {
         double issued = k <= (int64_t)la ? 0 : start[(k - la - 1) % (LOOKAHEAD_MAX + 2)];
@@ -1736,6 +1872,8 @@ static double measured_of(const struct plan *p, int r)
     return n ? sum / n : -1;
 }
 
+static void switch_proto(const char *fn, struct plan *p, int q, int to);
+
 /* Strips of @S iterations (the shapes and predictions for them), back to
  * @old if they cannot be built. */
 static void restrip(const char *fn, struct plan *p, int64_t S, int64_t old)
@@ -1780,8 +1918,15 @@ static void rerank(const char *fn, struct plan *p, double us)
             p->settled = 1;
         }
     }
-    if (to == q)
-        return;
+    if (to != q)
+        switch_proto(fn, p, q, to);
+}
+
+/* Execute with protocol @to from the next execution on (@q until now), at
+ * its own strip size once the computation is measured; left out (its
+ * prediction -1) if it cannot be built. */
+static void switch_proto(const char *fn, struct plan *p, int q, int to)
+{
     p->proto = (ovl_plan_protocol_t)to;
     const int64_t old = p->S;
     if (p->strip_measured && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
@@ -1808,12 +1953,12 @@ static int drain(const char *fn, struct plan *p)
     if (p->cur >= 0 && p->cur < p->nstrips) /* the strip handed out last is final too */
         rc = put_strip(fn, p, p->cur);
     for (int i = 0; i < p->nslots; i++) {
-        int r = slot_wait(fn, &p->slots[i]);
+        int r = slot_wait(fn, p, &p->slots[i], 0);
         if (!rc)
             rc = r;
         p->slots[i].strip = -1;
         if (p->wslots) {
-            r = slot_wait(fn, &p->wslots[i]);
+            r = slot_wait(fn, p, &p->wslots[i], 1);
             if (!rc)
                 rc = r;
             p->wslots[i].strip = -1;
@@ -1858,6 +2003,16 @@ int ovl_plan_end(ovl_plan_t plan)
         replan(fn, p, (double)p->comp_ns / 1e3 / (double)p->d.trips[0]);
         if (p->replans != before)
             return rc; /* other strips: re-ranking counts from the next execution */
+    }
+    if (p->pack_late && p->proto == OVL_PLAN_PACK && !p->forced) {
+        /* a target did not answer in time: PACK is out for this plan */
+        p->pack_late_ever = 1;
+        predict_all(p);
+        int64_t S = p->S;
+        const int to = choose(p, p->strip_measured ? p->c_us : 0, 0, &S);
+        if (to != OVL_PLAN_AUTO)
+            switch_proto(fn, p, OVL_PLAN_PACK, to);
+        return rc;
     }
     if (rc == OVL_SUCCESS && whole)
         rerank(fn, p, (double)p->in_ns / 1e3);
