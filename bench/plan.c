@@ -15,6 +15,8 @@
  *               plain MPI (blocking, non-blocking), the plan, and the best
  *               protocol x strip size of a sweep run beforehand (oracle).
  *   reduce      y = A(block) * x, communication-bound: plan vs plain MPI.
+ *   stencil     rows i, i+1, i+2 summed: three references the planner
+ *               combines (the memory distance) vs three it cannot.
  *   halo3d      the three faces of an N^3 array (contiguous, strided runs,
  *               strided scalars), each its own plan, every protocol.
  *   transpose   every rank reads a column block of every other rank's
@@ -80,6 +82,12 @@ static const char HELP[] =
     "              strip), oracle (the best protocol x S of a sweep run first over S\n"
     "              = R, R/2, ..., R/64; the sweep's medians are printed). 'ok' when\n"
     "              plan <= 1.05 x oracle.\n"
+    "  stencil     rows i, i+1 and i+2 of a remote (ROWS+2) x K matrix summed into row\n"
+    "              i, ROWS rows (communication-bound): plan = the three reads into\n"
+    "              one halo buffer, which the planner combines into one stream of\n"
+    "              rows (the memory distance); plan3 = the same reads into three\n"
+    "              buffers (not combinable: three times the bytes); base = one\n"
+    "              MPI_Get of every row, then the sums\n"
     "  reduce      y = block * x on the same block (little computation per byte):\n"
     "              base, hand, plan; plan/base (target <= 1.02).\n"
     "  halo3d      rank 1 holds N^3 doubles [z][y][x]; the faces z=1 (contiguous),\n"
@@ -116,8 +124,8 @@ static const char HELP[] =
     "  --max-bytes SIZE  map: largest RUN * RUNS (default 1m)\n"
     "  --run LIST        map: run lengths in bytes (default 8,64,512,4096,32768)\n"
     "  --runs LIST       map: run counts (default 1,4,16,64,256,1024,4096)\n"
-    "  --rows R          gemm-panel, reduce: block rows (default 1024)\n"
-    "  --k K             gemm-panel, reduce: block columns (default 128)\n"
+    "  --rows R          gemm-panel, reduce: block rows; stencil: rows summed (default 1024)\n"
+    "  --k K             gemm-panel, reduce: block columns; stencil: row length (default 128)\n"
     "  --ld LD           gemm-panel, reduce: A's row length (default 256)\n"
     "  --c0 C            gemm-panel, reduce: block's first column (default (LD-K)/2)\n"
     "  --sweep-reps N    gemm-panel: runs per configuration of the oracle's sweep\n"
@@ -1020,6 +1028,153 @@ static int bench_plan_panel(const struct opt *o, int reduce)
     return 0;
 }
 
+/* ---- stencil: combined references ------------------------------------------------------ */
+
+enum { S_BASE, S_PLAN, S_PLAN3, S_NV };
+static const char *const sname[S_NV] = { "base", "plan", "plan3" };
+
+struct stencil {
+    int T, N;
+    struct mem m;
+    struct pdesc d, d3;            /* rows i, i+1, i+2: one halo buffer / three buffers */
+    double *h, *h3[3], *out, *ref; /* (T+2) x N; three T x N; T x N */
+    int check;
+};
+
+/* out[i] = rows i, i+1, i+2 summed (a 3-point stencil across rows). */
+static void st_rows(const double *r0, const double *r1, const double *r2, double *out, int N,
+                    int64_t i0, int64_t n)
+{
+    for (int64_t i = i0; i < i0 + n; i++)
+        for (int j = 0; j < N; j++)
+            out[i * N + j] = r0[i * N + j] + r1[i * N + j] + r2[i * N + j];
+}
+
+static void st_strip(void *ctx, int64_t i0, int64_t n)
+{
+    struct stencil *x = ctx;
+    st_rows(x->h, x->h + x->N, x->h + 2 * x->N, x->out, x->N, i0, n);
+}
+
+static void st_strip3(void *ctx, int64_t i0, int64_t n)
+{
+    struct stencil *x = ctx;
+    st_rows(x->h3[0], x->h3[1], x->h3[2], x->out, x->N, i0, n);
+}
+
+static double st_run(void *ctx, int v)
+{
+    struct stencil *x = ctx;
+    const size_t row = (size_t)x->N * 8;
+    if (x->check) {
+        memset(x->out, 0xff, (size_t)x->T * row);
+        memset(x->h, 0xff, (size_t)(x->T + 2) * row);
+    }
+    double t0 = bench_now();
+    if (v == S_BASE) {
+        BENCH_MPI(MPI_Get(x->h, (x->T + 2) * x->N, MPI_DOUBLE, 1, 0, (x->T + 2) * x->N, MPI_DOUBLE,
+                          x->m.win));
+        BENCH_MPI(MPI_Win_flush(1, x->m.win));
+        st_strip(x, 0, x->T);
+    } else {
+        plan_exec(plan_keyed(v == S_PLAN ? "ovl-bench-plan-stencil" : "ovl-bench-plan-stencil3",
+                             v == S_PLAN ? &x->d : &x->d3),
+                  v == S_PLAN ? st_strip : st_strip3, x);
+    }
+    double t = bench_now() - t0;
+    if (x->check && memcmp(x->out, x->ref, (size_t)x->T * row))
+        bench_fail("stencil, %s: the result differs from the local reference", sname[v]);
+    return t;
+}
+
+static int bench_plan_stencil(const struct opt *o)
+{
+    bench_require_two_ranks(CMD);
+    ovl_config_t eff;
+    bench_ovl_start_thread(&eff);
+    struct stencil x = { .T = o->rows, .N = o->k };
+    const int64_t row = (int64_t)x.N * 8;
+    const size_t bytes = (size_t)(x.T + 2) * (size_t)row;
+    mem_open(&x.m, bench_rank == 1 ? bytes : 0);
+    if (bench_rank == 1)
+        for (size_t w = 0; w < bytes / 8; w++)
+            ((double *)x.m.wbase)[w] = ((double *)x.m.sbase)[w] = a_val((int)(w / 7), (int)w);
+    mem_ready(&x.m);
+    x.h = xalloc(bytes);
+    x.out = xalloc((size_t)x.T * (size_t)row);
+    x.ref = xalloc((size_t)x.T * (size_t)row);
+    double *src = xalloc(bytes);
+    for (size_t w = 0; w < bytes / 8; w++)
+        src[w] = a_val((int)(w / 7), (int)w);
+    st_rows(src, src + x.N, src + 2 * x.N, x.ref, x.N, 0, x.T);
+    free(src);
+    x.d = (struct pdesc){ .seg = x.m.seg, .ndepth = 1, .trips = { x.T }, .nrefs = 3 };
+    x.d3 = x.d;
+    for (int k = 0; k < 3; k++) {
+        const ovl_lmad_t one = { .base = k * row,
+                                 .elem = row,
+                                 .ndims = 1,
+                                 .dim = { { .stride = row, .count = x.T, .depth = 0 } } };
+        ovl_lmad_t loc3 = one;
+        loc3.base = 0;
+        x.h3[k] = xalloc((size_t)x.T * (size_t)row);
+        x.d.ref[k] = (struct pref){ .rank = 1, .rem = one, .loc = one, .buf = x.h };
+        x.d3.ref[k] = (struct pref){ .rank = 1, .rem = one, .loc = loc3, .buf = x.h3[k] };
+    }
+    FILE *f = bench_csv_open(CMD, o->csv);
+    csv_header(f);
+    double *t = times_alloc(S_NV, o->reps);
+    int on[S_NV] = { 1, 1, 1 };
+    const int hosts = bench_hosts(); /* collective */
+    warm_variants(S_NV, on, o->gap_us, 0, st_run, &x, &x.check);
+    time_variants(S_NV, on, o->reps, o->gap_us, 0, st_run, &x, t);
+    if (bench_rank == 0) {
+        char sz[32], c1[48], c3[48];
+        ovl_plan_info_t in = plan_info(plan_keyed("ovl-bench-plan-stencil", &x.d));
+        ovl_plan_info_t in3 = plan_info(plan_keyed("ovl-bench-plan-stencil3", &x.d3));
+        struct bench_stat st[S_NV];
+        for (int v = 0; v < S_NV; v++)
+            st[v] = bench_stat_of(&t[v * o->reps], o->reps);
+        printf("plan stencil: rows i, i+1, i+2 of a %d x %d matrix of doubles on rank 1 (%s), "
+               "%d rows summed; plan: the three reads into one halo buffer (combined: %d), "
+               "plan3: into three buffers; %d reps, gap %ld us, progress %s, %d hosts; medians "
+               "in us\n",
+               x.T + 2, x.N, bench_fmt_size(bytes, sz, sizeof sz), x.T, in.combined, o->reps,
+               o->gap_us, eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline", hosts);
+        printf("%10s %10s %10s %10s %10s  %-16s %-16s %s\n", "base", "plan", "plan3", "plan/base",
+               "plan/plan3", "plan's choice", "plan3's", "bytes plan / plan3");
+        printf("%10.1f %10.1f %10.1f %10.3f %10.3f  %-16s %-16s %" PRId64 " / %" PRId64 "\n",
+               st[0].med * 1e6, st[1].med * 1e6, st[2].med * 1e6, st[1].med / st[0].med,
+               st[1].med / st[2].med, fmt_choice(&in, c1, sizeof c1),
+               fmt_choice(&in3, c3, sizeof c3), in.bytes, in3.bytes);
+        for (int v = 0; v < S_NV; v++)
+            csv_row(f, "stencil", "rows", sname[v], o->reps, &st[v],
+                    v == S_PLAN    ? &in
+                    : v == S_PLAN3 ? &in3
+                                   : NULL,
+                    v == S_PLAN    ? in.predicted_us[in.protocol]
+                    : v == S_PLAN3 ? in3.predicted_us[in3.protocol]
+                                   : -1,
+                    "");
+    }
+    {
+        ovl_plan_t p = plan_keyed("ovl-bench-plan-stencil", &x.d);
+        free_plan(&p);
+        p = plan_keyed("ovl-bench-plan-stencil3", &x.d3);
+        free_plan(&p);
+    }
+    bench_csv_close(f, o->csv);
+    free(t);
+    free(x.h);
+    free(x.out);
+    free(x.ref);
+    for (int k = 0; k < 3; k++)
+        free(x.h3[k]);
+    mem_close(&x.m);
+    bench_ovl_finalize();
+    return 0;
+}
+
 /* ---- halo3d ------------------------------------------------------------------------------- */
 
 enum { H_DT, H_RUNS, H_BBOX, H_PACK, H_AUTO, H_BASE, H_XFER, H_NV };
@@ -1649,14 +1804,16 @@ int bench_plan(int argc, char **argv)
         rc = bench_plan_panel(&o, 1);
     else if (!strcmp(o.kernel, "halo3d"))
         rc = bench_plan_halo3d(&o);
+    else if (!strcmp(o.kernel, "stencil"))
+        rc = bench_plan_stencil(&o);
     else if (!strcmp(o.kernel, "transpose"))
         rc = bench_plan_transpose(&o);
     else if (!strcmp(o.kernel, "overhead"))
         rc = bench_plan_overhead(&o);
     else
         bench_usage_error(CMD,
-                          "unknown kernel %s (map, gemm-panel, reduce, halo3d, transpose, "
-                          "overhead)",
+                          "unknown kernel %s (map, gemm-panel, reduce, stencil, halo3d, "
+                          "transpose, overhead)",
                           o.kernel);
     free(o.ratio);
     free(o.run);

@@ -1637,6 +1637,12 @@ typedef struct {
      *  transfers' predicted time beyond latency was multiplied by (1: none) */
     int flows;
     double load_factor;
+    /** read references combined with another (the paper's memory
+     *  distance): a read whose bytes, on both sides, are those of another
+     *  read of the same segment, rank and local buffer d outer iterations
+     *  later (0 < d < trips) reads only its first d iterations, the rest
+     *  arriving with the other; ovl_plan_explain() names the pairs */
+    int combined;
 } ovl_plan_info_t;
 
 /**

@@ -109,7 +109,13 @@ struct ref {
     ovl_lmad_t rem, loc;
     char *base;
     /* analysis */
-    int invariant;        /* no depth-0 dimension: read whole with strip 0 */
+    int invariant; /* no depth-0 dimension: read whole with strip 0 */
+    /* combined (combine()): only the first @head iterations of the
+     * program's reference are read (as loop-invariant), the others arrive
+     * with reference @with, which reads the same bytes @head iterations
+     * later into the same local bytes (the memory distance) */
+    int64_t head;
+    int with;
     int64_t rstep, lstep; /* bytes per outer iteration, each side */
     struct shape sh[2];   /* full strip, last strip */
 };
@@ -148,8 +154,10 @@ struct plan {
     struct plan *next;
     char *key;
     int state;
-    struct desc d;  /* the description (committed when state > ST_NEW) */
+    struct desc d;  /* the description (committed when state > ST_NEW), references combined */
+    struct desc u;  /* the program's description as committed (before combine()) */
     struct desc re; /* a cached plan described again, compared at commit */
+    int combined;   /* references combine() reduced to their heads */
     int redesc;
     ovl_param_t param; /* the commit's (field_mask 0: none) */
     /* analysis */
@@ -1099,6 +1107,83 @@ static int build(const char *fn, struct plan *p, int make)
     return OVL_SUCCESS;
 }
 
+/* Same LMADs but for their bases. */
+static int same_but_base(const ovl_lmad_t *a, const ovl_lmad_t *b)
+{
+    ovl_lmad_t x = *b;
+    x.base = a->base;
+    return same_lmad(a, &x);
+}
+
+/* The paper's combination of references with the memory distance: a read
+ * reference A whose bytes, remote and local, are those of another read
+ * reference B (same segment, rank, local buffer and shape) d outer
+ * iterations earlier (0 < d < trips: B's bases d depth-0 strides further
+ * on both sides) reads only its first d iterations (loop-invariant, with
+ * the first strip); its iteration i >= d is B's iteration i - d, which B's
+ * strips bring no later than A's strip needs it, into the same local
+ * bytes. The nearest such B is taken; chains (rows i-1, i, i+1) end in
+ * the one reference still read whole. */
+static void combine(struct plan *p)
+{
+    struct desc *d = &p->d;
+    const struct desc *u = &p->u;
+    const int64_t T = d->trips[0];
+    p->combined = 0;
+    for (int i = 0; i < d->nrefs; i++) {
+        const struct ref *a = &u->refs[i];
+        d->refs[i].head = 0;
+        d->refs[i].with = -1;
+        if (a->write || a->invariant || a->rstep == 0 || a->lstep == 0)
+            continue;
+        int64_t best = 0;
+        int with = -1;
+        for (int j = 0; j < d->nrefs; j++) {
+            const struct ref *b = &u->refs[j];
+            if (j == i || b->write || b->invariant || b->seg != a->seg || b->rank != a->rank ||
+                b->base != a->base || b->rstep != a->rstep || b->lstep != a->lstep ||
+                !same_but_base(&a->rem, &b->rem) || !same_but_base(&a->loc, &b->loc))
+                continue;
+            const int64_t dr = b->rem.base - a->rem.base, dl = b->loc.base - a->loc.base;
+            if (dr % a->rstep)
+                continue;
+            const int64_t dist = dr / a->rstep;
+            if (dist < 1 || dist >= T || dl != dist * a->lstep)
+                continue;
+            if (with < 0 || dist < best) {
+                best = dist;
+                with = j;
+            }
+        }
+        if (with < 0)
+            continue;
+        struct ref *h = &d->refs[i];
+        h->head = best;
+        h->with = with;
+        h->invariant = 1;
+        h->rem.dim[h->rem.ndims - 1].count = best;
+        h->loc.dim[h->loc.ndims - 1].count = best;
+        p->combined++;
+    }
+}
+
+/* Commit of a plan not analysed yet: the references combined, then
+ * analysed (on failure the description is left as the program gave it). */
+static int commit_new(const char *fn, struct plan *p, const ovl_param_t *pm)
+{
+    p->param = *pm;
+    p->u = p->d;
+    combine(p);
+    int rc = analyse(fn, p);
+    if (rc) {
+        shapes_free(p);
+        p->d = p->u;
+        return rc;
+    }
+    p->state = ST_COMMITTED;
+    return OVL_SUCCESS;
+}
+
 int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
 {
     static const char *fn = "ovl_plan_commit";
@@ -1120,7 +1205,7 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
     if (p->state == ST_RUNNING)
         return ovl__error(OVL_ERR_ARG, fn, "plan is executing (ovl_plan_end first)");
     if (p->state == ST_COMMITTED) { /* cached: compare, never analyse again */
-        const char *what = p->redesc ? differs(&p->d, &p->re) : NULL;
+        const char *what = p->redesc ? differs(&p->u, &p->re) : NULL;
         if (!what && !same_param(&p->param, &pm))
             what = "the commit params";
         if (what) {
@@ -1130,21 +1215,27 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
                               "another key, or ovl_plan_free it first)",
                               p->key ? p->key : "", what);
         }
+        int same_buffers = 1; /* a combined reference still shares its partner's buffer */
+        for (int j = 0; p->redesc && j < p->d.nrefs; j++)
+            same_buffers &=
+                !p->d.refs[j].head || p->re.refs[j].base == p->re.refs[p->d.refs[j].with].base;
+        if (p->redesc && !same_buffers) { /* analysed again for the new buffers */
+            shapes_free(p);
+            slots_free(p);
+            p->d = p->re;
+            p->redesc = 0;
+            p->state = ST_NEW;
+            return commit_new(fn, p, &pm);
+        }
         if (p->redesc)
             for (int j = 0; j < p->d.nrefs; j++)
-                p->d.refs[j].base = p->re.refs[j].base;
+                p->d.refs[j].base = p->u.refs[j].base = p->re.refs[j].base;
         p->redesc = 0;
         return OVL_SUCCESS;
     }
     if (p->d.ndepth == 0 || p->d.nrefs == 0)
         return ovl__error(OVL_ERR_ARG, fn, "plan has %s", p->d.ndepth ? "no reference" : "no loop");
-    p->param = pm;
-    if ((rc = analyse(fn, p))) {
-        shapes_free(p);
-        return rc;
-    }
-    p->state = ST_COMMITTED;
-    return OVL_SUCCESS;
+    return commit_new(fn, p, &pm);
 }
 
 /* ---- execution ------------------------------------------------------------- */
@@ -2082,6 +2173,7 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
         info->measured_us[q] = q ? measured_of(p, q) : -1;
     }
     info->reranks = p->reranks;
+    info->combined = p->combined;
     info->compute_us = p->strip_measured ? p->c_us : -1;
     info->replans = p->replans;
     info->flows = p->flows;
@@ -2108,10 +2200,16 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
             rr = (ovl_lmad_runs_t){ 0 };
         fprintf(out,
                 "  ref %d: %s rank %d, %" PRId64 " bytes in %" PRId64 " runs of %" PRId64
-                ", bounding box [%" PRId64 ", %" PRId64 ")%s\n",
+                ", bounding box [%" PRId64 ", %" PRId64 ")%s",
                 j, r->write ? "write to" : "read from", r->rank, rr.n * rr.size, rr.n, rr.size,
                 rr.lo, rr.lo + rr.extent,
                 r->invariant ? ", loop-invariant (read with the first strip)" : "");
+        if (r->head)
+            fprintf(out,
+                    ": combined with ref %d (memory distance %" PRId64 " iteration%s), only its "
+                    "first %" PRId64 " read, the rest arrive with ref %d",
+                    r->with, r->head, r->head > 1 ? "s" : "", r->head, r->with);
+        fprintf(out, "\n");
     }
     fprintf(out,
             "  tuple: Type=%s Comm_Args=%d ref%s N=%" PRId64 " S=%" PRId64 " B_Issue=%" PRId64

@@ -1013,6 +1013,128 @@ static void errors(ovl_segment_t seg)
     free(mb);
 }
 
+/* Combined references (the memory distance): rows i, i+1 and i+3 of a
+ * remote matrix read into one local buffer at the same relative places
+ * combine into one read and two heads (info.combined 2); a fourth read of
+ * the same rows into another buffer, one whose distance is not whole
+ * rows, and one beyond the loop do not combine. Every protocol and strip
+ * size: each strip's bytes of every reference in place when handed out,
+ * every byte after ovl_plan_end, nothing else written. */
+static void combined(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    enum { T = 40, RUN = 512, RSTRIDE = 1024, OFF = 8192, ROWS = T + 3 };
+    const size_t shared_bytes = (size_t)(ROWS + 2) * RUN; /* two rows of slack, never written */
+    uint8_t *shared = malloc(shared_bytes);
+    CHECK(shared != NULL);
+    ref_t r[4];
+    static const int rows[3] = { 0, 1, 3 };
+    for (int k = 0; k < 4; k++) {
+        const int row = k < 3 ? rows[k] : 0;
+        ovl_lmad_t rem = { .base = OFF + (int64_t)row * RSTRIDE,
+                           .elem = RUN,
+                           .ndims = 1,
+                           .dim = { { RSTRIDE, T, 0 } } };
+        ovl_lmad_t loc = { .base = k < 3 ? (int64_t)row * RUN : 0,
+                           .elem = RUN,
+                           .ndims = 1,
+                           .dim = { { RUN, T, 0 } } };
+        ref_make(&r[k], next, &rem, &loc, k < 3 ? 8 : (size_t)T * RUN);
+        if (k < 3) {
+            free(r[k].buf);
+            r[k].buf = shared;
+            r[k].buf_bytes = shared_bytes;
+        }
+    }
+    const int64_t strips[] = { 3, 7, 0 };
+    for (int q = 0; q < OVL_PLAN_PROTOCOLS; q++)
+        for (size_t t = 0; t < sizeof strips / sizeof *strips; t++) {
+            char what[96];
+            snprintf(what, sizeof what, "combined, %s, strip %" PRId64, pname[q], strips[t]);
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, r, 4, (const int64_t[]){ T }, 1);
+            ovl_param_t pm = { .field_mask = q ? OVL_PARAM_FIELD_PROTOCOL : 0,
+                               .protocol = (ovl_plan_protocol_t)q };
+            if (strips[t]) {
+                pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                pm.strip = strips[t];
+            }
+            CHECK_OK(ovl_plan_commit(p, &pm));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECKF(in.combined == 2 && in.bytes == (int64_t)(2 * T + 3) * RUN,
+                   "%s: combined %d, %" PRId64 " bytes", what, in.combined, in.bytes);
+            for (int round = 0; round < 2; round++) {
+                memset(shared, SENTINEL, shared_bytes);
+                memset(r[3].buf, SENTINEL, r[3].buf_bytes);
+                CHECK_OK(ovl_plan_begin(p));
+                int64_t i0, n, at = 0;
+                for (;;) {
+                    CHECK_OK(ovl_plan_next(p, &i0, &n));
+                    if (n == 0)
+                        break;
+                    CHECKF(i0 == at, "%s: strip at %" PRId64, what, i0);
+                    for (int k = 0; k < 4; k++)
+                        verify(&r[k], i0, i0 + n, 0, what);
+                    at += n;
+                }
+                CHECK_OK(ovl_plan_end(p));
+                CHECK(at == T);
+                for (int k = 0; k < 4; k++)
+                    verify(&r[k], 0, T, k == 3, what);
+                for (size_t i = (size_t)ROWS * RUN; i < shared_bytes; i++)
+                    if (shared[i] != SENTINEL)
+                        CHECKF(0, "%s: shared byte %zu written", what, i);
+            }
+            if (q == 0 && t == 0) {
+                char *text = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&text, &len);
+                CHECK_OK(ovl_plan_explain(p, f));
+                fclose(f);
+                CHECKF(strstr(text, "ref 0: read from") && strstr(text, "combined with ref 1") &&
+                           strstr(text, "combined with ref 2 (memory distance 2 iterations)"),
+                       "%s", text);
+                free(text);
+            }
+            CHECK_OK(ovl_plan_free(&p));
+        }
+    /* not combined: another buffer (ref 3 above), a distance that is not
+     * whole rows, one of the loop's length or more */
+    {
+        ref_t x[2];
+        const int64_t shift[] = { 100, (int64_t)T * RSTRIDE };
+        for (int c = 0; c < 2; c++) {
+            ovl_lmad_t rem = { .base = OFF, .elem = RUN, .ndims = 1, .dim = { { RSTRIDE, T, 0 } } };
+            ovl_lmad_t loc = { .base = 0, .elem = RUN, .ndims = 1, .dim = { { RUN, T, 0 } } };
+            ref_make(&x[0], next, &rem, &loc, (size_t)(2 * T + 1) * RUN);
+            rem.base += shift[c];
+            loc.base = c ? (int64_t)T * RUN : 0;
+            ref_make(&x[1], next, &rem, &loc, 8);
+            free(x[1].buf);
+            x[1].buf = x[0].buf;
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, x, 2, (const int64_t[]){ T }, 1);
+            CHECK_OK(ovl_plan_commit(p, NULL));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECKF(in.combined == 0, "shift %" PRId64 ": combined %d", shift[c], in.combined);
+            CHECK_OK(ovl_plan_free(&p));
+            x[1].buf = NULL;
+            ref_free(&x[0]);
+            ref_free(&x[1]);
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        if (k < 3)
+            r[k].buf = NULL;
+        ref_free(&r[k]);
+    }
+    free(shared);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_plan", NULL);
@@ -1027,6 +1149,7 @@ int main(int argc, char **argv)
     subarrays(seg);
     random_plans(seg, base);
     cache(seg);
+    combined(seg);
     strided(seg, base);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
