@@ -1147,6 +1147,8 @@ static int bench_plan_stencil(const struct opt *o)
                st[0].med * 1e6, st[1].med * 1e6, st[2].med * 1e6, st[1].med / st[0].med,
                st[1].med / st[2].med, fmt_choice(&in, c1, sizeof c1),
                fmt_choice(&in3, c3, sizeof c3), in.bytes, in3.bytes);
+        if (getenv("OVL_BENCH_EXPLAIN"))
+            BENCH_OVL(ovl_plan_explain(plan_keyed("ovl-bench-plan-stencil", &x.d), stdout));
         for (int v = 0; v < S_NV; v++)
             csv_row(f, "stencil", "rows", sname[v], o->reps, &st[v],
                     v == S_PLAN    ? &in
