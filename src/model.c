@@ -247,9 +247,14 @@ static int quick_estimate(void)
     return OVL_SUCCESS;
 }
 
+/* Bumped whenever the model is set up again (its maps may change):
+ * ovl__model_map_us's per-thread memo is keyed by it. */
+static atomic_uint map_gen = 1;
+
 int ovl__model_calibrate(void)
 {
     double t0 = ovl__now_us();
+    atomic_fetch_add(&map_gen, 1);
     ovl__m = model_defaults;
     ovl__m.eager = ovl__model_detect_eager();
     int rc = OVL_SUCCESS;
@@ -342,43 +347,92 @@ int ovl__model_calibrate(void)
 
 /* The grid values of the map's axis @axis (0: run_B, 1: runs) nearest at
  * or below and at or above @x; 0 when @x is outside them. */
-static int map_bracket(int axis, double x, double *lo, double *hi)
+/* The grid values around @x on both axes (run_B, runs): *lo the largest
+ * at most x, *hi the smallest at least x; 0 if x is outside either. */
+static int map_bracket(double run_B, double runs, double lo[2], double hi[2])
 {
-    *lo = -1;
-    *hi = -1;
+    lo[0] = lo[1] = hi[0] = hi[1] = -1;
+    const double x[2] = { run_B, runs };
     for (int i = 0; i < ovl__m.nmap; i++) {
-        double v = axis ? ovl__m.map[i].runs : ovl__m.map[i].run_B;
-        if (v <= x && (*lo < 0 || v > *lo))
-            *lo = v;
-        if (v >= x && (*hi < 0 || v < *hi))
-            *hi = v;
+        const double v[2] = { ovl__m.map[i].run_B, ovl__m.map[i].runs };
+        for (int a = 0; a < 2; a++) {
+            if (v[a] <= x[a] && (lo[a] < 0 || v[a] > lo[a]))
+                lo[a] = v[a];
+            if (v[a] >= x[a] && (hi[a] < 0 || v[a] < hi[a]))
+                hi[a] = v[a];
+        }
     }
-    return *lo > 0 && *hi > 0;
+    return lo[0] > 0 && hi[0] > 0 && lo[1] > 0 && hi[1] > 0;
 }
 
-static double map_cell(int proto, double run_B, double runs)
+/* The four corners' times under @proto, in one pass: [s0 n0, s1 n0, s0 n1,
+ * s1 n1]; -1 where a cell is missing. */
+static void map_corners(int proto, const double lo[2], const double hi[2], double t[4])
 {
-    for (int i = 0; i < ovl__m.nmap; i++)
-        if (ovl__m.map[i].run_B == run_B && ovl__m.map[i].runs == runs)
-            return ovl__m.map[i].us[proto - 1];
-    return -1;
+    t[0] = t[1] = t[2] = t[3] = -1;
+    for (int i = 0; i < ovl__m.nmap; i++) {
+        const struct ovl__map_cell *c = &ovl__m.map[i];
+        const int s = c->run_B == lo[0] ? 0 : c->run_B == hi[0] ? 1 : -1;
+        const int n = c->runs == lo[1] ? 0 : c->runs == hi[1] ? 2 : -1;
+        if (s < 0 || n < 0)
+            continue;
+        t[s + n] = c->us[proto - 1];
+        if (lo[0] == hi[0]) /* one column: both sides */
+            t[1 - s + n] = t[s + n];
+        if (lo[1] == hi[1])
+            t[s + 2 - n] = t[s + n];
+        if (lo[0] == hi[0] && lo[1] == hi[1])
+            t[3 - s - n] = t[s + n];
+    }
 }
 
+static double map_us(int proto, double run_B, double runs);
+
+/* A commit asks for the same few strips many times (each protocol, strip
+ * sizes, the pipeline): the last answers are kept per thread. */
+#define MAP_MEMO 32
 double ovl__model_map_us(int proto, double run_B, double runs)
 {
-    double s0, s1, n0, n1;
+    static _Thread_local struct {
+        unsigned gen;
+        int proto;
+        double run_B, runs, us;
+    } memo[MAP_MEMO];
+    if (!(run_B > 0 && runs > 0 && run_B < 1e18 && runs < 1e18))
+        return map_us(proto, run_B, runs);
+    const unsigned gen = atomic_load_explicit(&map_gen, memory_order_relaxed);
+    const unsigned h =
+        (unsigned)(((uint64_t)proto * 31u + (uint64_t)run_B * 131u + (uint64_t)runs * 17u) %
+                   MAP_MEMO);
+    if (memo[h].gen == gen && memo[h].proto == proto && memo[h].run_B == run_B &&
+        memo[h].runs == runs)
+        return memo[h].us;
+    const double us = map_us(proto, run_B, runs);
+    memo[h].gen = gen;
+    memo[h].proto = proto;
+    memo[h].run_B = run_B;
+    memo[h].runs = runs;
+    memo[h].us = us;
+    return us;
+}
+
+static double map_us(int proto, double run_B, double runs)
+{
+    double lo[2], hi[2], t[4];
     if (proto < 1 || proto > OVL__MAP_NPROTO || ovl__m.nmap == 0 || run_B <= 0 || runs <= 0 ||
-        !map_bracket(0, run_B, &s0, &s1) || !map_bracket(1, runs, &n0, &n1))
+        !map_bracket(run_B, runs, lo, hi))
         return -1;
-    double t[4] = { map_cell(proto, s0, n0), map_cell(proto, s1, n0), map_cell(proto, s0, n1),
-                    map_cell(proto, s1, n1) };
+    map_corners(proto, lo, hi, t);
     for (int i = 0; i < 4; i++)
         if (!(t[i] > 0))
             return -1; /* a corner not measured: outside the grid */
-    double fs = s1 > s0 ? log(run_B / s0) / log(s1 / s0) : 0;
-    double fn = n1 > n0 ? log(runs / n0) / log(n1 / n0) : 0;
-    double a = log(t[0]) + fs * (log(t[1]) - log(t[0]));
-    double b = log(t[2]) + fs * (log(t[3]) - log(t[2]));
+    const double fs = hi[0] > lo[0] ? log(run_B / lo[0]) / log(hi[0] / lo[0]) : 0;
+    const double fn = hi[1] > lo[1] ? log(runs / lo[1]) / log(hi[1] / lo[1]) : 0;
+    if (fs == 0 && fn == 0)
+        return t[0]; /* on a cell */
+    const double l0 = log(t[0]), l2 = log(t[2]);
+    const double a = l0 + fs * (log(t[1]) - l0);
+    const double b = fn > 0 ? l2 + fs * (log(t[3]) - l2) : a;
     return exp(a + fn * (b - a));
 }
 

@@ -1167,17 +1167,26 @@ static void combine(struct plan *p)
     }
 }
 
+/* *to = *from for the references in use (a whole desc is ~25 KB). */
+static void desc_copy(struct desc *to, const struct desc *from)
+{
+    to->ndepth = from->ndepth;
+    memcpy(to->trips, from->trips, sizeof to->trips);
+    to->nrefs = from->nrefs;
+    memcpy(to->refs, from->refs, (size_t)from->nrefs * sizeof to->refs[0]);
+}
+
 /* Commit of a plan not analysed yet: the references combined, then
  * analysed (on failure the description is left as the program gave it). */
 static int commit_new(const char *fn, struct plan *p, const ovl_param_t *pm)
 {
     p->param = *pm;
-    p->u = p->d;
+    desc_copy(&p->u, &p->d);
     combine(p);
     int rc = analyse(fn, p);
     if (rc) {
         shapes_free(p);
-        p->d = p->u;
+        desc_copy(&p->d, &p->u);
         return rc;
     }
     p->state = ST_COMMITTED;
@@ -1222,7 +1231,7 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
         if (p->redesc && !same_buffers) { /* analysed again for the new buffers */
             shapes_free(p);
             slots_free(p);
-            p->d = p->re;
+            desc_copy(&p->d, &p->re);
             p->redesc = 0;
             p->state = ST_NEW;
             return commit_new(fn, p, &pm);
