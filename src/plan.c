@@ -1997,7 +1997,7 @@ static void rerank(const char *fn, struct plan *p, double us)
     if (p->settled || p->runs < 2) /* the first execution warms MPI up */
         return;
     p->meas[q][p->nmeas[q]++ % RERANK_RUNS] = us;
-    const int trying = p->reranks > 0; /* q is on trial: one execution decides */
+    const int trying = p->reranks > 0; /* q is on trial: judged on each execution */
     if (!trying && p->nmeas[q] < RERANK_RUNS)
         return;
     int to = q;
@@ -2013,9 +2013,11 @@ static void rerank(const char *fn, struct plan *p, double us)
                 next = r;
         if (next) {
             to = next;
-        } else if (trying) { /* every candidate tried: the best measured, for good */
+        } else if (trying) { /* every candidate tried: the best measured, for good once
+                              * it has RERANK_RUNS executions (one lucky one does not
+                              * decide: it keeps running until its median does) */
             to = best;
-            p->settled = 1;
+            p->settled = p->nmeas[best] >= RERANK_RUNS;
         }
     }
     if (to != q)

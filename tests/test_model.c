@@ -924,8 +924,9 @@ static void test_rerank(void)
         CHECK_OK(ovl_plan_query(pl, &in));
         /* RUNS (predicted 0.1 us) measured, then DATATYPE, then BBOX (and
          * PACK, from the formulas, if predicted below the best measured);
-         * none is within its prediction: the least measured stays */
-        CHECKF(in.reranks >= 1 && in.reranks <= 4, "reranks %u", in.reranks);
+         * none is within its prediction: the least measured stays, once
+         * its median of 3 says so (a switch back and forth or two) */
+        CHECKF(in.reranks >= 1 && in.reranks <= 8, "reranks %u", in.reranks);
         double best = 1e300;
         for (int q = 1; q < OVL_PLAN_PROTOCOLS; q++) {
             CHECKF(q == OVL_PLAN_PACK || in.measured_us[q] > 0, "protocol %d not measured", q);
