@@ -1344,18 +1344,52 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
     return ovl_request_free(&req);
 }
 
-/* A packed read's data on its way back (the target's side). */
-struct pack_out {
+/* A PACK message on comm_am_bulk that owns its buffer: a read's packed
+ * bytes leaving the target, or a late one drained at the reader. */
+struct bulk_op {
     struct ovl__op op;
     void *buf;
 };
 
-static void pack_out_done(struct ovl__op *op, MPI_Status *st)
+static void bulk_done(struct ovl__op *op, MPI_Status *st)
 {
     (void)st;
-    struct pack_out *x = (struct pack_out *)op;
+    struct bulk_op *x = (struct bulk_op *)op;
     free(x->buf);
     free(x);
+}
+
+/* Send (@send) or receive @bytes at @buf (malloc'd, owned from here on)
+ * with @peer and @tag on comm_am_bulk, freed when done; on failure freed
+ * at once (a receive that could not be handed to the engine cancelled
+ * first). 0, or -1 if nothing is in flight. */
+static int bulk_post(int send, void *buf, size_t bytes, int peer, int tag)
+{
+    struct bulk_op *x = calloc(1, sizeof *x);
+    if (!x) {
+        free(buf);
+        return -1;
+    }
+    *x = (struct bulk_op){ .op = { .done = bulk_done,
+                                   .ctx = x,
+                                   /* a drain, once started, completes (finalize) */
+                                   .kind = send ? OVL__OP_SEND : OVL__OP_FRAG,
+                                   .peer = peer },
+                           .buf = buf };
+    int mrc =
+        send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, ovl__g.comm_am_bulk, &x->op.mreq)
+             : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, ovl__g.comm_am_bulk, &x->op.mreq);
+    if (mrc != MPI_SUCCESS) {
+        bulk_done(&x->op, NULL);
+        return -1;
+    }
+    if (ovl__engine_post(&x->op, &(struct ovl__post){ .bytes = bytes }) != OVL_SUCCESS) {
+        if (!send)
+            MPI_Cancel(&x->op.mreq);
+        MPI_Wait(&x->op.mreq, MPI_STATUS_IGNORE);
+        bulk_done(&x->op, NULL);
+    }
+    return 0;
 }
 
 /* The target's side of PACK (an active-message handler of domain 0): a
@@ -1396,30 +1430,13 @@ static void pack_serve(ovl_am_token_t tok, const void *buf, size_t bytes, void *
         return;
     }
     const size_t B = rc == OVL_SUCCESS ? (size_t)(rr.n * rr.size) : 0;
-    struct pack_out *x = calloc(1, sizeof *x);
-    char *out = x ? malloc(B ? B : 1) : NULL;
-    if (!out) { /* answered empty (the reader fails) from a static byte */
-        static char none;
-        free(x);
-        MPI_Send(&none, 0, MPI_BYTE, src, h.tag, ovl__g.comm_am_bulk);
-        return;
-    }
-    if (B)
+    char *out = malloc(B ? B : 1);
+    if (out && B)
         ovl__lmad_copy(&h.rem, s->base, out, 0);
-    x->buf = out;
-    x->op.done = pack_out_done;
-    x->op.ctx = x;
-    x->op.kind = OVL__OP_SEND;
-    x->op.peer = src;
-    if (MPI_Isend(out, (int)B, MPI_BYTE, src, h.tag, ovl__g.comm_am_bulk, &x->op.mreq) !=
-        MPI_SUCCESS) {
-        free(out);
-        free(x);
-        return;
-    }
-    if (ovl__engine_post(&x->op, &(struct ovl__post){ .bytes = B }) != OVL_SUCCESS) {
-        MPI_Wait(&x->op.mreq, MPI_STATUS_IGNORE);
-        pack_out_done(&x->op, NULL);
+    if (!out || bulk_post(1, out, B, src, h.tag) != 0) {
+        /* answered empty (the reader's strip fails) from a static byte */
+        static char none;
+        MPI_Send(&none, 0, MPI_BYTE, src, h.tag, ovl__g.comm_am_bulk);
     }
 }
 
@@ -1545,24 +1562,10 @@ static int slot_done(const void *a)
     return atomic_load(&((const struct slot *)a)->left) == 0;
 }
 
-/* A late PACK read's message, drained when it comes (the scratch freed). */
-struct pack_drain {
-    struct ovl__op op;
-    void *buf;
-};
-
-static void pack_drain_done(struct ovl__op *op, MPI_Status *st)
-{
-    (void)st;
-    struct pack_drain *x = (struct pack_drain *)op;
-    free(x->buf);
-    free(x);
-}
-
 /* PACK op @o's receive was cancelled: the strip's bytes by MPI_Rget with
  * both datatypes (the remote one built now), waited for here; the packed
  * message, if the target sends it after all, drained. An MPI code. */
-static int pack_fallback(struct plan *p, struct slot *sl, struct pop *o)
+static int pack_fallback(struct plan *p, const struct pop *o)
 {
     struct ref *r = &p->d.refs[o->ref];
     struct shape *sh = &r->sh[o->kind];
@@ -1579,21 +1582,10 @@ static int pack_fallback(struct plan *p, struct slot *sl, struct pop *o)
         (mrc = MPI_Wait(&q, MPI_STATUS_IGNORE)) != MPI_SUCCESS ||
         (mrc = MPI_Win_flush_local(r->rank, win)) != MPI_SUCCESS) /* pmodels/mpich#7896 */
         return mrc;
-    struct pack_drain *x = calloc(1, sizeof *x);
     const size_t B = (size_t)o->expect;
-    if (x && (x->buf = malloc(B ? B : 1)) != NULL) {
-        x->op.done = pack_drain_done;
-        x->op.ctx = x;
-        x->op.kind = OVL__OP_FRAG; /* once started, it completes (finalize) */
-        x->op.peer = r->rank;
-        if (MPI_Irecv(x->buf, (int)B, MPI_BYTE, r->rank, o->tag, ovl__g.comm_am_bulk,
-                      &x->op.mreq) == MPI_SUCCESS &&
-            ovl__engine_post(&x->op, NULL) == OVL_SUCCESS)
-            return MPI_SUCCESS;
-        free(x->buf);
-    }
-    free(x); /* no memory: the late message stays in MPI's queue */
-    (void)sl;
+    void *scratch = malloc(B ? B : 1);
+    if (scratch) /* else (or failing) the late message stays in MPI's queue */
+        (void)bulk_post(0, scratch, B, r->rank, o->tag);
     return MPI_SUCCESS;
 }
 
@@ -1637,7 +1629,7 @@ static int slot_wait(const char *fn, struct plan *p, struct slot *sl, int w)
             continue;
         o->cancelled = 0;
         p->pack_late++;
-        int mrc = pack_fallback(p, sl, o), none = MPI_SUCCESS;
+        int mrc = pack_fallback(p, o), none = MPI_SUCCESS;
         if (mrc != MPI_SUCCESS)
             atomic_compare_exchange_strong(&sl->err, &none, mrc);
     }

@@ -796,6 +796,63 @@ static void execute(ovl_plan_t pl)
     CHECK_OK(ovl_plan_end(pl));
 }
 
+/* A segment of @bytes on every rank, its byte i (char)(rank * 31 + i * 7). */
+static ovl_segment_t pattern_segment(size_t bytes)
+{
+    char *base = NULL;
+    ovl_segment_t seg;
+    CHECK_OK(ovl_segment_create(bytes, (void **)&base, &seg));
+    for (size_t i = 0; i < bytes; i++)
+        base[i] = (char)(th_rank * 31 + (int)i * 7);
+    CHECK_OK(ovl_barrier());
+    return seg;
+}
+
+/* A map cell as a plan: @runs runs of @run bytes at stride 2 x @run on
+ * rank 1 read densely into @dst, committed with @pm. */
+static ovl_plan_t cell_plan(ovl_segment_t seg, char *dst, int runs, int run, const ovl_param_t *pm)
+{
+    const ovl_lmad_t rem = { .elem = run,
+                             .ndims = 1,
+                             .dim = { { .stride = 2 * run, .count = runs, .depth = 0 } } };
+    const ovl_lmad_t loc = { .elem = run,
+                             .ndims = 1,
+                             .dim = { { .stride = run, .count = runs, .depth = 0 } } };
+    ovl_plan_t pl;
+    CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
+    CHECK_OK(ovl_plan_loop(pl, 0, runs));
+    CHECK_OK(ovl_plan_read(pl, seg, 1, &rem, dst, &loc));
+    CHECK_OK(ovl_plan_commit(pl, pm));
+    return pl;
+}
+
+/* Execution @e of a cell_plan: every byte of @dst is rank 1's. */
+static void execute_cell(ovl_plan_t pl, char *dst, int runs, int run, int e)
+{
+    memset(dst, 0, (size_t)runs * (size_t)run);
+    execute(pl);
+    int bad = 0;
+    for (int i = 0; i < runs * run; i++)
+        bad += dst[i] != (char)(31 + ((i / run) * 2 * run + i % run) * 7);
+    CHECKF(bad == 0, "execution %d: %d bytes wrong", e, bad);
+}
+
+/* Whether ovl_plan_explain's text holds @needle (printed if not). */
+static int explains(ovl_plan_t pl, const char *needle)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    CHECK_OK(ovl_plan_explain(pl, f));
+    fclose(f);
+    const int found = strstr(text, needle) != NULL;
+    if (!found)
+        fprintf(stderr, "%s", text);
+    free(text);
+    return found;
+}
+
 /* Re-ranking: a protocol map that predicts every protocol far too fast
  * makes the automatic plan explore: each protocol measured once (3
  * executions after the first), then the least measured for good. */
@@ -819,51 +876,25 @@ static void test_pack_late(void)
     CHECK_OK(ovl_config_get(&cfg));
     const int inline_mode = cfg.progress.mode != OVL_PROGRESS_THREAD;
     enum { RUNS = 256, RUN = 8 };
-    char *base = NULL;
-    ovl_segment_t seg;
-    CHECK_OK(ovl_segment_create(2 * RUNS * RUN, (void **)&base, &seg));
-    for (int i = 0; i < 2 * RUNS * RUN; i++)
-        base[i] = (char)(th_rank * 29 + i * 5);
-    CHECK_OK(ovl_barrier());
+    ovl_segment_t seg = pattern_segment(2 * RUNS * RUN);
     if (th_rank == 0) {
-        const ovl_lmad_t rem = { .elem = RUN,
-                                 .ndims = 1,
-                                 .dim = { { .stride = 2 * RUN, .count = RUNS, .depth = 0 } } };
-        const ovl_lmad_t loc = { .elem = RUN,
-                                 .ndims = 1,
-                                 .dim = { { .stride = RUN, .count = RUNS, .depth = 0 } } };
         char *dst = malloc(RUNS * RUN);
         CHECK(dst != NULL);
-        ovl_plan_t pl;
-        CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
-        CHECK_OK(ovl_plan_loop(pl, 0, RUNS));
-        CHECK_OK(ovl_plan_read(pl, seg, 1, &rem, dst, &loc));
-        CHECK_OK(ovl_plan_commit(
-            pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = RUNS }));
+        ovl_plan_t pl =
+            cell_plan(seg, dst, RUNS, RUN,
+                      &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = RUNS });
         ovl_plan_info_t in;
         CHECK_OK(ovl_plan_query(pl, &in));
         CHECKF(in.protocol == OVL_PLAN_PACK, "first choice %d", (int)in.protocol);
-        for (int e = 0; e < 3; e++) {
-            memset(dst, 0, RUNS * RUN);
-            execute(pl);
-            int bad = 0;
-            for (int i = 0; i < RUNS * RUN; i++)
-                bad += dst[i] != (char)(29 + ((i / RUN) * 2 * RUN + i % RUN) * 5);
-            CHECKF(bad == 0, "execution %d: %d bytes wrong", e, bad);
-        }
+        for (int e = 0; e < 3; e++)
+            execute_cell(pl, dst, RUNS, RUN, e);
         CHECK_OK(ovl_plan_query(pl, &in));
         if (inline_mode) {
             CHECKF(in.protocol != OVL_PLAN_PACK && in.predicted_us[OVL_PLAN_PACK] < 0 &&
                        in.reranks >= 1,
                    "protocol %d, pack predicted %g, reranks %u", (int)in.protocol,
                    in.predicted_us[OVL_PLAN_PACK], in.reranks);
-            char *text = NULL;
-            size_t len = 0;
-            FILE *f = open_memstream(&text, &len);
-            CHECK_OK(ovl_plan_explain(pl, f));
-            fclose(f);
-            CHECKF(strstr(text, "did not pack in time") != NULL, "%s", text);
-            free(text);
+            CHECK(explains(pl, "did not pack in time"));
         } else {
             CHECKF(in.protocol == OVL_PLAN_PACK, "protocol %d", (int)in.protocol);
         }
@@ -888,39 +919,19 @@ static void test_rerank(void)
     init_with(p, msg, sizeof msg);
     CHECK(ovl__m.nmap == 1);
     enum { RUNS = 4096, RUN = 8 };
-    char *base = NULL;
-    ovl_segment_t seg;
-    CHECK_OK(ovl_segment_create(2 * RUNS * RUN, (void **)&base, &seg));
-    for (int i = 0; i < 2 * RUNS * RUN; i++)
-        base[i] = (char)(th_rank * 31 + i * 7);
-    CHECK_OK(ovl_barrier());
+    ovl_segment_t seg = pattern_segment(2 * RUNS * RUN);
     if (th_rank == 0) {
-        const ovl_lmad_t rem = { .elem = RUN,
-                                 .ndims = 1,
-                                 .dim = { { .stride = 2 * RUN, .count = RUNS, .depth = 0 } } };
-        const ovl_lmad_t loc = { .elem = RUN,
-                                 .ndims = 1,
-                                 .dim = { { .stride = RUN, .count = RUNS, .depth = 0 } } };
         char *dst = malloc(RUNS * RUN);
         CHECK(dst != NULL);
-        ovl_plan_t pl;
-        CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
-        CHECK_OK(ovl_plan_loop(pl, 0, RUNS));
-        CHECK_OK(ovl_plan_read(pl, seg, 1, &rem, dst, &loc));
-        CHECK_OK(ovl_plan_commit(
-            pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = RUNS }));
+        ovl_plan_t pl =
+            cell_plan(seg, dst, RUNS, RUN,
+                      &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP, .strip = RUNS });
         ovl_plan_info_t in;
         CHECK_OK(ovl_plan_query(pl, &in));
         CHECKF(in.protocol == OVL_PLAN_RUNS && in.reranks == 0, "first choice %d",
                (int)in.protocol);
-        for (int e = 0; e < 16; e++) {
-            memset(dst, 0, RUNS * RUN);
-            execute(pl);
-            int bad = 0;
-            for (int i = 0; i < RUNS * RUN; i++)
-                bad += dst[i] != (char)(31 + ((i / RUN) * 2 * RUN + i % RUN) * 7);
-            CHECKF(bad == 0, "execution %d: %d bytes wrong", e, bad);
-        }
+        for (int e = 0; e < 16; e++)
+            execute_cell(pl, dst, RUNS, RUN, e);
         CHECK_OK(ovl_plan_query(pl, &in));
         /* RUNS (predicted 0.1 us) measured, then DATATYPE, then BBOX (and
          * PACK, from the formulas, if predicted below the best measured);
@@ -936,14 +947,7 @@ static void test_rerank(void)
         CHECKF(in.measured_us[in.protocol] == best, "settled on %d (%.1f us), best %.1f us",
                (int)in.protocol, in.measured_us[in.protocol], best);
         CHECKF(fabs(in.predicted_us[1] - 0.2) < 1e-9, "%g", in.predicted_us[1]); /* the map's */
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        CHECK_OK(ovl_plan_explain(pl, f));
-        fclose(f);
-        CHECKF(strstr(text, "re-ranked") && strstr(text, "measured") && strstr(text, "(map)"), "%s",
-               text);
-        free(text);
+        CHECK(explains(pl, "re-ranked") && explains(pl, "measured") && explains(pl, "(map)"));
         /* settled: more executions keep it */
         const ovl_plan_protocol_t settled = in.protocol;
         for (int e = 0; e < 4; e++) {
@@ -953,13 +957,11 @@ static void test_rerank(void)
         CHECK(in.protocol == settled);
         /* a forced protocol is never re-ranked */
         CHECK_OK(ovl_plan_free(&pl));
-        CHECK_OK(ovl_plan_create(NULL, &pl, NULL));
-        CHECK_OK(ovl_plan_loop(pl, 0, RUNS));
-        CHECK_OK(ovl_plan_read(pl, seg, 1, &rem, dst, &loc));
-        CHECK_OK(ovl_plan_commit(
-            pl, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
-                                .strip = RUNS,
-                                .protocol = OVL_PLAN_RUNS }));
+        pl = cell_plan(
+            seg, dst, RUNS, RUN,
+            &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
+                            .strip = RUNS,
+                            .protocol = OVL_PLAN_RUNS });
         for (int e = 0; e < 6; e++) {
             execute(pl);
         }
