@@ -133,6 +133,7 @@ static const char HELP[] =
     "  --n N             halo3d: array edge (default 64); transpose: matrix order, a\n"
     "                    multiple of the ranks (default: about 1 MiB read per rank)\n"
     "  --iters N         overhead: repetitions per figure (default 2000)\n"
+    "  --explain         stencil, transpose: print the plan (ovl_plan_explain, rank 0)\n"
     "  --help            this text\n"
     "Options a kernel does not use are ignored. A forced protocol the commit refuses\n"
     "(OVL_ERR_ARG, which ovl also prints on stderr) is reported as n/a, so do not run\n"
@@ -154,6 +155,7 @@ struct opt {
     long *run, *runs;
     int nrun, nruns;
     int rows, k, ld, c0, n;
+    int explain; /* --explain */
 };
 
 static int parse_ratios(const char *s, double **out)
@@ -1147,7 +1149,7 @@ static int bench_plan_stencil(const struct opt *o)
                st[0].med * 1e6, st[1].med * 1e6, st[2].med * 1e6, st[1].med / st[0].med,
                st[1].med / st[2].med, fmt_choice(&in, c1, sizeof c1),
                fmt_choice(&in3, c3, sizeof c3), in.bytes, in3.bytes);
-        if (getenv("OVL_BENCH_EXPLAIN"))
+        if (o->explain)
             BENCH_OVL(ovl_plan_explain(plan_keyed("ovl-bench-plan-stencil", &x.d), stdout));
         for (int v = 0; v < S_NV; v++)
             csv_row(f, "stencil", "rows", sname[v], o->reps, &st[v],
@@ -1558,7 +1560,7 @@ static int bench_plan_transpose(const struct opt *o)
         printf("%10.1f %10.1f %10.1f %10.3f %10.3f  %-16s %u\n", st[0].med * 1e6, st[1].med * 1e6,
                st[2].med * 1e6, st[2].med / st[0].med, st[2].med / st[1].med,
                fmt_choice(&in, ch, sizeof ch), in.lookahead);
-        if (getenv("OVL_BENCH_EXPLAIN")) /* the plan and its alternatives, rank 0's */
+        if (o->explain) /* the plan and its alternatives, rank 0's */
             BENCH_OVL(ovl_plan_explain(plan_keyed(TR_KEY, &x.d), stdout));
         snprintf(cas, sizeof cas, "P=%d;N=%d", P, N);
         for (int v = 0; v < T_NV; v++)
@@ -1749,6 +1751,8 @@ int bench_plan(int argc, char **argv)
             o.gap_us = bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0, 10000000);
         else if (!strcmp(a, "--csv"))
             o.csv = bench_optarg(CMD, argc, argv, &i);
+        else if (!strcmp(a, "--explain"))
+            o.explain = 1;
         else if (!strcmp(a, "--ratio"))
             o.nratio = parse_ratios(bench_optarg(CMD, argc, argv, &i), &o.ratio);
         else if (!strcmp(a, "--max-bytes")) {
