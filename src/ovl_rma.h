@@ -27,6 +27,8 @@ struct ovl__seg {
 };
 /* A valid segment for a handle, or an error recorded for @fn. */
 int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out);
+/* The live segment of handle @h, or NULL (nothing reported). */
+struct ovl__seg *ovl__seg_find(ovl_segment_t h);
 /* Retire every outstanding transfer on @s (NULL: all) to @rank (-1: all)
  * issued on domain @d (NULL: every domain): gets installed, puts left and
  * flushed. Blocking; drives each transfer's domain. */

@@ -141,7 +141,7 @@ struct pop {
 /* A strip in flight. */
 struct slot {
     atomic_int left; /* ops not completed */
-    atomic_int err;  /* first MPI error code of its ops */
+    atomic_int err;  /* first MPI error code of its ops, or PACK_REFUSED */
     int64_t strip;   /* -1: free */
     struct pop *ops;
     int64_t nops;                   /* the engine ops its last issue posted */
@@ -149,6 +149,10 @@ struct slot {
 };
 
 enum { ST_NEW, ST_COMMITTED, ST_RUNNING };
+
+/* A slot's err when a target answered a PACK read empty (not an MPI code:
+ * those are >= 0). */
+#define PACK_REFUSED (-1)
 
 struct plan {
     struct plan *next;
@@ -1260,7 +1264,7 @@ static void op_done(struct ovl__op *op, MPI_Status *st)
         atomic_compare_exchange_strong(&o->sl->err, &none, st->MPI_ERROR);
     else if (st && o->expect >= 0 && /* PACK: the target could not serve it */
              (MPI_Get_count(st, MPI_BYTE, &got) != MPI_SUCCESS || got != o->expect))
-        atomic_compare_exchange_strong(&o->sl->err, &none, MPI_ERR_OTHER);
+        atomic_compare_exchange_strong(&o->sl->err, &none, PACK_REFUSED);
     atomic_fetch_sub(&o->sl->left, 1);
 }
 
@@ -1408,8 +1412,10 @@ static void pack_serve(ovl_am_token_t tok, const void *buf, size_t bytes, void *
         return;
     memcpy(&h, buf, sizeof h);
     const char *payload = (const char *)buf + sizeof h;
+    /* a segment freed since: a late read's request (the reader took the
+     * bytes by MPI_Rget, and drains the empty answer), said nothing of */
     if (ovl_lmad_runs(&h.rem, &rr) == OVL_SUCCESS &&
-        ovl__seg_lookup(fn, (ovl_segment_t)(uintptr_t)h.seg, &s) == OVL_SUCCESS) {
+        (s = ovl__seg_find((ovl_segment_t)(uintptr_t)h.seg)) != NULL) {
         if (rr.lo < 0 || rr.lo + rr.extent > (int64_t)s->bytes)
             rc = ovl__error(OVL_ERR_ARG, fn,
                             "rank %d's bytes [%" PRId64 ", %" PRId64
@@ -1634,6 +1640,10 @@ static int slot_wait(const char *fn, struct plan *p, struct slot *sl, int w)
             atomic_compare_exchange_strong(&sl->err, &none, mrc);
     }
     int e = atomic_load(&sl->err);
+    if (e == PACK_REFUSED)
+        return ovl__error(OVL_ERR_ARG, fn,
+                          "a target answered a packed read empty: its segment was freed, or "
+                          "the bytes lie outside it there");
     return e == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(e, fn, "a strip's transfer");
 }
 
@@ -1966,6 +1976,18 @@ static double measured_of(const struct plan *p, int r)
 
 static void switch_proto(const char *fn, struct plan *p, int q, int to);
 
+/* The protocol of least measured time among those not left out (a late
+ * PACK's measurements no longer count); 0 if none is measured. */
+static int best_measured(const struct plan *p)
+{
+    int best = 0;
+    for (int r = 1; r < NPROTO; r++)
+        if (p->nmeas[r] > 0 && p->pred[r] >= 0 &&
+            (!best || measured_of(p, r) < measured_of(p, best)))
+            best = r;
+    return best;
+}
+
 /* Strips of @S iterations (the shapes and predictions for them), back to
  * @old if they cannot be built. */
 static void restrip(const char *fn, struct plan *p, int64_t S, int64_t old)
@@ -1994,10 +2016,7 @@ static void rerank(const char *fn, struct plan *p, double us)
         return;
     int to = q;
     if (trying || measured_of(p, q) > RERANK_OVER * p->pred[q] + RERANK_FLOOR_US) {
-        int best = q;
-        for (int r = 1; r < NPROTO; r++)
-            if (p->nmeas[r] > 0 && measured_of(p, r) < measured_of(p, best))
-                best = r;
+        const int best = best_measured(p) ? best_measured(p) : q;
         int next = 0; /* the untried one predicted best, if below the best measured */
         for (int r = 1; r < NPROTO; r++)
             if (p->pred[r] >= 0 && p->nmeas[r] == 0 && p->pred[r] < measured_of(p, best) &&
@@ -2103,7 +2122,10 @@ int ovl_plan_end(ovl_plan_t plan)
         p->pack_late_ever = 1;
         predict_all(p);
         int64_t S = p->S;
-        const int to = choose(p, p->strip_measured ? p->c_us : 0, 0, &S);
+        int to = best_measured(p); /* else the least predicted; judged from now on */
+        if (!to)
+            to = choose(p, p->strip_measured ? p->c_us : 0, 0, &S);
+        p->settled = 0;
         if (to != OVL_PLAN_AUTO)
             switch_proto(fn, p, OVL_PLAN_PACK, to);
         return rc;

@@ -68,18 +68,24 @@ static ovl_segment_t make_handle(uint32_t slot, uint32_t gen)
     return (ovl_segment_t)(uintptr_t)(((uint64_t)gen << 32) | (slot + 1));
 }
 
-int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out)
+struct ovl__seg *ovl__seg_find(ovl_segment_t h)
 {
     uint64_t v = (uint64_t)(uintptr_t)h;
     uint32_t s1 = (uint32_t)(v & 0xffffffffu), gen = (uint32_t)(v >> 32);
-    if (h == OVL_SEGMENT_NULL)
-        return ovl__error(OVL_ERR_ARG, fn, "segment is OVL_SEGMENT_NULL");
     struct ovl__seg *s = NULL;
     pthread_mutex_lock(&S.lock);
     if (s1 >= 1 && s1 <= MAX_SEGS && S.gen[s1 - 1] == gen)
         s = S.v[s1 - 1];
     pthread_mutex_unlock(&S.lock);
-    if (!s || !s->live)
+    return s && s->live ? s : NULL;
+}
+
+int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out)
+{
+    if (h == OVL_SEGMENT_NULL)
+        return ovl__error(OVL_ERR_ARG, fn, "segment is OVL_SEGMENT_NULL");
+    struct ovl__seg *s = ovl__seg_find(h);
+    if (!s)
         return ovl__error(OVL_ERR_ARG, fn, "segment %p was freed or never created", (void *)h);
     *out = s;
     return OVL_SUCCESS;
