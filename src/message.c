@@ -283,6 +283,10 @@ static int isend_arriving(const void *buf, int count, MPI_Datatype dt, int tsize
         }
         return 1;
     }
+    /* the receive may have completed since the first look: its region goes
+     * before it is marked done (finish_recv), so look again */
+    if (!ovl__watch_pending(lo, span, 1))
+        return 0;
     *rc = ovl__error(OVL_ERR_PENDING, "ovl_isend",
                      "buffer [%p, +%zu) holds bytes that have not arrived yet (a delta receive "
                      "or ovl_get still pending): MPI would send stale data. Wait for them first "
