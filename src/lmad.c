@@ -281,6 +281,15 @@ int ovl_lmad_coalesce(const ovl_lmad_t *lmad, ovl_lmad_t *out)
     return transform("ovl_lmad_coalesce", lmad, out, lm_coalesce);
 }
 
+/* The runs of a loaded @l (coalesced here). */
+static void lm_runs(struct lm *l, ovl_lmad_runs_t *runs)
+{
+    lm_coalesce(l);
+    int64_t lo, hi, pts;
+    lm_box(l, &lo, &hi, &pts); /* valid: coalescing keeps the box */
+    *runs = (ovl_lmad_runs_t){ .n = pts, .size = l->elem, .lo = lo, .extent = hi - lo };
+}
+
 int ovl_lmad_runs(const ovl_lmad_t *lmad, ovl_lmad_runs_t *runs)
 {
     static const char fn[] = "ovl_lmad_runs";
@@ -290,11 +299,19 @@ int ovl_lmad_runs(const ovl_lmad_t *lmad, ovl_lmad_runs_t *runs)
         return rc;
     if (!runs)
         return ovl__error(OVL_ERR_ARG, fn, "runs is NULL");
-    lm_coalesce(&l);
-    int64_t lo, hi, pts;
-    lm_box(&l, &lo, &hi, &pts); /* valid: coalescing keeps the box */
-    *runs = (ovl_lmad_runs_t){ .n = pts, .size = l.elem, .lo = lo, .extent = hi - lo };
+    lm_runs(&l, runs);
     return OVL_SUCCESS;
+}
+
+void ovl__lmad_runs_of(const ovl_lmad_t *lmad, ovl_lmad_runs_t *runs)
+{
+    struct lm l; /* not zeroed: dims beyond n are never read */
+    l.base = lmad->base;
+    l.elem = lmad->elem;
+    l.n = lmad->ndims;
+    for (int i = 0; i < lmad->ndims; i++)
+        l.d[i] = lmad->dim[i];
+    lm_runs(&l, runs);
 }
 
 /* ---- combine and interleave ----------------------------------------------- */

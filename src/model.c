@@ -398,6 +398,8 @@ double ovl__model_map_us(int proto, double run_B, double runs)
         int proto;
         double run_B, runs, us;
     } memo[MAP_MEMO];
+    if (ovl__m.nmap == 0)
+        return -1; /* no map */
     if (!(run_B > 0 && runs > 0 && run_B < 1e18 && runs < 1e18))
         return map_us(proto, run_B, runs);
     const unsigned gen = atomic_load_explicit(&map_gen, memory_order_relaxed);

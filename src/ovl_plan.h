@@ -11,6 +11,8 @@
 /* Merge neighbouring dimensions of @l that tile each other (and the
  * element into the first), keeping the order of its points. */
 void ovl__lmad_fold(ovl_lmad_t *l);
+/* ovl_lmad_runs of an LMAD known valid (a part of a checked one), unchecked. */
+void ovl__lmad_runs_of(const ovl_lmad_t *l, ovl_lmad_runs_t *runs);
 /* Copy the points of the valid LMAD @l in order between @mem (offsets
  * from it) and the dense @buf: into @mem with @to_mem, else out of it.
  * Returns the bytes moved. */

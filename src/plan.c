@@ -150,6 +150,10 @@ struct slot {
 
 enum { ST_NEW, ST_COMMITTED, ST_RUNNING };
 
+/* Strip runs remembered per plan (struct plan's rmemo): two references
+ * at the 7 strip sizes choose_strip() compares, their last strips. */
+#define RUNS_MEMO 48
+
 /* A slot's err when a target answered a PACK read empty (not an MPI code:
  * those are >= 0). */
 #define PACK_REFUSED (-1)
@@ -192,6 +196,15 @@ struct plan {
     uint64_t out_at;  /* when the last strip was handed out (0: none) */
     uint64_t in_ns;   /* this execution's time in begin / next / end */
     char why[NPROTO][96];
+    /* the runs of reference j's strips of `iters` iterations, both sides,
+     * computed once per analysis (the strip sizes the choice compares
+     * repeat across protocols and calls); reset with the references */
+    struct runs_memo {
+        int j;
+        int64_t iters;
+        ovl_lmad_runs_t rr, lr;
+    } rmemo[RUNS_MEMO];
+    int nrmemo, rmemo_next;
     unsigned long analyses, runs;
     /* execution */
     struct slot *slots;  /* reads: lookahead + 1 */
@@ -525,13 +538,29 @@ int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_
 
 /* ---- analysis -------------------------------------------------------------- */
 
-/* @l cut to @n iterations at iteration 0 (its depth-0 dimension, the last). */
-static ovl_lmad_t cut(const ovl_lmad_t *l, int invariant, int64_t n)
+/* *@o = @l cut to @n iterations at iteration 0 (its depth-0 dimension, the last). */
+static void cut(ovl_lmad_t *o, const ovl_lmad_t *l, int invariant, int64_t n)
 {
-    ovl_lmad_t o = *l;
+    *o = *l; /* in place: a copy returned and copied again stalls on the count stored */
     if (!invariant)
-        o.dim[o.ndims - 1].count = n;
-    return o;
+        o->dim[o->ndims - 1].count = n;
+}
+
+/* The runs of reference @j's strips of @iters iterations (its cut LMADs
+ * @r, @l), from the plan's memo or computed into it. */
+static void strip_runs(struct plan *p, int j, int64_t iters, const ovl_lmad_t *r,
+                       const ovl_lmad_t *l, ovl_lmad_runs_t *rr, ovl_lmad_runs_t *lr)
+{
+    for (int i = 0; i < p->nrmemo; i++)
+        if (p->rmemo[i].j == j && p->rmemo[i].iters == iters) {
+            *rr = p->rmemo[i].rr;
+            *lr = p->rmemo[i].lr;
+            return;
+        }
+    ovl__lmad_runs_of(r, rr); /* cut from the checked references */
+    ovl__lmad_runs_of(l, lr);
+    const int at = p->nrmemo < RUNS_MEMO ? p->nrmemo++ : p->rmemo_next++ % RUNS_MEMO;
+    p->rmemo[at] = (struct runs_memo){ j, iters, *rr, *lr };
 }
 
 /* The runs of @l in order (consecutive contiguous points merged): offsets
@@ -786,7 +815,7 @@ static void set_lookahead(struct plan *p)
                                                                      : most;
 }
 static int build(const char *fn, struct plan *p, int make);
-static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_us, unsigned la);
+static double pipeline_us(struct plan *p, int proto, int64_t S, double c_us, unsigned la);
 
 /* The pieces a strip's runs pair into, without listing them: as many as
  * the runs when both sides' runs are equal, else at most both counts. */
@@ -800,7 +829,7 @@ static int64_t est_pieces(const ovl_lmad_runs_t *r, const ovl_lmad_runs_t *l)
 /* The strips of S = p->S iterations: their count, the lookahead (unless
  * the commit's param gave it), and the two strip shapes of every reference
  * (the old ones and their pieces freed). */
-static int shapes_build(const char *fn, struct plan *p)
+static void shapes_build(struct plan *p)
 {
     struct desc *d = &p->d;
     const int64_t T = d->trips[0];
@@ -815,15 +844,22 @@ static int shapes_build(const char *fn, struct plan *p)
             struct shape *s = &r->sh[k];
             s->iters = r->invariant ? T : k ? last : p->S;
             s->slow = p->slow;
-            s->r = cut(&r->rem, r->invariant, s->iters);
-            s->l = cut(&r->loc, r->invariant, s->iters);
-            if (ovl_lmad_runs(&s->r, &s->rr) != OVL_SUCCESS ||
-                ovl_lmad_runs(&s->l, &s->lr) != OVL_SUCCESS)
-                return ovl__error(OVL_ERR_INTERNAL, fn, "a strip's LMAD is invalid");
+            cut(&s->r, &r->rem, r->invariant, s->iters);
+            cut(&s->l, &r->loc, r->invariant, s->iters);
+            strip_runs(p, j, s->iters, &s->r, &s->l, &s->rr, &s->lr);
             s->npc = est_pieces(&s->rr, &s->lr);
         }
     }
-    return OVL_SUCCESS;
+}
+
+/* p->why[q] = @why (cut to fit; every why is a short literal). */
+static void set_why(struct plan *p, int q, const char *why)
+{
+    size_t n = strlen(why);
+    if (n >= sizeof p->why[q])
+        n = sizeof p->why[q] - 1;
+    memcpy(p->why[q], why, n);
+    p->why[q][n] = 0;
 }
 
 /* The predicted time of one execution's transfers per protocol (p->pred,
@@ -864,7 +900,7 @@ static void predict_all(struct plan *p)
         }
         p->pred[q] = t;
         p->pred_src[q] = mapped == 0 ? 'f' : mapped == shapes ? 'm' : 'b';
-        snprintf(p->why[q], sizeof p->why[q], "%s", t < 0 ? why : "");
+        set_why(p, q, t < 0 ? why : "");
     }
 }
 
@@ -879,7 +915,7 @@ static void predict_all(struct plan *p);
  * strips: with computation equal to communication 64 strips hide all but
  * 1/64 of it): the largest within 2 % of the least. */
 #define STRIPS_MAX 64
-static int64_t choose_strip(const struct plan *p, int proto, double c_us)
+static int64_t choose_strip(struct plan *p, int proto, double c_us)
 {
     const int64_t T = p->d.trips[0];
     const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead
@@ -908,7 +944,7 @@ static int64_t choose_strip(const struct plan *p, int proto, double c_us)
  * OVL_PLAN_AUTO: none can move the plan. The protocols are ranked on the
  * single strip because the maps measure single strips: how strips in
  * flight overlap is the pipeline model's guess, and it decides S only. */
-static ovl_plan_protocol_t choose(const struct plan *p, double c_us, int only, int64_t *S)
+static ovl_plan_protocol_t choose(struct plan *p, double c_us, int only, int64_t *S)
 {
     const int64_t T = p->d.trips[0];
     int best = OVL_PLAN_AUTO;
@@ -968,8 +1004,7 @@ static int analyse(const char *fn, struct plan *p)
     /* first the protocols over the whole loop as one strip (or the strips
      * the commit asked for) */
     p->S = (pm->field_mask & OVL_PARAM_FIELD_STRIP) && pm->strip < T ? pm->strip : T;
-    if ((rc = shapes_build(fn, p)))
-        return rc;
+    shapes_build(p);
     /* write references: none may overlap another on the same target */
     p->writes = 0;
     for (int j = 0; j < d->nrefs; j++) {
@@ -1002,8 +1037,7 @@ static int analyse(const char *fn, struct plan *p)
         if (!off)
             break;
         p->S = p->S > 1 ? (p->S + 1) / 2 : T; /* nowhere inside: the whole loop's formulas */
-        if ((rc = shapes_build(fn, p)))
-            return rc;
+        shapes_build(p);
         predict_all(p);
         if (p->S == T)
             break;
@@ -1024,8 +1058,7 @@ static int analyse(const char *fn, struct plan *p)
          * strip size first, then the shapes for it */
         p->S = choose_strip(p, only, c > 0 ? c : 0);
         S = p->S;
-        if ((rc = shapes_build(fn, p)))
-            return rc;
+        shapes_build(p);
         predict_all(p);
     }
     p->proto = choose(p, c > 0 ? c : 0, only, &S);
@@ -1038,8 +1071,7 @@ static int analyse(const char *fn, struct plan *p)
     }
     if (S != p->S) {
         p->S = S;
-        if ((rc = shapes_build(fn, p)))
-            return rc;
+        shapes_build(p);
     }
     set_lookahead(p);
     predict_all(p);
@@ -1131,6 +1163,7 @@ static int same_but_base(const ovl_lmad_t *a, const ovl_lmad_t *b)
 static void combine(struct plan *p)
 {
     struct desc *d = &p->d;
+    p->nrmemo = p->rmemo_next = 0; /* the references change */
     const struct desc *u = &p->u;
     const int64_t T = d->trips[0];
     p->combined = 0;
@@ -1874,7 +1907,7 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
  * program takes the one @la + 1 places before it, and the program computes
  * on a strip once it is in place and the previous one is done, paying
  * the overhead of handing it out (o). */
-static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_us, unsigned la)
+static double pipeline_us(struct plan *p, int proto, int64_t S, double c_us, unsigned la)
 {
     const struct desc *d = &p->d;
     const int64_t T = d->trips[0], ns = (T + S - 1) / S, last = T - (ns - 1) * S;
@@ -1886,12 +1919,14 @@ static double pipeline_us(const struct plan *p, int proto, int64_t S, double c_u
         for (int k = 0; k < 2; k++) {
             if (k == 1 && (r->invariant || last == S)) /* the same as the full one */
                 continue;
-            struct shape t = { .iters = r->invariant ? T : k ? last : S, .slow = p->slow };
-            t.r = cut(&r->rem, r->invariant, t.iters);
-            t.l = cut(&r->loc, r->invariant, t.iters);
-            if (ovl_lmad_runs(&t.r, &t.rr) != OVL_SUCCESS ||
-                ovl_lmad_runs(&t.l, &t.lr) != OVL_SUCCESS)
-                return -1;
+            struct shape t; /* what predict() reads (not zeroed: ~0.5 KB) */
+            t.iters = r->invariant ? T : k ? last : S;
+            t.slow = p->slow;
+            t.pc = NULL;
+            t.rtype = t.ltype = MPI_DATATYPE_NULL;
+            cut(&t.r, &r->rem, r->invariant, t.iters);
+            cut(&t.l, &r->loc, r->invariant, t.iters);
+            strip_runs(p, j, t.iters, &t.r, &t.l, &t.rr, &t.lr);
             t.npc = est_pieces(&t.rr, &t.lr);
             const char *why;
             int mapped;
@@ -1938,20 +1973,18 @@ static void replan(const char *fn, struct plan *p, double c_us)
         return;
     const int64_t old = p->S;
     p->S = best;
-    if (shapes_build(fn, p) == OVL_SUCCESS) {
-        predict_all(p);
-        if (p->pred[p->proto] >= 0 && prepare(fn, p) == OVL_SUCCESS) {
-            slots_free(p);
-            p->replans++;
-            return;
-        }
+    shapes_build(p);
+    predict_all(p);
+    if (p->pred[p->proto] >= 0 && prepare(fn, p) == OVL_SUCCESS) {
+        slots_free(p);
+        p->replans++;
+        return;
     }
     p->S = old; /* could not: back to what ran */
-    if (shapes_build(fn, p) == OVL_SUCCESS) {
-        predict_all(p);
-        if (prepare(fn, p) == OVL_SUCCESS)
-            return;
-    }
+    shapes_build(p);
+    predict_all(p);
+    if (prepare(fn, p) == OVL_SUCCESS)
+        return;
     p->state = ST_NEW; /* nothing to run with: the next begin says commit first */
 }
 
@@ -1988,17 +2021,13 @@ static int best_measured(const struct plan *p)
     return best;
 }
 
-/* Strips of @S iterations (the shapes and predictions for them), back to
- * @old if they cannot be built. */
-static void restrip(const char *fn, struct plan *p, int64_t S, int64_t old)
+/* Strips of @S iterations (the shapes and predictions for them). */
+static void restrip(struct plan *p, int64_t S)
 {
     if (S == p->S)
         return;
     p->S = S;
-    if (shapes_build(fn, p) != OVL_SUCCESS) {
-        p->S = old;
-        (void)shapes_build(fn, p);
-    }
+    shapes_build(p);
     predict_all(p);
 }
 
@@ -2043,13 +2072,13 @@ static void switch_proto(const char *fn, struct plan *p, int q, int to)
     p->proto = (ovl_plan_protocol_t)to;
     const int64_t old = p->S;
     if (p->strip_measured && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
-        restrip(fn, p, choose_strip(p, to, p->c_us), old); /* its own strip size */
+        restrip(p, choose_strip(p, to, p->c_us)); /* its own strip size */
     set_lookahead(p);
     if (prepare(fn, p) != OVL_SUCCESS) { /* cannot build it after all: left out */
         p->pred[to] = -1;
         snprintf(p->why[to], sizeof p->why[to], "%s", "its datatypes could not be built");
         p->proto = (ovl_plan_protocol_t)q;
-        restrip(fn, p, old, old);
+        restrip(p, old);
         set_lookahead(p);
         if (prepare(fn, p) != OVL_SUCCESS)
             p->settled = 1;
