@@ -4,8 +4,8 @@
  * it chooses from and against what a programmer writes with plain MPI.
  * Rank 0 reads from rank 1 (the target), which serves in ovl_barrier
  * (and with ovl's progress thread), except in transpose, where
- * every rank reads from every other, and overhead, where rank 0 reads from
- * itself.
+ * every rank reads from every other, and overhead, where rank 0 describes
+ * plans reading from rank 1 and executes one reading from itself.
  *
  *   map         the protocol map: RUN-byte runs at stride 2*RUN, per cell
  *               each protocol forced (the planner's strip size kept) and
@@ -1605,8 +1605,12 @@ static int bench_plan_overhead(const struct opt *o)
     BENCH_OVL(ovl_lmad_from_subarray(3, sub, sub, (int[]){ 0, 0, 0 }, MPI_ORDER_C, 8, &loc));
     double *la = xalloc((size_t)64 * 16 * 8 * 8), *lb = xalloc((size_t)64 * 16 * 8 * 8);
     struct pdesc d = { .seg = m.seg, .ndepth = 3, .trips = { 64, 16, 8 }, .nrefs = 2 };
-    d.ref[0] = (struct pref){ .rank = me, .rem = ra, .loc = loc, .buf = la };
-    d.ref[1] = (struct pref){ .rank = me, .rem = rb, .loc = loc, .buf = lb };
+    /* described as read from the next rank (another host on the cluster:
+     * a plan on this node is one strip, OVL_RMA_LOCAL=direct, and skips
+     * the strip-size search); committed only, never executed */
+    const int next = (me + 1) % bench_size;
+    d.ref[0] = (struct pref){ .rank = next, .rem = ra, .loc = loc, .buf = la };
+    d.ref[1] = (struct pref){ .rank = next, .rem = rb, .loc = loc, .buf = lb };
     /* one strip of one 8-byte element */
     struct pdesc d1 = { .seg = m.seg, .ndepth = 1, .trips = { 1 }, .nrefs = 1 };
     ovl_lmad_t one = { .base = 0, .elem = 8, .ndims = 1 };

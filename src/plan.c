@@ -150,9 +150,10 @@ struct slot {
 
 enum { ST_NEW, ST_COMMITTED, ST_RUNNING };
 
-/* Strip runs remembered per plan (struct plan's rmemo): two references
- * at the 7 strip sizes choose_strip() compares, their last strips. */
-#define RUNS_MEMO 48
+/* Strip runs remembered per plan (struct plan's rmemo): the 7 strip sizes
+ * choose_strip() compares and their last strips, for up to 9 references
+ * (more are computed again: still right, slower). */
+#define RUNS_MEMO 128
 
 /* A slot's err when a target answered a PACK read empty (not an MPI code:
  * those are >= 0). */
@@ -177,6 +178,7 @@ struct plan {
     unsigned lookahead;
     double slow; /* load factor: transfers' time beyond latency x this */
     int flows;   /* flows through this node the load factor assumes (0: none) */
+    int direct;  /* every target on this node, OVL_RMA_LOCAL=direct: one strip (load_factor()) */
     double pred[NPROTO];
     char pred_src[NPROTO]; /* 'm' the protocol map, 'f' the formulas, 'b' both */
     /* re-ranking: time spent in the plan's calls by recent executions, per
@@ -184,10 +186,11 @@ struct plan {
     double meas[NPROTO][RERANK_RUNS];
     int nmeas[NPROTO];
     unsigned reranks;
-    int ready;          /* the protocol's pieces and datatypes built (prepare()) */
-    int pack_late;      /* this execution's PACK strips fetched by MPI_Rget instead (slot_wait()) */
-    int pack_late_ever; /* PACK left out for good */
-    int settled;        /* no more re-ranking: forced, or every candidate measured */
+    int ready;         /* the protocol's pieces and datatypes built (prepare()) */
+    int pack_late;     /* this execution's PACK strips fetched by MPI_Rget instead (slot_wait()) */
+    unsigned left_out; /* protocols (bit q) left out for good: PACK late, or not buildable */
+    const char *out_why[NPROTO];
+    int settled; /* no more re-ranking: forced, or every candidate measured */
     /* strip size from the measured computation (replan()) */
     int strip_measured;
     unsigned replans;
@@ -559,7 +562,13 @@ static void strip_runs(struct plan *p, int j, int64_t iters, const ovl_lmad_t *r
         }
     ovl__lmad_runs_of(r, rr); /* cut from the checked references */
     ovl__lmad_runs_of(l, lr);
-    const int at = p->nrmemo < RUNS_MEMO ? p->nrmemo++ : p->rmemo_next++ % RUNS_MEMO;
+    int at = p->nrmemo;
+    if (at < RUNS_MEMO) {
+        p->nrmemo++;
+    } else {
+        at = p->rmemo_next;
+        p->rmemo_next = (at + 1) % RUNS_MEMO;
+    }
     p->rmemo[at] = (struct runs_memo){ j, iters, *rr, *lr };
 }
 
@@ -855,6 +864,8 @@ static void shapes_build(struct plan *p)
 /* p->why[q] = @why (cut to fit; every why is a short literal). */
 static void set_why(struct plan *p, int q, const char *why)
 {
+    if (!why)
+        why = "?";
     size_t n = strlen(why);
     if (n >= sizeof p->why[q])
         n = sizeof p->why[q] - 1;
@@ -894,9 +905,9 @@ static void predict_all(struct plan *p)
             why = "the plan writes, and its targets unpack only in ovl calls "
                   "(OVL_PROGRESS=inline): forced only";
         }
-        if (q == OVL_PLAN_PACK && t >= 0 && p->pack_late_ever) {
+        if (t >= 0 && (p->left_out >> q & 1)) {
             t = -1;
-            why = "a target did not pack in time (it computes, or waits outside ovl)";
+            why = p->out_why[q];
         }
         p->pred[q] = t;
         p->pred_src[q] = mapped == 0 ? 'f' : mapped == shapes ? 'm' : 'b';
@@ -918,6 +929,8 @@ static void predict_all(struct plan *p);
 static int64_t choose_strip(struct plan *p, int proto, double c_us)
 {
     const int64_t T = p->d.trips[0];
+    if (p->direct) /* MPI copies with this CPU: no wire time to hide, strips only cost */
+        return T;
     const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead
                         : proto == OVL_PLAN_DATATYPE                    ? 1
                                                                         : 8;
@@ -968,14 +981,18 @@ static ovl_plan_protocol_t choose(struct plan *p, double c_us, int only, int64_t
  * rank, its targets' flows together, their sum. The predictions assume
  * one transfer at a time at the RMA bandwidth; the factor scales their
  * time beyond latency by the ratio, clamped to [0.25, 64]. 1 without a
- * load table or off-node target. */
+ * load table or off-node target. Also whether every target is one MPI
+ * reaches by a copy on this node (ovl__model_direct(), OVL_RMA_LOCAL=direct,
+ * as for ovl_get): such a plan runs as one strip. */
 static void load_factor(struct plan *p)
 {
     p->slow = 1.0;
     p->flows = 0;
+    p->direct = 1;
     int targets = 0, ppn = 0;
     for (int j = 0; j < p->d.nrefs; j++) {
         int r = p->d.refs[j].rank, seen = 0;
+        p->direct &= ovl__model_direct(r);
         for (int i = 0; i < j; i++)
             seen |= p->d.refs[i].rank == r;
         targets += !seen && !ovl__peer_on_node(r);
@@ -999,7 +1016,7 @@ static int analyse(const char *fn, struct plan *p)
     const ovl_param_t *pm = &p->param;
     const int64_t T = d->trips[0];
     int rc;
-    p->pack_late_ever = 0; /* analysed again: the targets get another chance */
+    p->left_out = 0; /* analysed again: every protocol gets another chance */
     load_factor(p);
     /* first the protocols over the whole loop as one strip (or the strips
      * the commit asked for) */
@@ -1445,10 +1462,14 @@ static void pack_serve(ovl_am_token_t tok, const void *buf, size_t bytes, void *
         return;
     memcpy(&h, buf, sizeof h);
     const char *payload = (const char *)buf + sizeof h;
-    /* a segment freed since: a late read's request (the reader took the
-     * bytes by MPI_Rget, and drains the empty answer), said nothing of */
+    /* a read of a segment freed since is a late read's request (the reader
+     * took the bytes by MPI_Rget and drains the empty answer): not reported;
+     * a write's is */
     if (ovl_lmad_runs(&h.rem, &rr) == OVL_SUCCESS &&
-        (s = ovl__seg_find((ovl_segment_t)(uintptr_t)h.seg)) != NULL) {
+        (s = ovl__seg_find((ovl_segment_t)(uintptr_t)h.seg)) == NULL && h.write)
+        rc = ovl__error(OVL_ERR_ARG, fn, "rank %d wrote to segment %p, freed or never created", src,
+                        (void *)(uintptr_t)h.seg);
+    if (s) {
         if (rr.lo < 0 || rr.lo + rr.extent > (int64_t)s->bytes)
             rc = ovl__error(OVL_ERR_ARG, fn,
                             "rank %d's bytes [%" PRId64 ", %" PRId64
@@ -1675,8 +1696,8 @@ static int slot_wait(const char *fn, struct plan *p, struct slot *sl, int w)
     int e = atomic_load(&sl->err);
     if (e == PACK_REFUSED)
         return ovl__error(OVL_ERR_ARG, fn,
-                          "a target answered a packed read empty: its segment was freed, or "
-                          "the bytes lie outside it there");
+                          "a target could not serve a packed read (its segment freed, the bytes "
+                          "outside it, or no memory there): it answered empty");
     return e == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(e, fn, "a strip's transfer");
 }
 
@@ -2009,6 +2030,14 @@ static double measured_of(const struct plan *p, int r)
 
 static void switch_proto(const char *fn, struct plan *p, int q, int to);
 
+/* Protocol @q left out for good (until analysed again), for @why. */
+static void leave_out(struct plan *p, int q, const char *why)
+{
+    p->left_out |= 1u << q;
+    p->out_why[q] = why;
+    predict_all(p);
+}
+
 /* The protocol of least measured time among those not left out (a late
  * PACK's measurements no longer count); 0 if none is measured. */
 static int best_measured(const struct plan *p)
@@ -2075,8 +2104,7 @@ static void switch_proto(const char *fn, struct plan *p, int q, int to)
         restrip(p, choose_strip(p, to, p->c_us)); /* its own strip size */
     set_lookahead(p);
     if (prepare(fn, p) != OVL_SUCCESS) { /* cannot build it after all: left out */
-        p->pred[to] = -1;
-        snprintf(p->why[to], sizeof p->why[to], "%s", "its datatypes could not be built");
+        leave_out(p, to, "its datatypes could not be built");
         p->proto = (ovl_plan_protocol_t)q;
         restrip(p, old);
         set_lookahead(p);
@@ -2148,15 +2176,19 @@ int ovl_plan_end(ovl_plan_t plan)
     }
     if (p->pack_late && p->proto == OVL_PLAN_PACK && !p->forced) {
         /* a target did not answer in time: PACK is out for this plan */
-        p->pack_late_ever = 1;
-        predict_all(p);
-        int64_t S = p->S;
-        int to = best_measured(p); /* else the least predicted; judged from now on */
-        if (!to)
-            to = choose(p, p->strip_measured ? p->c_us : 0, 0, &S);
-        p->settled = 0;
-        if (to != OVL_PLAN_AUTO)
-            switch_proto(fn, p, OVL_PLAN_PACK, to);
+        leave_out(p, OVL_PLAN_PACK,
+                  "a target did not pack in time (it computes, or waits "
+                  "outside ovl)");
+        p->settled = 0; /* the best measured, else the least predicted; judged from now on */
+        for (int tries = 0; tries < NPROTO && p->proto == OVL_PLAN_PACK; tries++) {
+            int64_t S = p->S;
+            int to = best_measured(p);
+            if (!to)
+                to = choose(p, p->strip_measured ? p->c_us : 0, 0, &S);
+            if (to == OVL_PLAN_AUTO)
+                break; /* none left: PACK's strips keep falling back to MPI_Rget */
+            switch_proto(fn, p, OVL_PLAN_PACK, to); /* leaves @to out if it cannot be built */
+        }
         return rc;
     }
     if (rc == OVL_SUCCESS && whole)
@@ -2274,6 +2306,9 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
             "  strips: %" PRId64 " of %" PRId64 " iteration%s, %u ahead of the one computed on; "
             "%" PRId64 " bytes per execution\n",
             p->nstrips, p->S, p->S > 1 ? "s" : "", p->lookahead, p->bytes);
+    if (p->direct && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
+        fprintf(out, "  every target on this node (OVL_RMA_LOCAL=direct): MPI copies with this "
+                     "CPU, nothing to overlap, one strip\n");
     fprintf(out,
             "  predicted (protocol map: %d cells; formulas: rma latency %.2f us, %.1f B/us, "
             "overhead %.2f us):\n",

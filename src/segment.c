@@ -74,10 +74,10 @@ struct ovl__seg *ovl__seg_find(ovl_segment_t h)
     uint32_t s1 = (uint32_t)(v & 0xffffffffu), gen = (uint32_t)(v >> 32);
     struct ovl__seg *s = NULL;
     pthread_mutex_lock(&S.lock);
-    if (s1 >= 1 && s1 <= MAX_SEGS && S.gen[s1 - 1] == gen)
+    if (s1 >= 1 && s1 <= MAX_SEGS && S.gen[s1 - 1] == gen && S.v[s1 - 1] && S.v[s1 - 1]->live)
         s = S.v[s1 - 1];
     pthread_mutex_unlock(&S.lock);
-    return s && s->live ? s : NULL;
+    return s;
 }
 
 int ovl__seg_lookup(const char *fn, ovl_segment_t h, struct ovl__seg **out)
