@@ -871,20 +871,29 @@ static int explains(ovl_plan_t pl, const char *needle)
  * leaves PACK after that execution; every execution's bytes are right, and
  * the target's late packed messages are drained. With the progress thread
  * the target packs: PACK stays. */
-static void test_pack_late(void)
+/* ovl_init on a database whose protocol map makes PACK cheapest for
+ * @runs runs of 8 bytes (the formulas' RMA latency tiny); whether the
+ * progress is inline. */
+static int init_pack_first(const char *name, int runs)
 {
-    char p[300], msg[2048];
-    snprintf(p, sizeof p, "%s/db.packlate.%d", dir, th_rank);
-    write_db(p, NULL, NULL, NULL,
+    char p[300], msg[2048], map[256];
+    snprintf(p, sizeof p, "%s/db.%s.%d", dir, name, th_rank);
+    snprintf(map, sizeof map,
              "rma_get_lat_us = 0.001\n"
              "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us pack_us\n"
-             "8 256 0.2 0.1 0.3 0.01\n[end]\n",
-             0);
+             "8 %d 0.2 0.1 0.3 0.01\n[end]\n",
+             runs);
+    write_db(p, NULL, NULL, NULL, map, 0);
     init_with(p, msg, sizeof msg);
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    const int inline_mode = cfg.progress.mode != OVL_PROGRESS_THREAD;
+    return cfg.progress.mode != OVL_PROGRESS_THREAD;
+}
+
+static void test_pack_late(void)
+{
     enum { RUNS = 256, RUN = 8 };
+    const int inline_mode = init_pack_first("packlate", RUNS);
     ovl_segment_t seg = pattern_segment(2 * RUNS * RUN);
     if (th_rank == 0) {
         char *dst = malloc(RUNS * RUN);
@@ -924,18 +933,8 @@ static void test_pack_late(void)
  * throughout: the bytes are checked. */
 static void test_pack_late_rerank(void)
 {
-    char p[300], msg[2048];
-    snprintf(p, sizeof p, "%s/db.packrerank.%d", dir, th_rank);
-    write_db(p, NULL, NULL, NULL,
-             "rma_get_lat_us = 0.001\n"
-             "[table plan_map]\n# run_B runs datatype_us runs_us bbox_us pack_us\n"
-             "8 512 0.2 0.1 0.3 0.01\n[end]\n",
-             0);
-    init_with(p, msg, sizeof msg);
-    ovl_config_t cfg;
-    CHECK_OK(ovl_config_get(&cfg));
-    const int inline_mode = cfg.progress.mode != OVL_PROGRESS_THREAD;
     enum { RUNS = 512, RUN = 8, GAP = 4096, SERVED = 3, TAG = 77 };
+    const int inline_mode = init_pack_first("packrerank", RUNS);
     ovl_segment_t seg = pattern_segment((size_t)RUNS * GAP);
     int sig = 1;
     ovl_request_t req;
