@@ -1078,6 +1078,27 @@ static double spin_until_us(double us)
     return x;
 }
 
+/* One execution of a plan reading ROWS rows of ROW bytes at stride
+ * 2 x ROW on rank 1 into @dst, computing 12 us per row when @busy (as
+ * long as a row's transfer on test_replan's slow link); every byte is
+ * checked. */
+enum { ROWS = 64, ROW = 1024 };
+static void execute_rows(ovl_plan_t pl, char *dst, int busy, int e)
+{
+    memset(dst, 0, ROWS * ROW);
+    int rc = -1;
+    CHECK_OK(ovl_plan_begin(pl));
+    OVL_PLAN_FOR_STRIPS(pl, i0, n, rc)
+    if (busy)
+        spin_until_us(12.0 * (double)n);
+    CHECK_OK(rc);
+    CHECK_OK(ovl_plan_end(pl));
+    int bad = 0;
+    for (int i = 0; i < ROWS * ROW; i++)
+        bad += dst[i] != (char)(31 + ((i / ROW) * 2 * ROW + i % ROW) * 7);
+    CHECKF(bad == 0, "busy %d, execution %d: %d bytes wrong", busy, e, bad);
+}
+
 /* OVL_RMA_LOCAL set to @v for the next ovl_init (NULL: back to what the
  * environment had before the first call). */
 static void rma_local(const char *v)
@@ -1108,7 +1129,6 @@ static void test_direct(void)
     snprintf(p, sizeof p, "%s/db.direct.%d", dir, th_rank);
     write_db(p, NULL, NULL, NULL, NULL, 0);
     init_with(p, msg, sizeof msg);
-    enum { ROWS = 64, ROW = 1024 };
     ovl_segment_t seg = pattern_segment(2 * ROWS * ROW);
     if (th_rank == 0) {
         char *dst = malloc(ROWS * ROW);
@@ -1125,17 +1145,7 @@ static void test_direct(void)
             CHECK_OK(ovl_plan_commit(pl, &pm));
             ovl_plan_info_t in;
             for (int e = 0; e < 3; e++) {
-                memset(dst, 0, ROWS * ROW);
-                int rc = -1;
-                CHECK_OK(ovl_plan_begin(pl));
-                OVL_PLAN_FOR_STRIPS(pl, i0, n, rc)
-                spin_until_us(12.0 * (double)n); /* as busy as test_replan's */
-                CHECK_OK(rc);
-                CHECK_OK(ovl_plan_end(pl));
-                int bad = 0;
-                for (int i = 0; i < ROWS * ROW; i++)
-                    bad += dst[i] != (char)(31 + ((i / ROW) * 2 * ROW + i % ROW) * 7);
-                CHECKF(bad == 0, "forced %d, execution %d: %d bytes wrong", forced, e, bad);
+                execute_rows(pl, dst, 1, e);
                 CHECK_OK(ovl_plan_query(pl, &in));
                 CHECKF(forced ? in.strip == 4 : in.nstrips == 1,
                        "forced %d, execution %d: %" PRId64 " strips of %" PRId64, forced, e,
@@ -1164,7 +1174,6 @@ static void test_replan(void)
     rma_local("overlap"); /* a target on this node modelled as remote */
     write_db(p, NULL, NULL, NULL, NULL, 0);
     init_with(p, msg, sizeof msg);
-    enum { ROWS = 64, ROW = 1024 };
     char *base = NULL;
     ovl_segment_t seg;
     CHECK_OK(ovl_segment_create(2 * ROWS * ROW, (void **)&base, &seg));
@@ -1188,18 +1197,7 @@ static void test_replan(void)
                    "committed: %" PRId64 " strips", in.nstrips);
             const int64_t S0 = in.strip;
             for (int e = 0; e < 3; e++) {
-                memset(dst, 0, ROWS * ROW);
-                int rc = -1;
-                CHECK_OK(ovl_plan_begin(pl));
-                OVL_PLAN_FOR_STRIPS(pl, i0, n, rc)
-                if (busy)
-                    spin_until_us(12.0 * (double)n); /* a row's transfer: 8.75 us */
-                CHECK_OK(rc);
-                CHECK_OK(ovl_plan_end(pl));
-                int bad = 0;
-                for (int i = 0; i < ROWS * ROW; i++)
-                    bad += dst[i] != (char)(31 + ((i / ROW) * 2 * ROW + i % ROW) * 7);
-                CHECKF(bad == 0, "busy %d, execution %d: %d bytes wrong", busy, e, bad);
+                execute_rows(pl, dst, busy, e); /* a row's transfer: 8.75 us */
                 CHECK_OK(ovl_plan_query(pl, &in));
                 CHECK(in.compute_us >= (busy ? 12 : 0) && in.replans <= 1);
             }
