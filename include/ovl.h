@@ -173,8 +173,8 @@ typedef enum {
     /** MPI moves such bytes with a copy by this node's own CPUs, so there
      *  is no wire time to hide and guarding only adds faults: a get or put
      *  completes inside the call, unsplit and unguarded; a delta send is
-     *  never watched and leaves at ovl_delta_send_end(); a plan whose
-     *  every target is there runs as one strip (default) */
+     *  never watched and leaves at ovl_delta_send_end(); a plan's
+     *  reference to such a peer moves whole (default) */
     OVL_RMA_LOCAL_DIRECT = 0,
     /** as for any other peer: delta sends in the model's pieces as the
      *  program writes; gets and puts split by the model, guarded,
@@ -1787,10 +1787,11 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * computation on them, taking as much computation per iteration as
  * communication until the first whole execution measures it; then it is
  * chosen again once from the measurement (ovl_plan_query(): compute_us,
- * replans). A plan whose every target is on this rank's node
- * (OVL_RMA_LOCAL=direct, the default, as for ovl_get()) runs as one strip:
- * MPI copies those bytes with this CPU, so strips would only add
- * operations. With a load table in the database (`ovl-calibrate --loaded`)
+ * replans). A reference whose target is on this rank's node
+ * (OVL_RMA_LOCAL=direct, the default, as for ovl_get()) moves whole, read
+ * with the first strip (written with the last), and a plan of such
+ * references only is one strip: MPI copies those bytes with this CPU, so
+ * strips would only add operations. With a load table in the database (`ovl-calibrate --loaded`)
  * the predictions assume that every rank of this node runs the same plan:
  * the node's ranks x the plan's targets on other nodes share the link
  * (ovl_plan_query(): flows, load_factor). @p param (NULL: the model decides) takes

@@ -109,7 +109,9 @@ struct ref {
     ovl_lmad_t rem, loc;
     char *base;
     /* analysis */
-    int invariant; /* no depth-0 dimension: read whole with strip 0 */
+    int invariant; /* no depth-0 dimension, or local: read whole with strip 0 (written
+                    * with the last) */
+    int local;     /* its target on this node (local_whole()): moved whole */
     /* combined (combine()): only the first @head iterations of the
      * program's reference are read (as loop-invariant), the others arrive
      * with reference @with, which reads the same bytes @head iterations
@@ -178,7 +180,7 @@ struct plan {
     unsigned lookahead;
     double slow; /* load factor: transfers' time beyond latency x this */
     int flows;   /* flows through this node the load factor assumes (0: none) */
-    int direct;  /* every target on this node, OVL_RMA_LOCAL=direct: one strip (load_factor()) */
+    int direct;  /* every reference local (local_whole()): one strip */
     double pred[NPROTO];
     char pred_src[NPROTO]; /* 'm' the protocol map, 'f' the formulas, 'b' both */
     /* re-ranking: time spent in the plan's calls by recent executions, per
@@ -981,18 +983,14 @@ static ovl_plan_protocol_t choose(struct plan *p, double c_us, int only, int64_t
  * rank, its targets' flows together, their sum. The predictions assume
  * one transfer at a time at the RMA bandwidth; the factor scales their
  * time beyond latency by the ratio, clamped to [0.25, 64]. 1 without a
- * load table or off-node target. Also whether every target is one MPI
- * reaches by a copy on this node (ovl__model_direct(), OVL_RMA_LOCAL=direct,
- * as for ovl_get): such a plan runs as one strip. */
+ * load table or off-node target. */
 static void load_factor(struct plan *p)
 {
     p->slow = 1.0;
     p->flows = 0;
-    p->direct = 1;
     int targets = 0, ppn = 0;
     for (int j = 0; j < p->d.nrefs; j++) {
         int r = p->d.refs[j].rank, seen = 0;
-        p->direct &= ovl__model_direct(r);
         for (int i = 0; i < j; i++)
             seen |= p->d.refs[i].rank == r;
         targets += !seen && !ovl__peer_on_node(r);
@@ -1221,6 +1219,24 @@ static void combine(struct plan *p)
     }
 }
 
+/* References whose target is on this node (ovl__model_direct():
+ * OVL_RMA_LOCAL=direct, the rule of a local ovl_get) move whole, as
+ * loop-invariant ones do: a read with the first strip, a write with the
+ * last. MPI copies their bytes with this CPU, so strips would only add
+ * operations, and with ranks sharing a CPU each would wait for the
+ * target's turn. A plan of such references only is one strip (p->direct,
+ * choose_strip()). */
+static void local_whole(struct plan *p)
+{
+    p->direct = p->d.nrefs > 0;
+    for (int j = 0; j < p->d.nrefs; j++) {
+        struct ref *r = &p->d.refs[j];
+        r->local = ovl__model_direct(r->rank);
+        r->invariant |= r->local;
+        p->direct &= r->local;
+    }
+}
+
 /* *to = *from for the references in use (a whole desc is ~25 KB). */
 static void desc_copy(struct desc *to, const struct desc *from)
 {
@@ -1237,6 +1253,7 @@ static int commit_new(const char *fn, struct plan *p, const ovl_param_t *pm)
     p->param = *pm;
     desc_copy(&p->u, &p->d);
     combine(p);
+    local_whole(p);
     int rc = analyse(fn, p);
     if (rc) {
         shapes_free(p);
@@ -2289,7 +2306,11 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
                 ", bounding box [%" PRId64 ", %" PRId64 ")%s",
                 j, r->write ? "write to" : "read from", r->rank, rr.n * rr.size, rr.n, rr.size,
                 rr.lo, rr.lo + rr.extent,
-                r->invariant ? ", loop-invariant (read with the first strip)" : "");
+                r->local       ? (r->write ? ", on this node: written whole with the last strip"
+                                           : ", on this node: read whole with the first strip")
+                : r->invariant ? (r->write ? ", loop-invariant (written with the last strip)"
+                                           : ", loop-invariant (read with the first strip)")
+                               : "");
         if (r->head)
             fprintf(out,
                     ": combined with ref %d (memory distance %" PRId64 " iteration%s), only its "

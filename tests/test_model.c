@@ -1121,7 +1121,8 @@ static void rma_local(const char *v)
 /* A plan whose target is on this node with OVL_RMA_LOCAL=direct (the
  * default): MPI copies with this CPU, so the slow link test_replan
  * strip-mines on (with overlap) is run as one strip, with or without
- * computation; a strip the param sets still counts. */
+ * computation; with a strip the param sets, the reference is still read
+ * whole with the first strip, and the bytes are right. */
 static void test_direct(void)
 {
     char p[300], msg[2048];
@@ -1151,6 +1152,7 @@ static void test_direct(void)
                        "forced %d, execution %d: %" PRId64 " strips of %" PRId64, forced, e,
                        in.nstrips, in.strip);
             }
+            CHECK(explains(pl, "on this node: read whole with the first strip"));
             CHECK(forced || explains(pl, "every target on this node"));
             CHECK_OK(ovl_plan_free(&pl));
         }
