@@ -88,6 +88,12 @@ static const char HELP[] =
     "              rows (the memory distance); plan3 = the same reads into three\n"
     "              buffers (not combinable: three times the bytes); base = one\n"
     "              MPI_Get of every row, then the sums\n"
+    "  fields      the x, y and z of ROWS rows of K structures of 3 doubles on rank 1,\n"
+    "              summed per structure (communication-bound): plan = the three\n"
+    "              reads into one array of structures, which the planner merges\n"
+    "              into one reference (interleaved); plan3 = the same reads into\n"
+    "              three arrays (not mergeable: three references); base = one\n"
+    "              MPI_Get of the block, then the sums\n"
     "  reduce      y = block * x on the same block (little computation per byte):\n"
     "              base, hand, plan; plan/base (target <= 1.02).\n"
     "  halo3d      rank 1 holds N^3 doubles [z][y][x]; the faces z=1 (contiguous),\n"
@@ -124,8 +130,10 @@ static const char HELP[] =
     "  --max-bytes SIZE  map: largest RUN * RUNS (default 1m)\n"
     "  --run LIST        map: run lengths in bytes (default 8,64,512,4096,32768)\n"
     "  --runs LIST       map: run counts (default 1,4,16,64,256,1024,4096)\n"
-    "  --rows R          gemm-panel, reduce: block rows; stencil: rows summed (default 1024)\n"
-    "  --k K             gemm-panel, reduce: block columns; stencil: row length (default 128)\n"
+    "  --rows R          gemm-panel, reduce: block rows; stencil, fields: rows summed\n"
+    "                    (default 1024)\n"
+    "  --k K             gemm-panel, reduce: block columns; stencil: row length; fields:\n"
+    "                    structures per row (default 128)\n"
     "  --ld LD           gemm-panel, reduce: A's row length (default 256)\n"
     "  --c0 C            gemm-panel, reduce: block's first column (default (LD-K)/2)\n"
     "  --sweep-reps N    gemm-panel: runs per configuration of the oracle's sweep\n"
@@ -133,7 +141,7 @@ static const char HELP[] =
     "  --n N             halo3d: array edge (default 64); transpose: matrix order, a\n"
     "                    multiple of the ranks (default: about 1 MiB read per rank)\n"
     "  --iters N         overhead: repetitions per figure (default 2000)\n"
-    "  --explain         stencil, transpose: print the plan (ovl_plan_explain, rank 0)\n"
+    "  --explain         stencil, fields, transpose: print the plan (ovl_plan_explain, rank 0)\n"
     "  --help            this text\n"
     "Options a kernel does not use are ignored. A forced protocol the commit refuses\n"
     "(OVL_ERR_ARG, which ovl also prints on stderr) is reported as n/a, so do not run\n"
@@ -1030,38 +1038,56 @@ static int bench_plan_panel(const struct opt *o, int reduce)
     return 0;
 }
 
-/* ---- stencil: combined references ------------------------------------------------------ */
+/* ---- stencil and fields: combined and interleaved references --------------------------- */
 
 enum { S_BASE, S_PLAN, S_PLAN3, S_NV };
 static const char *const sname[S_NV] = { "base", "plan", "plan3" };
 
+/* stencil: rows i, i+1, i+2 of a (T+2) x N matrix (the memory distance);
+ * fields: the x, y and z of T rows of N structures of 3 doubles (the
+ * interleaved references). Three reads each: into one buffer (plan, which
+ * the planner reduces) or three (plan3, which it cannot). */
 struct stencil {
+    int fields;
     int T, N;
     struct mem m;
-    struct pdesc d, d3;            /* rows i, i+1, i+2: one halo buffer / three buffers */
-    double *h, *h3[3], *out, *ref; /* (T+2) x N; three T x N; T x N */
+    struct pdesc d, d3;
+    double *h, *h3[3], *out, *ref; /* the whole block; three T x N; T x N */
+    size_t bytes;
     int check;
 };
 
-/* out[i] = rows i, i+1, i+2 summed (a 3-point stencil across rows). */
-static void st_rows(const double *r0, const double *r1, const double *r2, double *out, int N,
-                    int64_t i0, int64_t n)
+/* out[i] = the three inputs of row i summed: rows i, i+1, i+2 (a 3-point
+ * stencil across rows), or a row's structures' fields (@st: the doubles
+ * from one structure to the next, 1 or 3). */
+static void st_rows(const double *r0, const double *r1, const double *r2, int64_t st, int64_t rs,
+                    double *out, int N, int64_t i0, int64_t n)
 {
     for (int64_t i = i0; i < i0 + n; i++)
         for (int j = 0; j < N; j++)
-            out[i * N + j] = r0[i * N + j] + r1[i * N + j] + r2[i * N + j];
+            out[i * N + j] = r0[i * rs + j * st] + r1[i * rs + j * st] + r2[i * rs + j * st];
 }
 
 static void st_strip(void *ctx, int64_t i0, int64_t n)
 {
     struct stencil *x = ctx;
-    st_rows(x->h, x->h + x->N, x->h + 2 * x->N, x->out, x->N, i0, n);
+    if (x->fields)
+        st_rows(x->h, x->h + 1, x->h + 2, 3, 3 * x->N, x->out, x->N, i0, n);
+    else
+        st_rows(x->h, x->h + x->N, x->h + 2 * x->N, 1, x->N, x->out, x->N, i0, n);
 }
 
 static void st_strip3(void *ctx, int64_t i0, int64_t n)
 {
     struct stencil *x = ctx;
-    st_rows(x->h3[0], x->h3[1], x->h3[2], x->out, x->N, i0, n);
+    st_rows(x->h3[0], x->h3[1], x->h3[2], 1, x->N, x->out, x->N, i0, n);
+}
+
+static const char *st_key(const struct stencil *x, int v)
+{
+    static const char *const k[2][2] = { { "ovl-bench-plan-stencil", "ovl-bench-plan-stencil3" },
+                                         { "ovl-bench-plan-fields", "ovl-bench-plan-fields3" } };
+    return k[x->fields][v == S_PLAN3];
 }
 
 static double st_run(void *ctx, int v)
@@ -1070,54 +1096,60 @@ static double st_run(void *ctx, int v)
     const size_t row = (size_t)x->N * 8;
     if (x->check) {
         memset(x->out, 0xff, (size_t)x->T * row);
-        memset(x->h, 0xff, (size_t)(x->T + 2) * row);
+        memset(x->h, 0xff, x->bytes);
     }
     double t0 = bench_now();
     if (v == S_BASE) {
-        BENCH_MPI(MPI_Get(x->h, (x->T + 2) * x->N, MPI_DOUBLE, 1, 0, (x->T + 2) * x->N, MPI_DOUBLE,
-                          x->m.win));
+        const int n = (int)(x->bytes / 8);
+        BENCH_MPI(MPI_Get(x->h, n, MPI_DOUBLE, 1, 0, n, MPI_DOUBLE, x->m.win));
         BENCH_MPI(MPI_Win_flush(1, x->m.win));
         st_strip(x, 0, x->T);
     } else {
-        plan_exec(plan_keyed(v == S_PLAN ? "ovl-bench-plan-stencil" : "ovl-bench-plan-stencil3",
-                             v == S_PLAN ? &x->d : &x->d3),
+        plan_exec(plan_keyed(st_key(x, v), v == S_PLAN ? &x->d : &x->d3),
                   v == S_PLAN ? st_strip : st_strip3, x);
     }
     double t = bench_now() - t0;
     if (x->check && memcmp(x->out, x->ref, (size_t)x->T * row))
-        bench_fail("stencil, %s: the result differs from the local reference", sname[v]);
+        bench_fail("%s, %s: the result differs from the local reference",
+                   x->fields ? "fields" : "stencil", sname[v]);
     return t;
 }
 
-static int bench_plan_stencil(const struct opt *o)
+static int bench_plan_stencil(const struct opt *o, int fields)
 {
     bench_require_two_ranks(CMD);
     ovl_config_t eff;
     bench_ovl_start_thread(&eff);
-    struct stencil x = { .T = o->rows, .N = o->k };
-    const int64_t row = (int64_t)x.N * 8;
-    const size_t bytes = (size_t)(x.T + 2) * (size_t)row;
-    mem_open(&x.m, bench_rank == 1 ? bytes : 0);
+    struct stencil x = { .fields = fields, .T = o->rows, .N = o->k };
+    const int64_t row = (int64_t)x.N * 8, srow = fields ? 3 * row : row;
+    x.bytes = (size_t)(fields ? x.T : x.T + 2) * (size_t)srow;
+    mem_open(&x.m, bench_rank == 1 ? x.bytes : 0);
     if (bench_rank == 1)
-        for (size_t w = 0; w < bytes / 8; w++)
+        for (size_t w = 0; w < x.bytes / 8; w++)
             ((double *)x.m.wbase)[w] = ((double *)x.m.sbase)[w] = a_val((int)(w / 7), (int)w);
     mem_ready(&x.m);
-    x.h = xalloc(bytes);
+    x.h = xalloc(x.bytes);
     x.out = xalloc((size_t)x.T * (size_t)row);
     x.ref = xalloc((size_t)x.T * (size_t)row);
-    double *src = xalloc(bytes);
-    for (size_t w = 0; w < bytes / 8; w++)
+    double *src = xalloc(x.bytes);
+    for (size_t w = 0; w < x.bytes / 8; w++)
         src[w] = a_val((int)(w / 7), (int)w);
-    st_rows(src, src + x.N, src + 2 * x.N, x.ref, x.N, 0, x.T);
+    double *keep = x.h;
+    x.h = src; /* the reference from the same layout */
+    st_strip(&x, 0, x.T);
+    memcpy(x.ref, x.out, (size_t)x.T * (size_t)row);
+    x.h = keep;
     free(src);
-    x.d = (struct pdesc){ .seg = x.m.seg, .ndepth = 1, .trips = { x.T }, .nrefs = 3 };
+    x.d = (struct pdesc){ .seg = x.m.seg, .ndepth = 1 + fields, .trips = { x.T, x.N }, .nrefs = 3 };
     x.d3 = x.d;
     for (int k = 0; k < 3; k++) {
-        const ovl_lmad_t one = { .base = k * row,
-                                 .elem = row,
-                                 .ndims = 1,
-                                 .dim = { { .stride = row, .count = x.T, .depth = 0 } } };
-        ovl_lmad_t loc3 = one;
+        const ovl_lmad_t one =
+            fields ? lmad2(k * 8, 8, 24, x.N, 1, srow, x.T, 0)
+                   : (ovl_lmad_t){ .base = k * row,
+                                   .elem = row,
+                                   .ndims = 1,
+                                   .dim = { { .stride = row, .count = x.T, .depth = 0 } } };
+        ovl_lmad_t loc3 = fields ? lmad2(0, 8, 8, x.N, 1, row, x.T, 0) : one;
         loc3.base = 0;
         x.h3[k] = xalloc((size_t)x.T * (size_t)row);
         x.d.ref[k] = (struct pref){ .rank = 1, .rem = one, .loc = one, .buf = x.h };
@@ -1132,27 +1164,34 @@ static int bench_plan_stencil(const struct opt *o)
     time_variants(S_NV, on, o->reps, o->gap_us, 0, st_run, &x, t);
     if (bench_rank == 0) {
         char sz[32], c1[48], c3[48];
-        ovl_plan_info_t in = plan_info(plan_keyed("ovl-bench-plan-stencil", &x.d));
-        ovl_plan_info_t in3 = plan_info(plan_keyed("ovl-bench-plan-stencil3", &x.d3));
+        ovl_plan_info_t in = plan_info(plan_keyed(st_key(&x, S_PLAN), &x.d));
+        ovl_plan_info_t in3 = plan_info(plan_keyed(st_key(&x, S_PLAN3), &x.d3));
         struct bench_stat st[S_NV];
         for (int v = 0; v < S_NV; v++)
             st[v] = bench_stat_of(&t[v * o->reps], o->reps);
-        printf("plan stencil: rows i, i+1, i+2 of a %d x %d matrix of doubles on rank 1 (%s), "
-               "%d rows summed; plan: the three reads into one halo buffer (combined: %d), "
-               "plan3: into three buffers; %d reps, gap %ld us, progress %s, %d hosts; medians "
-               "in us\n",
-               x.T + 2, x.N, bench_fmt_size(bytes, sz, sizeof sz), x.T, in.combined, o->reps,
-               o->gap_us, eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline", hosts);
+        if (fields)
+            printf("plan fields: x, y, z of %d rows of %d structures of 3 doubles on rank 1 "
+                   "(%s), summed per structure; plan: the three reads into one array of "
+                   "structures (interleaved: %d merged), plan3: into three arrays; ",
+                   x.T, x.N, bench_fmt_size(x.bytes, sz, sizeof sz), in.interleaved);
+        else
+            printf("plan stencil: rows i, i+1, i+2 of a %d x %d matrix of doubles on rank 1 "
+                   "(%s), %d rows summed; plan: the three reads into one halo buffer "
+                   "(combined: %d), plan3: into three buffers; ",
+                   x.T + 2, x.N, bench_fmt_size(x.bytes, sz, sizeof sz), x.T, in.combined);
+        printf("%d reps, gap %ld us, progress %s, %d hosts; medians in us\n", o->reps, o->gap_us,
+               eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline", hosts);
         printf("%10s %10s %10s %10s %10s  %-16s %-16s %s\n", "base", "plan", "plan3", "plan/base",
-               "plan/plan3", "plan's choice", "plan3's", "bytes plan / plan3");
+               "plan/plan3", "plan's choice", "plan3's", "ops plan / plan3");
         printf("%10.1f %10.1f %10.1f %10.3f %10.3f  %-16s %-16s %" PRId64 " / %" PRId64 "\n",
                st[0].med * 1e6, st[1].med * 1e6, st[2].med * 1e6, st[1].med / st[0].med,
                st[1].med / st[2].med, fmt_choice(&in, c1, sizeof c1),
-               fmt_choice(&in3, c3, sizeof c3), in.bytes, in3.bytes);
+               fmt_choice(&in3, c3, sizeof c3), in.ops, in3.ops);
         if (o->explain)
-            BENCH_OVL(ovl_plan_explain(plan_keyed("ovl-bench-plan-stencil", &x.d), stdout));
+            BENCH_OVL(ovl_plan_explain(plan_keyed(st_key(&x, S_PLAN), &x.d), stdout));
         for (int v = 0; v < S_NV; v++)
-            csv_row(f, "stencil", "rows", sname[v], o->reps, &st[v],
+            csv_row(f, fields ? "fields" : "stencil", fields ? "aos" : "rows", sname[v], o->reps,
+                    &st[v],
                     v == S_PLAN    ? &in
                     : v == S_PLAN3 ? &in3
                                    : NULL,
@@ -1162,9 +1201,9 @@ static int bench_plan_stencil(const struct opt *o)
                     "");
     }
     {
-        ovl_plan_t p = plan_keyed("ovl-bench-plan-stencil", &x.d);
+        ovl_plan_t p = plan_keyed(st_key(&x, S_PLAN), &x.d);
         free_plan(&p);
-        p = plan_keyed("ovl-bench-plan-stencil3", &x.d3);
+        p = plan_keyed(st_key(&x, S_PLAN3), &x.d3);
         free_plan(&p);
     }
     bench_csv_close(f, o->csv);
@@ -1815,7 +1854,9 @@ int bench_plan(int argc, char **argv)
     else if (!strcmp(o.kernel, "halo3d"))
         rc = bench_plan_halo3d(&o);
     else if (!strcmp(o.kernel, "stencil"))
-        rc = bench_plan_stencil(&o);
+        rc = bench_plan_stencil(&o, 0);
+    else if (!strcmp(o.kernel, "fields"))
+        rc = bench_plan_stencil(&o, 1);
     else if (!strcmp(o.kernel, "transpose"))
         rc = bench_plan_transpose(&o);
     else if (!strcmp(o.kernel, "overhead"))

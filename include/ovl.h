@@ -1644,6 +1644,15 @@ typedef struct {
      *  later (0 < d < trips) reads only its first d iterations, the rest
      *  arriving with the other; ovl_plan_explain() names the pairs */
     int combined;
+    /** references merged into another (the paper's interleaved
+     *  references): k >= 2 reads (or writes) of one segment, rank, local
+     *  buffer and shape whose bases step by the same bytes on the target
+     *  and here (a[2i] and a[2i+1]; the fields of an array of structures),
+     *  whose union on the target is no less regular than one of them
+     *  (coalesces into no more dimensions), move as one reference: k - 1
+     *  counted here; ovl_plan_explain() names the groups (its reference
+     *  numbers are then the merged ones) */
+    int interleaved;
 } ovl_plan_info_t;
 
 /**

@@ -118,6 +118,12 @@ struct ref {
      * later into the same local bytes (the memory distance) */
     int64_t head;
     int with;
+    /* interleaved (interleave()): the program's references @src, and the
+     * @nsrc - 1 others of bitmask @members, each @gap bytes past the one
+     * before on the target, read (or written) as this one */
+    int src, nsrc;
+    unsigned members;
+    int64_t gap;
     int64_t rstep, lstep; /* bytes per outer iteration, each side */
     struct shape sh[2];   /* full strip, last strip */
 };
@@ -165,10 +171,11 @@ struct plan {
     struct plan *next;
     char *key;
     int state;
-    struct desc d;  /* the description (committed when state > ST_NEW), references combined */
-    struct desc u;  /* the program's description as committed (before combine()) */
-    struct desc re; /* a cached plan described again, compared at commit */
-    int combined;   /* references combine() reduced to their heads */
+    struct desc d;   /* the description (committed when state > ST_NEW), references combined */
+    struct desc u;   /* the program's description as committed (before combine()) */
+    struct desc re;  /* a cached plan described again, compared at commit */
+    int combined;    /* references combine() reduced to their heads */
+    int interleaved; /* references interleave() merged into others */
     int redesc;
     ovl_param_t param; /* the commit's (field_mask 0: none) */
     /* analysis */
@@ -424,7 +431,11 @@ static int add_ref(const char *fn, int write, ovl_plan_t plan, ovl_segment_t seg
     if ((dr < 0) != (dl < 0))
         return ovl__error(OVL_ERR_ARG, fn, "a depth-0 dimension on the %s side only",
                           dr < 0 ? "local" : "remote");
-    struct ref *r = &d->refs[d->nrefs++];
+    struct ref *r = &d->refs[d->nrefs];
+    r->src = d->nrefs++;
+    r->nsrc = 1;
+    r->members = 1u << r->src;
+    r->gap = 0;
     r->write = write;
     r->seg = seg;
     r->rank = rank;
@@ -1031,13 +1042,13 @@ static int analyse(const char *fn, struct plan *p)
             if (!b->write || b->seg != a->seg || b->rank != a->rank)
                 continue;
             if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
-                return ovl__error(rc, fn, "comparing write references %d and %d", i, j);
+                return ovl__error(rc, fn, "comparing write references %d and %d", b->src, a->src);
             if (res != OVL_LMAD_DISJOINT)
                 return ovl__error(OVL_ERR_ARG, fn,
                                   "write references %d and %d %s on rank %d: their order would "
                                   "be undefined",
-                                  i, j, res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap",
-                                  a->rank);
+                                  b->src, a->src,
+                                  res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap", a->rank);
         }
     }
     predict_all(p);
@@ -1219,6 +1230,116 @@ static void combine(struct plan *p)
     }
 }
 
+/* Dimensions of @l once coalesced (-1: invalid). */
+static int coalesced_dims(const ovl_lmad_t *l)
+{
+    ovl_lmad_t c;
+    return ovl_lmad_coalesce(l, &c) == OVL_SUCCESS ? c.ndims : -1;
+}
+
+/* @a with a fastest dimension of @k points @g bytes apart (*out); 0 when
+ * there is no room for one. */
+static int with_copies(const ovl_lmad_t *a, int64_t g, int64_t k, ovl_lmad_t *out)
+{
+    if (a->ndims >= OVL_LMAD_MAX_DIMS)
+        return 0;
+    *out = *a;
+    memmove(&out->dim[1], &a->dim[0], (size_t)a->ndims * sizeof a->dim[0]);
+    out->dim[0] = (ovl_lmad_dim_t){ .stride = g, .count = k, .depth = -1 };
+    out->ndims++;
+    return 1;
+}
+
+/* Whether reference @b can be read (or written) with @a as an interleaved
+ * copy: same kind, segment, rank, local buffer, strides and shape. */
+static int interleaves(const struct ref *a, const struct ref *b)
+{
+    return b->write == a->write && !b->invariant && b->seg == a->seg && b->rank == a->rank &&
+           b->base == a->base && b->rstep == a->rstep && b->lstep == a->lstep &&
+           same_but_base(&a->rem, &b->rem) && same_but_base(&a->loc, &b->loc);
+}
+
+/* The paper's interleaved references: k >= 2 references of one kind,
+ * segment, rank, local buffer and shape whose bases step by g bytes on the
+ * target and by gl here (a[2i] and a[2i+1]; the x, y and z of an array of
+ * structures) become one, the lowest with a fastest dimension of k points
+ * (g apart remote, gl local, so the points pair as before), when their
+ * union on the target coalesces into no more dimensions than one of them
+ * alone: one operation where there were k, and runs that merge. Runs after
+ * combine(), whose references to a merged one (with) follow it. */
+static void interleave(struct plan *p)
+{
+    struct desc *d = &p->d;
+    int n = d->nrefs, order[OVL_PLAN_MAX_REFS], gone[OVL_PLAN_MAX_REFS] = { 0 };
+    int into[OVL_PLAN_MAX_REFS];
+    for (int i = 0; i < n; i++) { /* by remote base, lowest first */
+        int j = i;
+        for (; j > 0 && d->refs[order[j - 1]].rem.base > d->refs[i].rem.base; j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+        into[i] = i;
+    }
+    int merged = 0;
+    for (int oi = 0; oi < n; oi++) {
+        struct ref *a = &d->refs[order[oi]];
+        if (gone[order[oi]] || a->invariant)
+            continue;
+        int b = -1; /* the nearest above a */
+        for (int oj = oi + 1; oj < n && b < 0; oj++)
+            if (!gone[order[oj]] && d->refs[order[oj]].rem.base > a->rem.base &&
+                interleaves(a, &d->refs[order[oj]]))
+                b = order[oj];
+        if (b < 0)
+            continue;
+        const int64_t g = d->refs[b].rem.base - a->rem.base, gl = d->refs[b].loc.base - a->loc.base;
+        if (gl == 0)
+            continue;
+        int mem[OVL_PLAN_MAX_REFS], k = 1;
+        mem[0] = order[oi];
+        for (int found = 1; found && k < n;) { /* the progression a, b, ... */
+            found = 0;
+            for (int j = 0; j < n && !found; j++) {
+                const struct ref *c = &d->refs[j];
+                if (!gone[j] && c->rem.base - a->rem.base == k * g &&
+                    c->loc.base - a->loc.base == k * gl && interleaves(a, c)) {
+                    mem[k++] = j;
+                    found = 1;
+                }
+            }
+        }
+        ovl_lmad_t rem, loc;
+        if (!with_copies(&a->rem, g, k, &rem) || !with_copies(&a->loc, gl, k, &loc))
+            continue;
+        const int alone = coalesced_dims(&a->rem), both = coalesced_dims(&rem);
+        if (alone < 0 || both < 0 || both > alone || coalesced_dims(&loc) < 0)
+            continue;
+        a->rem = rem;
+        a->loc = loc;
+        a->gap = g;
+        for (int m = 1; m < k; m++) {
+            gone[mem[m]] = 1;
+            into[mem[m]] = mem[0];
+            a->members |= d->refs[mem[m]].members;
+        }
+        a->nsrc = k;
+        merged += k - 1;
+    }
+    if (!merged)
+        return;
+    int to[OVL_PLAN_MAX_REFS], m = 0; /* compact: the analysed references */
+    for (int i = 0; i < n; i++) {
+        to[i] = gone[i] ? -1 : m;
+        if (!gone[i])
+            d->refs[m++] = d->refs[i];
+    }
+    d->nrefs = m;
+    for (int i = 0; i < m; i++)
+        if (d->refs[i].head)
+            d->refs[i].with = to[into[d->refs[i].with]];
+    p->interleaved = merged;
+    p->nrmemo = p->rmemo_next = 0;
+}
+
 /* References whose target is on this node (ovl__model_direct():
  * OVL_RMA_LOCAL=direct, the rule of a local ovl_get) move whole, as
  * loop-invariant ones do: a read with the first strip, a write with the
@@ -1253,6 +1374,8 @@ static int commit_new(const char *fn, struct plan *p, const ovl_param_t *pm)
     p->param = *pm;
     desc_copy(&p->u, &p->d);
     combine(p);
+    p->interleaved = 0;
+    interleave(p);
     local_whole(p);
     int rc = analyse(fn, p);
     if (rc) {
@@ -1295,10 +1418,16 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
                               "another key, or ovl_plan_free it first)",
                               p->key ? p->key : "", what);
         }
-        int same_buffers = 1; /* a combined reference still shares its partner's buffer */
-        for (int j = 0; p->redesc && j < p->d.nrefs; j++)
-            same_buffers &=
-                !p->d.refs[j].head || p->re.refs[j].base == p->re.refs[p->d.refs[j].with].base;
+        /* a combined reference still shares its partner's buffer, an
+         * interleaved one its group's */
+        int same_buffers = 1;
+        for (int j = 0; p->redesc && j < p->d.nrefs; j++) {
+            const struct ref *r = &p->d.refs[j];
+            char *b = p->re.refs[r->src].base;
+            same_buffers &= !r->head || b == p->re.refs[p->d.refs[r->with].src].base;
+            for (int i = 0; i < p->re.nrefs; i++)
+                same_buffers &= !(r->members >> i & 1) || p->re.refs[i].base == b;
+        }
         if (p->redesc && !same_buffers) { /* analysed again for the new buffers */
             shapes_free(p);
             slots_free(p);
@@ -1307,9 +1436,12 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
             p->state = ST_NEW;
             return commit_new(fn, p, &pm);
         }
-        if (p->redesc)
+        if (p->redesc) {
+            for (int j = 0; j < p->u.nrefs; j++)
+                p->u.refs[j].base = p->re.refs[j].base;
             for (int j = 0; j < p->d.nrefs; j++)
-                p->d.refs[j].base = p->u.refs[j].base = p->re.refs[j].base;
+                p->d.refs[j].base = p->re.refs[p->d.refs[j].src].base;
+        }
         p->redesc = 0;
         return OVL_SUCCESS;
     }
@@ -2277,6 +2409,7 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
     }
     info->reranks = p->reranks;
     info->combined = p->combined;
+    info->interleaved = p->interleaved;
     info->compute_us = p->strip_measured ? p->c_us : -1;
     info->replans = p->replans;
     info->flows = p->flows;
@@ -2303,9 +2436,17 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
             rr = (ovl_lmad_runs_t){ 0 };
         fprintf(out,
                 "  ref %d: %s rank %d, %" PRId64 " bytes in %" PRId64 " runs of %" PRId64
-                ", bounding box [%" PRId64 ", %" PRId64 ")%s",
+                ", bounding box [%" PRId64 ", %" PRId64 ")",
                 j, r->write ? "write to" : "read from", r->rank, rr.n * rr.size, rr.n, rr.size,
-                rr.lo, rr.lo + rr.extent,
+                rr.lo, rr.lo + rr.extent);
+        if (r->nsrc > 1) {
+            fprintf(out, ", the program's refs");
+            for (int i = 0, c = 0; i < OVL_PLAN_MAX_REFS; i++)
+                if (r->members >> i & 1)
+                    fprintf(out, "%s%d", c++ ? ", " : " ", i);
+            fprintf(out, " interleaved (%" PRId64 " bytes apart on the target) as one", r->gap);
+        }
+        fprintf(out, "%s",
                 r->local       ? (r->write ? ", on this node: written whole with the last strip"
                                            : ", on this node: read whole with the first strip")
                 : r->invariant ? (r->write ? ", loop-invariant (written with the last strip)"

@@ -1135,6 +1135,240 @@ static void combined(ovl_segment_t seg)
     free(shared);
 }
 
+/* Interleaved references: the x, y and z of an array of structures
+ * (rows of M structs of 3 doubles, padded), read from the next rank as
+ * three references into one local buffer, merge into one (info.interleaved
+ * 2), into an array of structures here (the union coalesces on both sides)
+ * and into a structure of arrays (remote only); every protocol and strip
+ * size moves each strip's bytes of every field before it is handed out.
+ * Fields 0 and 2 alone do not merge (their union is no more regular), nor
+ * fields in separate buffers. Then the three written into the previous
+ * rank's write region as one, every other byte of the region unchanged. */
+#define AOS_OFF 300032
+static void interleaved(ovl_segment_t seg, uint8_t *base)
+{
+    const int next = (th_rank + 1) % th_size, prev = (th_rank + th_size - 1) % th_size;
+    enum { T = 12, M = 20, E = 8, ROW = 3 * E * M + 48 };
+    const size_t local_bytes = (size_t)T * ROW + 64; /* slack, never written */
+    uint8_t *local = malloc(local_bytes);
+    CHECK(local != NULL);
+    for (int soa = 0; soa < 2; soa++) {
+        ref_t r[3];
+        for (int f = 0; f < 3; f++) {
+            ovl_lmad_t rem = { .base = AOS_OFF + f * E,
+                               .elem = E,
+                               .ndims = 2,
+                               .dim = { { 3 * E, M, 1 }, { ROW, T, 0 } } };
+            ovl_lmad_t loc = rem;
+            loc.base = f * E;
+            if (soa) /* field f's T x M doubles, dense */
+                loc = (ovl_lmad_t){ .base = (int64_t)f * T * M * E,
+                                    .elem = E,
+                                    .ndims = 2,
+                                    .dim = { { E, M, 1 }, { M * E, T, 0 } } };
+            ref_make(&r[f], next, &rem, &loc, 8);
+            free(r[f].buf);
+            r[f].buf = local;
+            r[f].buf_bytes = local_bytes;
+        }
+        const int64_t strips[] = { 3, 5, 0 };
+        for (int q = 0; q < OVL_PLAN_PROTOCOLS; q++)
+            for (size_t t = 0; t < sizeof strips / sizeof *strips; t++) {
+                char what[96];
+                snprintf(what, sizeof what, "interleaved %s, %s, strip %" PRId64,
+                         soa ? "into SoA" : "into AoS", pname[q], strips[t]);
+                ovl_plan_t p = OVL_PLAN_NULL;
+                CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+                describe(p, seg, r, 3, (const int64_t[]){ T, M }, 2);
+                ovl_param_t pm = { .field_mask = q ? OVL_PARAM_FIELD_PROTOCOL : 0,
+                                   .protocol = (ovl_plan_protocol_t)q };
+                if (strips[t]) {
+                    pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                    pm.strip = strips[t];
+                }
+                CHECK_OK(ovl_plan_commit(p, &pm));
+                ovl_plan_info_t in;
+                CHECK_OK(ovl_plan_query(p, &in));
+                CHECKF(in.interleaved == 2 && in.bytes == (int64_t)T * M * 3 * E,
+                       "%s: interleaved %d, %" PRId64 " bytes", what, in.interleaved, in.bytes);
+                CHECKF(q != OVL_PLAN_DATATYPE || in.ops == in.nstrips,
+                       "%s: %" PRId64 " operations in %" PRId64 " strips", what, in.ops,
+                       in.nstrips);
+                memset(local, SENTINEL, local_bytes);
+                CHECK_OK(ovl_plan_begin(p));
+                int64_t i0, n, at = 0;
+                for (;;) {
+                    CHECK_OK(ovl_plan_next(p, &i0, &n));
+                    if (n == 0)
+                        break;
+                    CHECKF(i0 == at, "%s: strip at %" PRId64, what, i0);
+                    for (int f = 0; f < 3; f++)
+                        verify(&r[f], i0, i0 + n, 0, what);
+                    at += n;
+                }
+                CHECK_OK(ovl_plan_end(p));
+                CHECK(at == T);
+                for (size_t i = (size_t)T * ROW; i < local_bytes; i++)
+                    if (local[i] != SENTINEL)
+                        CHECKF(0, "%s: local byte %zu written", what, i);
+                if (q == 0 && t == 0) {
+                    char *text = NULL;
+                    size_t len = 0;
+                    FILE *f = open_memstream(&text, &len);
+                    CHECK_OK(ovl_plan_explain(p, f));
+                    fclose(f);
+                    CHECKF(strstr(text, "the program's refs 0, 1, 2 interleaved (8 bytes apart on "
+                                        "the target) as one") &&
+                               strstr(text, "1 reference\n"),
+                           "%s", text);
+                    free(text);
+                }
+                CHECK_OK(ovl_plan_free(&p));
+            }
+        /* a cached plan described again: the group in another buffer
+         * (moved there as one), then split across buffers (analysed again,
+         * not merged) */
+        if (!soa) {
+            uint8_t *other = malloc(local_bytes);
+            CHECK(other != NULL);
+            for (int c = 0; c < 3; c++) {
+                ovl_plan_t p = OVL_PLAN_NULL;
+                int found = -1;
+                CHECK_OK(ovl_plan_create("test_plan interleaved", &p, &found));
+                CHECK(found == (c > 0));
+                CHECK_OK(ovl_plan_loop(p, 0, T));
+                CHECK_OK(ovl_plan_loop(p, 1, M));
+                for (int f = 0; f < 3; f++)
+                    CHECK_OK(ovl_plan_read(p, seg, next, &r[f].rem,
+                                           c == 1 || (c == 2 && f == 1) ? other : local,
+                                           &r[f].loc));
+                CHECK_OK(ovl_plan_commit(p, NULL));
+                ovl_plan_info_t in;
+                CHECK_OK(ovl_plan_query(p, &in));
+                CHECKF(in.interleaved == (c < 2 ? 2 : 0) && in.analyses == (c < 2 ? 1 : 2),
+                       "cached, case %d: interleaved %d, analyses %lu", c, in.interleaved,
+                       in.analyses);
+                memset(local, SENTINEL, local_bytes);
+                memset(other, SENTINEL, local_bytes);
+                CHECK_OK(ovl_plan_begin(p));
+                int64_t i0, n;
+                do
+                    CHECK_OK(ovl_plan_next(p, &i0, &n));
+                while (n > 0);
+                CHECK_OK(ovl_plan_end(p));
+                for (int f = 0; f < 3; f++) {
+                    r[f].buf = c == 1 || (c == 2 && f == 1) ? other : local;
+                    verify(&r[f], 0, T, 0, "interleaved, cached");
+                    r[f].buf = local;
+                }
+                if (c == 2)
+                    CHECK_OK(ovl_plan_free(&p));
+            }
+            free(other);
+        }
+        /* not merged: fields 0 and 2 alone; field 1 in another buffer */
+        for (int c = 0; c < 2; c++) {
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            CHECK_OK(ovl_plan_loop(p, 0, T));
+            CHECK_OK(ovl_plan_loop(p, 1, M));
+            uint8_t other[8];
+            for (int f = 0; f < 3; f++)
+                if (!c && f != 1)
+                    CHECK_OK(ovl_plan_read(p, seg, next, &r[f].rem, local, &r[f].loc));
+                else if (c)
+                    CHECK_OK(
+                        ovl_plan_read(p, seg, next, &r[f].rem, f == 1 ? other : local, &r[f].loc));
+            CHECK_OK(ovl_plan_commit(p, NULL));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECKF(in.interleaved == 0, "interleaved, case %d: %d merged", c, in.interleaved);
+            CHECK_OK(ovl_plan_free(&p));
+        }
+        for (int f = 0; f < 3; f++) {
+            r[f].buf = NULL;
+            ref_free(&r[f]);
+        }
+    }
+    /* writes: the three fields into the next rank's region (the previous
+     * rank fills ours) */
+    const size_t region = 64 * 96 * 8;
+    ref_t w[3];
+    for (int f = 0; f < 3; f++) {
+        ovl_lmad_t rem = {
+            .base = WOFF + f * E, .elem = E, .ndims = 2, .dim = { { 3 * E, M, 1 }, { ROW, T, 0 } }
+        };
+        ovl_lmad_t loc = rem;
+        loc.base = f * E;
+        ref_make(&w[f], next, &rem, &loc, 8);
+        free(w[f].buf);
+        w[f].buf = local;
+        w[f].buf_bytes = local_bytes;
+    }
+    const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS,
+                                           OVL_PLAN_PACK };
+    for (size_t q = 0; q < sizeof protos / sizeof *protos; q++) {
+        char what[96];
+        snprintf(what, sizeof what, "interleaved writes, %s", pname[protos[q]]);
+        for (size_t i = 0; i < region; i++)
+            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+        CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(ovl_plan_loop(p, 0, T));
+        CHECK_OK(ovl_plan_loop(p, 1, M));
+        for (int f = 0; f < 3; f++)
+            CHECK_OK(ovl_plan_write(p, seg, next, &w[f].rem, local, &w[f].loc));
+        ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP,
+                           .protocol = protos[q],
+                           .strip = 5 };
+        CHECK_OK(ovl_plan_commit(p, &pm));
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(p, &in));
+        CHECKF(in.interleaved == 2, "%s: interleaved %d", what, in.interleaved);
+        memset(local, SENTINEL, local_bytes);
+        CHECK_OK(ovl_plan_begin(p));
+        int64_t i0, n;
+        while (1) {
+            CHECK_OK(ovl_plan_next(p, &i0, &n));
+            if (n == 0)
+                break;
+            for (int f = 0; f < 3; f++) /* the strip's results */
+                for (int64_t i = 0; i < w[f].lb.n; i++)
+                    if (w[f].lb.it[i] >= i0 && w[f].lb.it[i] < i0 + n)
+                        local[w[f].lb.off[i]] = wpat(th_rank, w[f].lb.off[i], (int)q);
+        }
+        CHECK_OK(ovl_plan_end(p));
+        CHECK_OK(ovl_plan_free(&p));
+        CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+        uint8_t *written = calloc(region, 1);
+        CHECK(written != NULL);
+        for (int f = 0; f < 3; f++)
+            for (int64_t i = 0; i < w[f].rb.n; i++) {
+                written[w[f].rb.off[i] - WOFF] = 1;
+                uint8_t got = base[w[f].rb.off[i]], want = wpat(prev, w[f].lb.off[i], (int)q);
+                if (got != want)
+                    CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
+                           w[f].rb.off[i], prev, got, want);
+            }
+        for (size_t i = 0; i < region; i++)
+            if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+                CHECKF(0, "%s: byte %zu of the region, written by no reference, changed", what,
+                       WOFF + i);
+        free(written);
+        th_pass();
+        CHECK_OK(ovl_barrier()); /* checked before the next reset */
+    }
+    for (size_t i = 0; i < region; i++) /* as the other tests found it */
+        base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+    for (int f = 0; f < 3; f++) {
+        w[f].buf = NULL;
+        ref_free(&w[f]);
+    }
+    free(local);
+    CHECK_OK(ovl_barrier());
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_plan", NULL);
@@ -1150,6 +1384,7 @@ int main(int argc, char **argv)
     random_plans(seg, base);
     cache(seg);
     combined(seg);
+    interleaved(seg, base);
     strided(seg, base);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
