@@ -136,6 +136,11 @@ static const char HELP[] =
     "                    structures per row (default 128)\n"
     "  --ld LD           gemm-panel, reduce: A's row length (default 256)\n"
     "  --c0 C            gemm-panel, reduce: block's first column (default (LD-K)/2)\n"
+    "  --planes P        gemm-panel: describe the block's rows as P planes of ROWS/P\n"
+    "                    rows (a nest of 3, its outer loop P), committed with\n"
+    "                    OVL_PARAM_FIELD_LEVEL 1 (strips may be cut from the rows of a\n"
+    "                    plane); plan0, the same nest without it (strips of whole\n"
+    "                    planes), is timed beside it (default 1: the nest of 2)\n"
     "  --sweep-reps N    gemm-panel: runs per configuration of the oracle's sweep\n"
     "                    (default 3)\n"
     "  --n N             halo3d: array edge (default 64); transpose: matrix order, a\n"
@@ -162,7 +167,7 @@ struct opt {
     size_t max_bytes;
     long *run, *runs;
     int nrun, nruns;
-    int rows, k, ld, c0, n;
+    int rows, k, ld, c0, n, planes;
     int explain; /* --explain */
 };
 
@@ -298,6 +303,7 @@ struct pref {
 };
 struct pdesc {
     ovl_segment_t seg;
+    int level; /* committed with OVL_PARAM_FIELD_LEVEL when > 0 */
     int ndepth;
     int64_t trips[OVL_PLAN_MAX_DEPTH];
     int nrefs;
@@ -333,7 +339,7 @@ static ovl_plan_t plan_new(const struct pdesc *d, ovl_plan_protocol_t proto, int
     ovl_plan_t p = OVL_PLAN_NULL;
     BENCH_OVL(ovl_plan_create(NULL, &p, NULL));
     describe(p, d);
-    ovl_param_t pm = { .field_mask = 0 };
+    ovl_param_t pm = { .field_mask = d->level > 0 ? OVL_PARAM_FIELD_LEVEL : 0, .level = d->level };
     if (proto != OVL_PLAN_AUTO) {
         pm.field_mask |= OVL_PARAM_FIELD_PROTOCOL;
         pm.protocol = proto;
@@ -364,7 +370,8 @@ static ovl_plan_t plan_keyed(const char *key, const struct pdesc *d)
     BENCH_OVL(ovl_plan_create(key, &p, &found));
     if (!found) {
         describe(p, d);
-        BENCH_OVL(ovl_plan_commit(p, NULL));
+        const ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_LEVEL, .level = d->level };
+        BENCH_OVL(ovl_plan_commit(p, d->level > 0 ? &pm : NULL));
     }
     return p;
 }
@@ -653,16 +660,17 @@ static int bench_plan_map(const struct opt *o)
 
 /* ---- gemm-panel and reduce ---------------------------------------------------------------- */
 
-enum { G_BASE, G_HAND, G_PLAN, G_ORACLE, G_XFER, G_NV };
-static const char *const gname[G_NV] = { "base", "hand", "plan", "oracle", "xfer" };
+enum { G_BASE, G_HAND, G_PLAN, G_ORACLE, G_XFER, G_PLAN0, G_NV };
+static const char *const gname[G_NV] = { "base", "hand", "plan", "oracle", "xfer", "plan0" };
 
 struct panel {
     int reduce; /* 0: gemm-panel, 1: reduce */
     int R, K, LD, c0, M;
     struct mem m;
-    MPI_Datatype vec; /* the block on the target: R blocks of K doubles, stride LD */
-    struct pdesc d;
+    MPI_Datatype vec;   /* the block on the target: R blocks of K doubles, stride LD */
+    struct pdesc d, d0; /* d0: --planes, strips of whole planes (no level) */
     const char *key;
+    int planes;
     double *a, *aref;     /* R x K: the block as read, as it should be */
     double *b, *c, *cref; /* gemm: K x M, R x M */
     double *x, *y, *yref; /* reduce: K, R */
@@ -712,6 +720,14 @@ static void panel_strip(void *ctx, int64_t i0, int64_t n)
         gemm_rows(g->a, g->b, g->c, g->K, g->M, i0, n);
 }
 
+/* plan0's strips count planes (no level: depth-0 iterations). */
+static void panel_strip_planes(void *ctx, int64_t p0, int64_t n)
+{
+    struct panel *g = ctx;
+    const int64_t rp = g->R / g->planes;
+    panel_strip(g, p0 * rp, n * rp);
+}
+
 static void panel_prepare(struct panel *g)
 {
     if (!g->reduce && g->c)
@@ -759,6 +775,9 @@ static double panel_run(void *ctx, int v)
         break;
     case G_PLAN:
         plan_exec(plan_keyed(g->key, &g->d), panel_strip, g);
+        break;
+    case G_PLAN0:
+        plan_exec(plan_keyed("ovl-bench-plan-gemm-panel-planes0", &g->d0), panel_strip_planes, g);
         break;
     default:
         plan_exec(g->oracle, panel_strip, g);
@@ -841,7 +860,10 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                        .LD = o->ld,
                        .c0 = o->c0 >= 0 ? o->c0 : (o->ld - o->k) / 2,
                        .key = reduce ? "ovl-bench-plan-reduce" : "ovl-bench-plan-gemm-panel",
+                       .planes = reduce ? 1 : o->planes,
                        .vec = MPI_DATATYPE_NULL };
+    if (g.R % g.planes)
+        bench_usage_error(CMD, "--planes %d does not divide --rows %d", g.planes, g.R);
     if (g.K > g.LD)
         bench_usage_error(CMD, "--k %d is larger than --ld %d", g.K, g.LD);
     if (g.c0 + g.K > g.LD)
@@ -870,6 +892,19 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                        .rem = lmad2((int64_t)g.c0 * 8, 8, 8, g.K, 1, (int64_t)g.LD * 8, g.R, 0),
                        .loc = lmad2(0, 8, 8, g.K, 1, (int64_t)g.K * 8, g.R, 0),
                        .buf = g.a };
+    if (g.planes > 1) { /* the same rows as planes x rows: a nest of 3, its outer loop short */
+        const int rp = g.R / g.planes;
+        g.d = (struct pdesc){
+            .seg = g.m.seg, .level = 1, .ndepth = 3, .trips = { g.planes, rp, g.K }, .nrefs = 1
+        };
+        ovl_lmad_t rem = lmad2((int64_t)g.c0 * 8, 8, 8, g.K, 2, (int64_t)g.LD * 8, rp, 1);
+        ovl_lmad_t loc = lmad2(0, 8, 8, g.K, 2, (int64_t)g.K * 8, rp, 1);
+        rem.dim[rem.ndims++] = (ovl_lmad_dim_t){ (int64_t)rp * g.LD * 8, g.planes, 0 };
+        loc.dim[loc.ndims++] = (ovl_lmad_dim_t){ (int64_t)rp * g.K * 8, g.planes, 0 };
+        g.d.ref[0] = (struct pref){ .rank = 1, .rem = rem, .loc = loc, .buf = g.a };
+        g.d0 = g.d;
+        g.d0.level = 0;
+    }
     char sz[32];
     FILE *f = bench_csv_open(CMD, o->csv);
     csv_header(f);
@@ -915,7 +950,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
         /* the oracle's sweep: S = R, R/2, ..., down to R/64 (at least 1) */
         int64_t S[16];
         int nS = 0;
-        for (int64_t s = g.R; s >= 1 && s >= g.R / 64 && nS < 16; s /= 2)
+        for (int64_t s = g.R / g.planes; s >= 1 && s >= g.R / 64 && nS < 16; s /= 2)
             if (!nS || s != S[nS - 1])
                 S[nS++] = s;
         const int nconf = (OVL_PLAN_PROTOCOLS - 1) * nS;
@@ -961,7 +996,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                 g.oracle = g.sweep[best];
             }
             /* the timed variants */
-            int on[G_NV] = { 1, 1, 1, 1, 0 };
+            int on[G_NV] = { 1, 1, 1, 1, 0, g.planes > 1 };
             warm_variants(G_NV, on, o->gap_us, 0, panel_run, &g, &g.check);
             time_variants(G_NV, on, o->reps, o->gap_us, 0, panel_run, &g, t);
             if (bench_rank == 0) {
@@ -977,6 +1012,18 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                        st[2].med * 1e6, st[3].med * 1e6, st[2].med / st[0].med,
                        st[2].med / st[1].med, po, fmt_choice(&pin, c1, sizeof c1),
                        fmt_choice(&oin, c2, sizeof c2), po <= 1.05 ? "ok" : "no");
+                if (g.planes > 1) {
+                    ovl_plan_info_t in0 =
+                        plan_info(plan_keyed("ovl-bench-plan-gemm-panel-planes0", &g.d0));
+                    struct bench_stat s0 = bench_stat_of(&t[G_PLAN0 * o->reps], o->reps);
+                    printf("  plan0 (the same nest, strips of whole planes only): %.1f us, "
+                           "%.3f x base; plan/plan0 %.3f; plan at depth %d, plan0 %s\n",
+                           s0.med * 1e6, s0.med / st[0].med, st[2].med / s0.med, pin.level,
+                           fmt_choice(&in0, c1, sizeof c1));
+                    snprintf(cas, sizeof cas, "ratio=%g", ratio);
+                    csv_row(f, "gemm-panel", cas, "plan0", o->reps, &s0, &in0,
+                            in0.predicted_us[in0.protocol], "");
+                }
                 printf("  %-41s", "sweep (median us; * = the oracle)");
                 for (int s = 0; s < nS; s++)
                     printf(" %8s", (snprintf(c1, sizeof c1, "S=%" PRId64, S[s]), c1));
@@ -1021,6 +1068,10 @@ static int bench_plan_panel(const struct opt *o, int reduce)
     if (bench_rank == 0) {
         ovl_plan_t p = plan_keyed(g.key, &g.d);
         free_plan(&p);
+        if (g.planes > 1) {
+            p = plan_keyed("ovl-bench-plan-gemm-panel-planes0", &g.d0);
+            free_plan(&p);
+        }
     }
     bench_csv_close(f, o->csv);
     free(t);
@@ -1776,6 +1827,7 @@ int bench_plan(int argc, char **argv)
                      .gap_us = 1000,
                      .max_bytes = (size_t)1 << 20,
                      .rows = 1024,
+                     .planes = 1,
                      .k = 128,
                      .ld = 256,
                      .c0 = -1 };
@@ -1816,6 +1868,8 @@ int bench_plan(int argc, char **argv)
             o.ld = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--c0"))
             o.c0 = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--planes"))
+            o.planes = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--n"))
             o.n = (int)bench_parse_long(CMD, a, bench_optarg(CMD, argc, argv, &i), 1, 1 << 20);
         else if (a[0] == '-')

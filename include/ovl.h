@@ -425,7 +425,8 @@ enum {
     OVL_PARAM_FIELD_PIGGYBACK = 1u << 4, /**< ovl_param_t::piggyback */
     OVL_PARAM_FIELD_PROTOCOL = 1u << 5,  /**< ovl_param_t::protocol */
     OVL_PARAM_FIELD_STRIP = 1u << 6,     /**< ovl_param_t::strip */
-    OVL_PARAM_FIELD_LOOKAHEAD = 1u << 7  /**< ovl_param_t::lookahead */
+    OVL_PARAM_FIELD_LOOKAHEAD = 1u << 7, /**< ovl_param_t::lookahead */
+    OVL_PARAM_FIELD_LEVEL = 1u << 8      /**< ovl_param_t::level */
 };
 
 /**
@@ -473,6 +474,11 @@ typedef struct {
     /** ovl_plan_commit(): strips in flight beyond the one the program works
      *  on, 0-64 (the model's choice) */
     unsigned lookahead;
+    /** ovl_plan_commit(): the deepest loop depth strips may be cut from
+     *  (0: the outermost only, the default); above 0, ovl_plan_next()
+     *  counts the iterations of depths 0 to @c level flattened (see
+     *  ovl_plan_commit()) */
+    int level;
 } ovl_param_t;
 
 /* ------------------------------------------------------------------------ */
@@ -1608,7 +1614,8 @@ typedef struct ovl_plan_s *ovl_plan_t;
 typedef struct {
     ovl_plan_protocol_t protocol; /**< chosen (or forced) */
     int forced;                   /**< 1: the protocol came from the commit's param */
-    int64_t strip;                /**< S: iterations of the outermost loop per strip */
+    int64_t strip;                /**< S: iterations per strip of the loop strips are cut
+                                       from (depth @c level; the outermost by default) */
     int64_t nstrips;              /**< strips of one execution */
     unsigned lookahead;           /**< strips in flight ahead of the current one */
     int64_t ops;                  /**< N: MPI operations of one execution */
@@ -1626,12 +1633,16 @@ typedef struct {
     /** times the plan changed protocol because its executions kept taking
      *  longer than predicted (ovl_plan_commit(): re-ranking) */
     unsigned reranks;
-    /** computation per iteration of the outermost loop measured in the first
+    /** computation per iteration of the loop strips are cut from (depth
+     *  @c level; the outermost by default) measured in the first
      *  whole execution (time between ovl_plan_next() handing a strip out and
      *  the next call), microseconds; < 0: not yet */
     double compute_us;
     /** times the strip size was chosen again from compute_us (0 or 1) */
     unsigned replans;
+    /** the depth strips are cut from (Init_Level = Sync_Level of the
+     *  paper's tuple; 0 unless the commit's param allows deeper) */
+    int level;
     /** load estimation: the flows taken to cross this node's link at once
      *  (ranks of the node x the plan's targets on other nodes; 0: none or no
      *  load table in the performance database) and the factor the
@@ -1805,11 +1816,33 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * the node's ranks x the plan's targets on other nodes share the link
  * (ovl_plan_query(): flows, load_factor). @p param (NULL: the model decides) takes
  * OVL_PARAM_FIELD_PROTOCOL (a protocol forced, OVL_PLAN_AUTO: the model's),
- * OVL_PARAM_FIELD_STRIP (iterations per strip, at least 1; more than the
- * trip count is one strip) and OVL_PARAM_FIELD_LOOKAHEAD (0-64).
+ * OVL_PARAM_FIELD_STRIP (iterations per strip of the loop strips are cut
+ * from, at least 1; more than its trip count is one strip per iteration of
+ * the loops above), OVL_PARAM_FIELD_LOOKAHEAD (0-64) and
+ * OVL_PARAM_FIELD_LEVEL.
+ *
+ * Strips at inner depths (OVL_PARAM_FIELD_LEVEL, the paper's Init_Level
+ * and Sync_Level): by default strips are cut from the outermost loop
+ * (depth 0), so a nest whose outer loop is short (4 planes of 256 rows)
+ * gets at most that many strips. With param->level L > 0 (a depth of the
+ * plan) the program counts iterations of depths 0..L flattened:
+ * ovl_plan_next()'s *first and *iters are positions in the order
+ * i0 * trips[1] * ... * trips[L] + ... + iL (at L = 1: i0 * trips[1] + i1),
+ * and the planner cuts strips from the shallowest depth l <= L whose loops
+ * 0..l run at least 64 iterations between them (else from L): a strip is
+ * then S iterations of depth l within one iteration of the depths above
+ * it (never spanning two), S x trips[l+1] x ... x trips[L] flattened
+ * iterations. Every reference that moves in strips must be driven by
+ * depths 0..l through its l + 1 slowest dimensions, depth d the d+1-th
+ * slowest, each with its loop's trip count, on both sides (what
+ * ovl_plan_read_subarray() and ovl_plan_read_strided() describe); else a
+ * shallower depth is taken (ovl_plan_explain() says why;
+ * ovl_plan_query(): level). A loop-invariant reference is still read
+ * with the first strip.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, no
  *         loop or reference, a description that differs from the cached
- *         plan's, a bad param, a forced protocol that cannot move these
+ *         plan's, a bad param (a level that is not a depth of the plan, or
+ *         whose iterations do not fit in int64_t), a forced protocol that cannot move these
  *         references: the detail says why, write references that overlap
  *         or may overlap on one target: ovl_lmad_overlap()), OVL_ERR_NOMEM,
  *         OVL_ERR_MPI
@@ -1828,8 +1861,10 @@ OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
  * Hand out the next strip: the strip the program was working on (if any)
  * is done with (its writes leave), the strip @p lookahead places further is issued, and the
  * call returns when the next strip's bytes are in place: iterations
- * [*first, *first + *iters) of the outermost loop. After the last strip
- * *iters is 0 (and stays 0 until ovl_plan_end()).
+ * [*first, *first + *iters) of the outermost loop (committed with
+ * OVL_PARAM_FIELD_LEVEL L > 0: of depths 0..L flattened, see
+ * ovl_plan_commit()). After the last strip *iters is 0 (and stays 0 until
+ * ovl_plan_end()).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, NULL
  *         pointer, not begun), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI (a
  *         transfer failed)

@@ -2,8 +2,9 @@
 /*
  * The loop-nest planner (front end): a loop nest's remote reads and writes
  * described once as LMADs (lmad.c), analysed at commit into a
- * communication plan, then executed strip by strip over the outermost
- * loop: the reads of the strips ahead of the one the program computes on
+ * communication plan, then executed strip by strip over one loop of the
+ * nest (the outermost unless the commit allows deeper, choose_level()):
+ * the reads of the strips ahead of the one the program computes on
  * in flight, the writes of a strip leaving once it is final (the next
  * ovl_plan_next, or ovl_plan_end, which completes them at their targets).
  * Write references that may overlap on one target are refused.
@@ -11,16 +12,18 @@
  * The plan tuple (the paper's, section "Loop-nest planner" of
  * docs/ARCHITECTURE.md): Type is the protocol (ovl_plan_protocol_t),
  * Comm_Args the references, N the MPI operations of one execution, S the
- * iterations of the outermost loop per strip, B_Issue the operations one
- * strip issues together, Init_Level and Sync_Level the depth where
- * transfers are issued and retired (0 here: strips are cut from the
- * outermost loop only), B_Sync the operations one ovl_plan_next retires.
+ * iterations per strip of the loop strips are cut from, B_Issue the
+ * operations one strip issues together, Init_Level and Sync_Level the
+ * depth of that loop (the level: transfers are issued and retired there),
+ * B_Sync the operations one ovl_plan_next retires.
  *
- * Each reference is cut per strip by replacing its depth-0 dimension's
- * base and count, on both sides: a strip of n iterations at i0 is the
- * strip of n iterations at 0 shifted by i0 strides (remote: the target
- * displacement; local: the origin address). So the analysis is made for
- * two strip shapes only, a full strip and the last, shorter one: their
+ * Each reference is cut per strip by replacing the count of its dimension
+ * of the level's depth (those of the depths above: one point), on both
+ * sides: a strip of n iterations at i is the strip of n iterations at 0
+ * shifted by i strides of that depth and by the strides of the depths
+ * above times their indices (remote: the target displacement; local: the
+ * origin address). So the analysis is made for two strip shapes only, a
+ * full strip and the last, shorter one of a row: their
  * runs paired remote to local (pieces), their bounding boxes, and their
  * derived datatypes, built with their lower bound at 0.
  *
@@ -125,7 +128,10 @@ struct ref {
     unsigned members;
     int64_t gap;
     int64_t rstep, lstep; /* bytes per outer iteration, each side */
-    struct shape sh[2];   /* full strip, last strip */
+    /* bytes per iteration of depth d <= the plan's level, each side
+     * (choose_level(); moving references only) */
+    int64_t rsd[OVL_PLAN_MAX_DEPTH], lsd[OVL_PLAN_MAX_DEPTH];
+    struct shape sh[2]; /* full strip, last strip */
 };
 
 struct desc {
@@ -188,6 +194,14 @@ struct plan {
     double slow; /* load factor: transfers' time beyond latency x this */
     int flows;   /* flows through this node the load factor assumes (0: none) */
     int direct;  /* every reference local (local_whole()): one strip */
+    /* strips are cut from depth @level (choose_level(); Init_Level and
+     * Sync_Level): @rows iterations of the depths above it, each cut into
+     * strips of S of its @lt; ovl_plan_next counts iterations of depths 0
+     * to the param's level flattened, @inner of them per iteration of
+     * depth @level */
+    int level;
+    int64_t rows, lt, inner;
+    const char *level_why; /* why not the param's level (NULL: it is, or none asked) */
     double pred[NPROTO];
     char pred_src[NPROTO]; /* 'm' the protocol map, 'f' the formulas, 'b' both */
     /* re-ranking: time spent in the plan's calls by recent executions, per
@@ -554,12 +568,54 @@ int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank, const ovl_lmad_
 
 /* ---- analysis -------------------------------------------------------------- */
 
-/* *@o = @l cut to @n iterations at iteration 0 (its depth-0 dimension, the last). */
-static void cut(ovl_lmad_t *o, const ovl_lmad_t *l, int invariant, int64_t n)
+/* *@o = @l cut to @n iterations at iteration 0 of the plan's level
+ * (its dimension of depth @level, the @level + 1-th slowest: choose_level()),
+ * one iteration of the depths above it. */
+static void cut(ovl_lmad_t *o, const ovl_lmad_t *l, int invariant, int64_t n, int level)
 {
     *o = *l; /* in place: a copy returned and copied again stalls on the count stored */
-    if (!invariant)
-        o->dim[o->ndims - 1].count = n;
+    if (invariant)
+        return;
+    for (int d = 0; d < level; d++)
+        o->dim[o->ndims - 1 - d].count = 1;
+    o->dim[o->ndims - 1 - level].count = n;
+}
+
+/* Strips of @S iterations in one row of the plan's level. */
+static int64_t per_row(const struct plan *p, int64_t S)
+{
+    return (p->lt + S - 1) / S;
+}
+
+/* Strip @k of the current S: its row (iteration of the depths above the
+ * level, flattened), first iteration and iterations at the level, and
+ * its shape (1: the last of its row, sh[1]). */
+static void strip_of(const struct plan *p, int64_t k, int64_t *row, int64_t *first, int64_t *iters,
+                     int *kind)
+{
+    const int64_t pr = per_row(p, p->S), j = k % pr;
+    *row = k / pr;
+    *first = j * p->S;
+    *iters = j == pr - 1 ? p->lt - *first : p->S;
+    *kind = j == pr - 1;
+}
+
+/* The remote and local byte shifts of reference @r's strip at @row,
+ * @first (0 for a loop-invariant one). */
+static void shifts(const struct plan *p, const struct ref *r, int64_t row, int64_t first,
+                   int64_t *rs, int64_t *ls)
+{
+    *rs = *ls = 0;
+    if (r->invariant)
+        return;
+    *rs = first * r->rsd[p->level];
+    *ls = first * r->lsd[p->level];
+    for (int d = p->level - 1; d >= 0; d--) {
+        const int64_t i = row % p->d.trips[d];
+        row /= p->d.trips[d];
+        *rs += i * r->rsd[d];
+        *ls += i * r->lsd[d];
+    }
 }
 
 /* The runs of reference @j's strips of @iters iterations (its cut LMADs
@@ -821,7 +877,8 @@ static int same_param(const ovl_param_t *a, const ovl_param_t *b)
     return a->field_mask == b->field_mask &&
            (!(a->field_mask & OVL_PARAM_FIELD_PROTOCOL) || a->protocol == b->protocol) &&
            (!(a->field_mask & OVL_PARAM_FIELD_STRIP) || a->strip == b->strip) &&
-           (!(a->field_mask & OVL_PARAM_FIELD_LOOKAHEAD) || a->lookahead == b->lookahead);
+           (!(a->field_mask & OVL_PARAM_FIELD_LOOKAHEAD) || a->lookahead == b->lookahead) &&
+           (!(a->field_mask & OVL_PARAM_FIELD_LEVEL) || a->level == b->level);
 }
 
 static int prepare(const char *fn, struct plan *p);
@@ -854,11 +911,11 @@ static int64_t est_pieces(const ovl_lmad_runs_t *r, const ovl_lmad_runs_t *l)
 static void shapes_build(struct plan *p)
 {
     struct desc *d = &p->d;
-    const int64_t T = d->trips[0];
+    const int64_t T = p->lt, pr = per_row(p, p->S);
     shapes_free(p);
-    p->nstrips = (T + p->S - 1) / p->S;
+    p->nstrips = p->rows * pr;
     set_lookahead(p);
-    const int64_t last = T - (p->nstrips - 1) * p->S; /* iterations of the last strip */
+    const int64_t last = T - (pr - 1) * p->S; /* iterations of a row's last strip */
     /* the two strip shapes of every reference */
     for (int j = 0; j < d->nrefs; j++) {
         struct ref *r = &d->refs[j];
@@ -866,8 +923,8 @@ static void shapes_build(struct plan *p)
             struct shape *s = &r->sh[k];
             s->iters = r->invariant ? T : k ? last : p->S;
             s->slow = p->slow;
-            cut(&s->r, &r->rem, r->invariant, s->iters);
-            cut(&s->l, &r->loc, r->invariant, s->iters);
+            cut(&s->r, &r->rem, r->invariant, s->iters, p->level);
+            cut(&s->l, &r->loc, r->invariant, s->iters, p->level);
             strip_runs(p, j, s->iters, &s->r, &s->l, &s->rr, &s->lr);
             s->npc = est_pieces(&s->rr, &s->lr);
         }
@@ -891,7 +948,7 @@ static void set_why(struct plan *p, int q, const char *why)
 static void predict_all(struct plan *p)
 {
     struct desc *d = &p->d;
-    const int64_t nfull = p->nstrips - 1;
+    const int64_t nfull = per_row(p, p->S) - 1; /* per row */
     for (int q = 1; q < NPROTO; q++) {
         double t = 0;
         const char *why = NULL;
@@ -903,7 +960,7 @@ static void predict_all(struct plan *p)
             if (a < 0 || b < 0)
                 t = -1;
             else
-                t += r->invariant ? a : (double)nfull * a + b;
+                t += r->invariant ? a : (double)p->rows * ((double)nfull * a + b);
             mapped += ma + mb;
             shapes += 2;
         }
@@ -941,7 +998,7 @@ static void predict_all(struct plan *p);
 #define STRIPS_MAX 64
 static int64_t choose_strip(struct plan *p, int proto, double c_us)
 {
-    const int64_t T = p->d.trips[0];
+    const int64_t T = p->lt;
     if (p->direct) /* MPI copies with this CPU: no wire time to hide, strips only cost */
         return T;
     const unsigned la = p->param.field_mask & OVL_PARAM_FIELD_LOOKAHEAD ? p->param.lookahead
@@ -950,7 +1007,7 @@ static int64_t choose_strip(struct plan *p, int proto, double c_us)
     int64_t cand[32];
     double t[32], least = -1;
     int nc = 0;
-    for (int64_t n = 1; n <= T && n <= STRIPS_MAX; n *= 2) {
+    for (int64_t n = 1; n <= T && (n == 1 || p->rows * n <= STRIPS_MAX); n *= 2) {
         cand[nc] = (T + n - 1) / n;
         t[nc] = pipeline_us(p, proto, cand[nc], c_us, la);
         if (t[nc] >= 0 && (least < 0 || t[nc] < least))
@@ -972,7 +1029,7 @@ static int64_t choose_strip(struct plan *p, int proto, double c_us)
  * flight overlap is the pipeline model's guess, and it decides S only. */
 static ovl_plan_protocol_t choose(struct plan *p, double c_us, int only, int64_t *S)
 {
-    const int64_t T = p->d.trips[0];
+    const int64_t T = p->lt;
     int best = OVL_PLAN_AUTO;
     for (int q = 1; q < NPROTO; q++)
         if ((!only || q == only) && p->pred[q] >= 0 &&
@@ -985,6 +1042,71 @@ static ovl_plan_protocol_t choose(struct plan *p, double c_us, int only, int64_t
     else
         *S = choose_strip(p, best, c_us);
     return (ovl_plan_protocol_t)best;
+}
+
+/* Whether every moving reference is driven by depths 0..@L through its
+ * @L + 1 slowest dimensions on both sides (depth d the d + 1-th slowest),
+ * with the loops' trip counts; their bytes per iteration of each depth are
+ * recorded (rsd, lsd). */
+static int level_fits(struct plan *p, int L)
+{
+    for (int j = 0; j < p->d.nrefs; j++) {
+        struct ref *r = &p->d.refs[j];
+        if (r->invariant)
+            continue;
+        for (int side = 0; side < 2; side++) {
+            const ovl_lmad_t *l = side ? &r->loc : &r->rem;
+            if (l->ndims < L + 1)
+                return 0;
+            for (int d = 0; d <= L; d++) {
+                const ovl_lmad_dim_t *m = &l->dim[l->ndims - 1 - d];
+                if (m->depth != d || m->count != p->d.trips[d])
+                    return 0;
+                (side ? r->lsd : r->rsd)[d] = m->stride;
+            }
+        }
+    }
+    return 1;
+}
+
+/* The depth strips are cut from (Init_Level = Sync_Level): 0 unless the
+ * commit's param allows deeper (OVL_PARAM_FIELD_LEVEL: the program counts
+ * iterations of depths 0 to that level flattened); then the shallowest
+ * depth L at or above it whose loops 0..L run at least STRIPS_MAX
+ * iterations between them (enough strips for a pipeline: deeper strips
+ * would only add operations), if every moving reference fits it
+ * (level_fits(), else the deepest shallower one that does). A plan of
+ * on-node references only stays at 0: it is one strip. */
+static void choose_level(struct plan *p)
+{
+    struct desc *d = &p->d;
+    const int want = p->param.field_mask & OVL_PARAM_FIELD_LEVEL ? p->param.level : 0;
+    int L = 0;
+    p->level_why = NULL;
+    if (want > 0 && p->direct) {
+        p->level_why = "every target on this node: one strip";
+    } else if (want > 0) {
+        for (int64_t it = d->trips[0]; L < want && it < STRIPS_MAX;)
+            it *= d->trips[++L]; /* it < 64 before: no overflow (the product fits, commit) */
+        for (; L > 0 && !level_fits(p, L); L--)
+            p->level_why = "a reference is not driven by every depth down to it "
+                           "through its slowest dimensions";
+    }
+    p->level = L;
+    p->rows = 1;
+    for (int i = 0; i < L; i++)
+        p->rows *= d->trips[i];
+    p->lt = d->trips[L];
+    p->inner = 1;
+    for (int i = L + 1; i <= want; i++)
+        p->inner *= d->trips[i];
+    for (int j = 0; j < d->nrefs; j++) {
+        d->refs[j].rsd[0] = d->refs[j].rstep;
+        d->refs[j].lsd[0] = d->refs[j].lstep;
+    }
+    if (L > 0)
+        (void)level_fits(p, L);
+    p->nrmemo = p->rmemo_next = 0; /* strips of other shapes */
 }
 
 /* Load estimation (the paper's section 6): every rank of this node is
@@ -1023,10 +1145,11 @@ static int analyse(const char *fn, struct plan *p)
 {
     struct desc *d = &p->d;
     const ovl_param_t *pm = &p->param;
-    const int64_t T = d->trips[0];
     int rc;
     p->left_out = 0; /* analysed again: every protocol gets another chance */
     load_factor(p);
+    choose_level(p);
+    const int64_t T = p->lt;
     /* first the protocols over the whole loop as one strip (or the strips
      * the commit asked for) */
     p->S = (pm->field_mask & OVL_PARAM_FIELD_STRIP) && pm->strip < T ? pm->strip : T;
@@ -1074,8 +1197,8 @@ static int analyse(const char *fn, struct plan *p)
      * the first execution measures it (replan()) */
     double c = -1;
     for (int q = 1; q < NPROTO; q++)
-        if (p->pred[q] >= 0 && (c < 0 || p->pred[q] / (double)T < c))
-            c = p->pred[q] / (double)T;
+        if (p->pred[q] >= 0 && (c < 0 || p->pred[q] / (double)(p->rows * T) < c))
+            c = p->pred[q] / (double)(p->rows * T);
     p->forced = (pm->field_mask & OVL_PARAM_FIELD_PROTOCOL) && pm->protocol != OVL_PLAN_AUTO;
     int64_t S = p->S;
     const int only = p->forced ? (int)pm->protocol : 0;
@@ -1125,7 +1248,7 @@ static int prepare(const char *fn, struct plan *p)
 static int build(const char *fn, struct plan *p, int make)
 {
     struct desc *d = &p->d;
-    const int64_t nfull = p->nstrips - 1;
+    const int64_t nfull = per_row(p, p->S) - 1; /* per row */
     int rc;
     p->ready = make;
     p->ops = p->bytes = p->max_ops[0] = p->max_ops[1] = 0;
@@ -1161,8 +1284,8 @@ static int build(const char *fn, struct plan *p, int make)
         }
         int64_t o0 = ops_of(p->proto, &r->sh[0]), o1 = ops_of(p->proto, &r->sh[1]);
         int64_t b0 = r->sh[0].rr.n * r->sh[0].rr.size, b1 = r->sh[1].rr.n * r->sh[1].rr.size;
-        p->ops += r->invariant ? o0 : nfull * o0 + o1;
-        p->bytes += r->invariant ? b0 : nfull * b0 + b1;
+        p->ops += r->invariant ? o0 : p->rows * (nfull * o0 + o1);
+        p->bytes += r->invariant ? b0 : p->rows * (nfull * b0 + b1);
     }
     for (int w = 0; w < 2; w++)
         p->max_ops[w] = mx[w][0] > mx[w][1] ? mx[w][0] : mx[w][1];
@@ -1395,7 +1518,7 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
     if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)) ||
         (rc = ovl__param_check(fn, param,
                                OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP |
-                                   OVL_PARAM_FIELD_LOOKAHEAD)))
+                                   OVL_PARAM_FIELD_LOOKAHEAD | OVL_PARAM_FIELD_LEVEL)))
         return rc;
     ovl_param_t pm = param ? *param : (ovl_param_t){ 0 };
     if ((pm.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (unsigned)pm.protocol >= NPROTO)
@@ -1447,6 +1570,18 @@ int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param)
     }
     if (p->d.ndepth == 0 || p->d.nrefs == 0)
         return ovl__error(OVL_ERR_ARG, fn, "plan has %s", p->d.ndepth ? "no reference" : "no loop");
+    if (pm.field_mask & OVL_PARAM_FIELD_LEVEL) {
+        if (pm.level < 0 || pm.level >= p->d.ndepth)
+            return ovl__error(OVL_ERR_ARG, fn, "param->level %d: the plan's depths are 0 to %d",
+                              pm.level, p->d.ndepth - 1);
+        int64_t it = 1;
+        for (int i = 0; i <= pm.level; i++)
+            if (__builtin_mul_overflow(it, p->d.trips[i], &it))
+                return ovl__error(OVL_ERR_ARG, fn,
+                                  "param->level %d: the iterations of depths 0 to %d do not fit "
+                                  "in int64_t",
+                                  pm.level, pm.level);
+    }
     return commit_new(fn, p, &pm);
 }
 
@@ -1658,8 +1793,9 @@ void ovl__plan_init(void)
  * an ovl code (ops not issued count as done). */
 static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int w)
 {
-    const int64_t i0 = k * p->S;
-    const int kind = k == p->nstrips - 1 ? 1 : 0;
+    int64_t row, i0, it;
+    int kind;
+    strip_of(p, k, &row, &i0, &it, &kind);
     int64_t n = 0, am = 0; /* engine ops, PACK writes' active messages */
     MPI_Win wins[OVL_PLAN_MAX_REFS];
     sl->strip = k;
@@ -1682,7 +1818,8 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
             continue;
         MPI_Win win = wins[j];
         const struct shape *sh = &r->sh[r->invariant ? 0 : kind];
-        const int64_t rs = r->invariant ? 0 : i0 * r->rstep, ls = r->invariant ? 0 : i0 * r->lstep;
+        int64_t rs, ls;
+        shifts(p, r, row, i0, &rs, &ls);
         const int64_t from = n;
         switch (p->proto) {
         case OVL_PLAN_DATATYPE:
@@ -1983,14 +2120,16 @@ static int flush_writes(const char *fn, struct plan *p)
 /* Copy a BBOX strip out of its staging. */
 static void copy_out(struct plan *p, struct slot *sl)
 {
-    const int64_t k = sl->strip, i0 = k * p->S;
-    const int kind = k == p->nstrips - 1 ? 1 : 0;
+    const int64_t k = sl->strip;
+    int64_t row, i0, it, rs, ls;
+    int kind;
+    strip_of(p, k, &row, &i0, &it, &kind);
     for (int j = 0; j < p->d.nrefs; j++) {
         struct ref *r = &p->d.refs[j];
         if (r->invariant && k > 0)
             continue;
         const struct shape *sh = &r->sh[r->invariant ? 0 : kind];
-        const int64_t ls = r->invariant ? 0 : i0 * r->lstep;
+        shifts(p, r, row, i0, &rs, &ls);
         for (int64_t i = 0; i < sh->npc; i++)
             memcpy(r->base + sh->pc[i].loff + ls, sl->stage[j] + (sh->pc[i].roff - sh->rr.lo),
                    (size_t)sh->pc[i].len);
@@ -2034,7 +2173,7 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
     if (p->cur + 1 >= p->nstrips) { /* past the last strip */
         ovl__dom_leave(prev);
         p->cur = p->nstrips;
-        *first = p->d.trips[0];
+        *first = p->rows * p->lt * p->inner;
         *iters = 0;
         return OVL_SUCCESS;
     }
@@ -2064,8 +2203,11 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
         return rc;
     if (p->proto == OVL_PLAN_BBOX)
         copy_out(p, sl);
-    *first = p->cur * p->S;
-    *iters = p->cur == p->nstrips - 1 ? p->d.trips[0] - *first : p->S;
+    int64_t row, i0, it;
+    int kind;
+    strip_of(p, p->cur, &row, &i0, &it, &kind);
+    *first = (row * p->lt + i0) * p->inner;
+    *iters = it * p->inner;
     return OVL_SUCCESS;
 }
 
@@ -2080,7 +2222,7 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
 static double pipeline_us(struct plan *p, int proto, int64_t S, double c_us, unsigned la)
 {
     const struct desc *d = &p->d;
-    const int64_t T = d->trips[0], ns = (T + S - 1) / S, last = T - (ns - 1) * S;
+    const int64_t T = p->lt, pr = per_row(p, S), ns = p->rows * pr, last = T - (pr - 1) * S;
     if (proto == OVL_PLAN_BBOX && p->writes)
         return -1;
     double w[2] = { 0, 0 }, first = 0; /* a full strip, the last; the invariant references */
@@ -2094,8 +2236,8 @@ static double pipeline_us(struct plan *p, int proto, int64_t S, double c_us, uns
             t.slow = p->slow;
             t.pc = NULL;
             t.rtype = t.ltype = MPI_DATATYPE_NULL;
-            cut(&t.r, &r->rem, r->invariant, t.iters);
-            cut(&t.l, &r->loc, r->invariant, t.iters);
+            cut(&t.r, &r->rem, r->invariant, t.iters, p->level);
+            cut(&t.l, &r->loc, r->invariant, t.iters, p->level);
             strip_runs(p, j, t.iters, &t.r, &t.l, &t.rr, &t.lr);
             t.npc = est_pieces(&t.rr, &t.lr);
             const char *why;
@@ -2117,12 +2259,13 @@ static double pipeline_us(struct plan *p, int proto, int64_t S, double c_us, uns
     double link = 0, done = 0, start[LOOKAHEAD_MAX + 2];
     for (int64_t k = 0; k < ns; k++) {
         double issued = k <= (int64_t)la ? 0 : start[(k - la - 1) % (LOOKAHEAD_MAX + 2)];
-        double x = (k == ns - 1 ? w[1] : w[0]) + (k == 0 ? first : 0);
+        const int rl = k % pr == pr - 1; /* a row's last strip */
+        double x = (rl ? w[1] : w[0]) + (k == 0 ? first : 0);
         double occ = x > lat ? x - lat : 0;
         link = (link > issued ? link : issued) + occ;
         double arrive = link + lat, st = arrive > done ? arrive : done;
         start[k % (LOOKAHEAD_MAX + 2)] = st;
-        done = st + h + c_us * (double)(k == ns - 1 ? last : S);
+        done = st + h + c_us * (double)(rl ? last : S);
     }
     return done;
 }
@@ -2319,7 +2462,7 @@ int ovl_plan_end(ovl_plan_t plan)
     p->in_ns += ovl__now_ns() - t0;
     if (rc == OVL_SUCCESS && whole && !p->strip_measured) {
         const unsigned before = p->replans;
-        replan(fn, p, (double)p->comp_ns / 1e3 / (double)p->d.trips[0]);
+        replan(fn, p, (double)p->comp_ns / 1e3 / (double)(p->rows * p->lt));
         if (p->replans != before)
             return rc; /* other strips: re-ranking counts from the next execution */
     }
@@ -2412,6 +2555,7 @@ int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info)
     info->interleaved = p->interleaved;
     info->compute_us = p->strip_measured ? p->c_us : -1;
     info->replans = p->replans;
+    info->level = p->level;
     info->flows = p->flows;
     info->load_factor = p->slow;
     return OVL_SUCCESS;
@@ -2461,13 +2605,20 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
     }
     fprintf(out,
             "  tuple: Type=%s Comm_Args=%d ref%s N=%" PRId64 " S=%" PRId64 " B_Issue=%" PRId64
-            " Init_Level=0 Sync_Level=0 B_Sync=%" PRId64 "\n",
+            " Init_Level=%d Sync_Level=%d B_Sync=%" PRId64 "\n",
             proto_name[p->proto], d->nrefs, d->nrefs > 1 ? "s" : "", p->ops, p->S,
-            p->max_ops[0] + p->max_ops[1], p->max_ops[0] + p->max_ops[1]);
-    fprintf(out,
-            "  strips: %" PRId64 " of %" PRId64 " iteration%s, %u ahead of the one computed on; "
-            "%" PRId64 " bytes per execution\n",
-            p->nstrips, p->S, p->S > 1 ? "s" : "", p->lookahead, p->bytes);
+            p->max_ops[0] + p->max_ops[1], p->level, p->level, p->max_ops[0] + p->max_ops[1]);
+    fprintf(out, "  strips: %" PRId64 " of %" PRId64 " iteration%s of depth %d", p->nstrips, p->S,
+            p->S > 1 ? "s" : "", p->level);
+    if (p->level > 0)
+        fprintf(out, " (%" PRId64 " per iteration of the depth%s above)", per_row(p, p->S),
+                p->level > 1 ? "s" : "");
+    fprintf(out, ", %u ahead of the one computed on; %" PRId64 " bytes per execution\n",
+            p->lookahead, p->bytes);
+    if (p->param.field_mask & OVL_PARAM_FIELD_LEVEL && p->param.level > p->level)
+        fprintf(out, "  level %d allowed, %d taken: %s\n", p->param.level, p->level,
+                p->level_why ? p->level_why
+                             : "the depths above it run enough iterations for the strips");
     if (p->direct && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
         fprintf(out, "  every target on this node (OVL_RMA_LOCAL=direct): MPI copies with this "
                      "CPU, nothing to overlap, one strip\n");

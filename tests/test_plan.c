@@ -427,6 +427,28 @@ static void writes(ovl_segment_t seg, uint8_t *base)
     ref_free(&wr);
 }
 
+/* Each remote byte's iteration of depths 0..@L flattened (i0 * trips[1]
+ * + i1 at L = 1), from the dimensions' depths: what ovl_plan_next counts
+ * under param->level L. */
+static void flatten(ref_t *r, const int64_t *trips, int L)
+{
+    const ovl_lmad_t *l = &r->rem;
+    int64_t k[OVL_LMAD_MAX_DIMS] = { 0 }, b = 0;
+    while (b < r->rb.n) {
+        int64_t f = 0;
+        for (int d = 0; d <= L; d++) {
+            f *= trips[d];
+            for (int i = 0; i < l->ndims; i++)
+                if (l->dim[i].depth == d)
+                    f += k[i];
+        }
+        for (int64_t e = 0; e < l->elem; e++)
+            r->rb.it[b++] = f;
+        for (int i = 0; i < l->ndims && ++k[i] == l->dim[i].count; i++)
+            k[i] = 0;
+    }
+}
+
 /* Random subarrays (1-3 dimensions, C or Fortran order, elements of 1-8
  * bytes) read from the next rank into padded local arrays and written
  * into its write region, under a random protocol, strip size and
@@ -467,7 +489,7 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
     th_rng_init(&g, 37, 2, 0); /* the same on every rank */
     const int64_t elems[] = { 1, 2, 3, 4, 8 };
     const size_t region = 64 * 96 * 8;
-    int writes_run = 0, per_proto[OVL_PLAN_PROTOCOLS] = { 0 };
+    int writes_run = 0, per_proto[OVL_PLAN_PROTOCOLS] = { 0 }, per_level[3] = { 0 };
     for (int round = 0; round < 40; round++) {
         const int mo = th_below(&g, 2) ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
         const int64_t elem = elems[th_below(&g, 5)];
@@ -483,14 +505,26 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
         const ovl_plan_protocol_t proto = (ovl_plan_protocol_t)th_below(&g, OVL_PLAN_PROTOCOLS);
         const int64_t strip = 1 + (int64_t)th_below(&g, (uint64_t)trips[0] + 1);
         const unsigned ahead = (unsigned)th_below(&g, 5);
+        const int level = (int)th_below(&g, (uint64_t)nd); /* strips allowed that deep */
         char what[160];
         snprintf(what, sizeof what,
-                 "random round %d: %dD %s, elem %" PRId64 ", %s, strip %" PRId64 ", lookahead %u%s",
+                 "random round %d: %dD %s, elem %" PRId64 ", %s, strip %" PRId64
+                 ", lookahead %u, level %d%s",
                  round, nd, mo == MPI_ORDER_C ? "C" : "Fortran", elem, pname[proto], strip, ahead,
-                 with_write ? ", with a write" : "");
+                 level, with_write ? ", with a write" : "");
         ref_t r, w;
         ref_make(&r, next, &rem, &loc, lb);
         ref_make(&w, next, &wrem, &wloc, wlb);
+        /* ovl_plan_next counts depths 0..level flattened: the read's bytes
+         * by their iterations; the write's (inner counts of its own, so
+         * strips stay whole rows) by their row's first */
+        flatten(&r, trips, level);
+        int64_t flat = 1, inner = 1;
+        for (int d = 0; d <= level; d++)
+            flat *= trips[d];
+        inner = flat / trips[0];
+        for (int64_t i = 0; i < w.lb.n; i++)
+            w.lb.it[i] *= inner;
         for (size_t i = 0; i < region; i++)
             base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
         CHECK_OK(ovl_barrier());
@@ -505,10 +539,11 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
         if (with_write)
             CHECK_OK(ovl_plan_write(p, seg, next, &wrem, w.buf, &wloc));
         const ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP |
-                                               OVL_PARAM_FIELD_LOOKAHEAD,
+                                               OVL_PARAM_FIELD_LOOKAHEAD | OVL_PARAM_FIELD_LEVEL,
                                  .protocol = proto,
                                  .strip = strip,
-                                 .lookahead = ahead };
+                                 .lookahead = ahead,
+                                 .level = level };
         if (with_write && proto == OVL_PLAN_BBOX) {
             EXPECT_ERR(ovl_plan_commit(p, &pm), OVL_ERR_ARG);
         } else {
@@ -533,8 +568,9 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
             CHECK_OK(ovl_plan_query(p, &in));
             per_proto[in.protocol]++;
             writes_run += with_write;
-            CHECKF(at == trips[0], "%s: %" PRId64 " iterations", what, at);
-            verify(&r, 0, trips[0], 1, what);
+            per_level[in.level]++;
+            CHECKF(at == flat, "%s: %" PRId64 " iterations", what, at);
+            verify(&r, 0, flat, 1, what);
         }
         CHECK_OK(ovl_plan_free(&p));
         CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
@@ -557,10 +593,12 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
         ref_free(&w);
     }
     if (th_rank == 0)
-        printf("random plans: %d with a write; datatype %d, runs %d, bbox %d, pack %d\n",
-               writes_run, per_proto[1], per_proto[2], per_proto[3], per_proto[4]);
+        printf("random plans: %d with a write; datatype %d, runs %d, bbox %d, pack %d; strips "
+               "at depth 0 %d, 1 %d, 2 %d\n",
+               writes_run, per_proto[1], per_proto[2], per_proto[3], per_proto[4], per_level[0],
+               per_level[1], per_level[2]);
     CHECK(writes_run > 0 && per_proto[1] > 0 && per_proto[2] > 0 && per_proto[3] > 0 &&
-          per_proto[4] > 0);
+          per_proto[4] > 0 && per_level[1] > 0);
 }
 
 /* ovl_plan_run's callback: checks each strip as it comes. */
@@ -1369,6 +1407,167 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
     CHECK_OK(ovl_barrier());
 }
 
+/* Strips cut from inner depths (OVL_PARAM_FIELD_LEVEL): a 2-deep nest of
+ * 3 x 40 and a 3-deep one of 2 x 3 x 20, each reference driven by every
+ * depth (plus one loop-invariant), strips cut from the deepest allowed
+ * depth (too few outer iterations for a pipeline), every protocol x
+ * strip size: strips never span two outer iterations, their flattened
+ * iterations are in place when handed out, every byte at the end. With
+ * 100 outer iterations the strips stay at depth 0 (whole rows, flattened
+ * counts); a reference whose depth-1 dimension is not its second slowest
+ * keeps them at depth 0 too, and explain says why. Bad levels refused. */
+static void levels(ovl_segment_t seg)
+{
+    const int next = (th_rank + 1) % th_size;
+    enum { LOFF = 400000 };
+    struct lcase {
+        int ndepth, level, want;
+        int64_t trips[3];
+    } cases[] = {
+        { 2, 1, 1, { 3, 40, 1 } },
+        { 3, 2, 2, { 2, 3, 20 } },
+        { 2, 0, 1, { 100, 4, 1 } },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const struct lcase *lc = &cases[c];
+        const int nd = lc->ndepth;
+        ref_t r[2];
+        /* moving: elem 24 at stride 32 along the deepest depth, rows apart */
+        ovl_lmad_t rem = { .base = LOFF, .elem = 24, .ndims = nd }, loc = rem;
+        loc.base = 0;
+        int64_t rs = 32, ls = 24;
+        for (int d = nd - 1, i = 0; d >= 0; d--, i++) {
+            rem.dim[i] = (ovl_lmad_dim_t){ rs, lc->trips[d], d };
+            loc.dim[i] = (ovl_lmad_dim_t){ ls, lc->trips[d], d };
+            rs = rs * lc->trips[d] + 40;
+            ls *= lc->trips[d];
+        }
+        ref_make(&r[0], next, &rem, &loc, (size_t)ls);
+        /* loop-invariant: 10 elements driven by the deepest depth only
+         * when it has 10 trips, else by none */
+        ovl_lmad_t irem = { .base = LOFF - 4096, .elem = 8, .ndims = 1, .dim = { { 16, 10, -1 } } };
+        ovl_lmad_t iloc = { .base = 0, .elem = 8, .ndims = 1, .dim = { { 8, 10, -1 } } };
+        ref_make(&r[1], next, &irem, &iloc, 80);
+        for (int k = 0; k < 2; k++)
+            flatten(&r[k], lc->trips, lc->want);
+        int64_t flat = 1;
+        for (int d = 0; d <= lc->want; d++)
+            flat *= lc->trips[d];
+        const int64_t unit = lc->level < lc->want ? lc->trips[1] : 1; /* flattened per strip step */
+        const int64_t strips[] = { 1, 7, 0 };
+        for (int q = 0; q < OVL_PLAN_PROTOCOLS; q++)
+            for (size_t t = 0; t < sizeof strips / sizeof *strips; t++) {
+                char what[128];
+                snprintf(what, sizeof what, "levels, case %zu, %s, strip %" PRId64, c, pname[q],
+                         strips[t]);
+                ovl_plan_t p = OVL_PLAN_NULL;
+                CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+                describe(p, seg, r, 2, lc->trips, nd);
+                ovl_param_t pm = { .field_mask =
+                                       OVL_PARAM_FIELD_LEVEL | (q ? OVL_PARAM_FIELD_PROTOCOL : 0),
+                                   .protocol = (ovl_plan_protocol_t)q,
+                                   .level = lc->want };
+                if (strips[t]) {
+                    pm.field_mask |= OVL_PARAM_FIELD_STRIP;
+                    pm.strip = strips[t];
+                }
+                CHECK_OK(ovl_plan_commit(p, &pm));
+                ovl_plan_info_t in;
+                CHECK_OK(ovl_plan_query(p, &in));
+                CHECKF(in.level == lc->level, "%s: level %d", what, in.level);
+                const int64_t along = lc->trips[lc->level], per = lc->level ? along : 1;
+                for (int round = 0; round < 2; round++) {
+                    for (int k = 0; k < 2; k++)
+                        memset(r[k].buf, SENTINEL, r[k].buf_bytes);
+                    CHECK_OK(ovl_plan_query(p, &in)); /* S may change after the first */
+                    CHECK_OK(ovl_plan_begin(p));
+                    int64_t i0, n, at = 0, seen = 0;
+                    for (;;) {
+                        CHECK_OK(ovl_plan_next(p, &i0, &n));
+                        if (n == 0)
+                            break;
+                        CHECKF(i0 == at && n > 0 && n % unit == 0,
+                               "%s: strip [%" PRId64 ", +%" PRId64 ") where %" PRId64 " was next",
+                               what, i0, n, at);
+                        if (lc->level > 0) /* within one iteration of the depths above */
+                            CHECKF(i0 / per == (i0 + n - 1) / per,
+                                   "%s: strip [%" PRId64 ", +%" PRId64 ") spans two rows", what, i0,
+                                   n);
+                        for (int k = 0; k < 2; k++)
+                            verify(&r[k], i0, i0 + n, 0, what);
+                        at += n;
+                        seen++;
+                    }
+                    CHECK_OK(ovl_plan_end(p));
+                    CHECKF(at == flat && seen == in.nstrips,
+                           "%s: %" PRId64 " iterations in %" PRId64 " strips, %" PRId64
+                           " expected in %" PRId64,
+                           what, at, seen, flat, in.nstrips);
+                    for (int k = 0; k < 2; k++)
+                        verify(&r[k], 0, flat, 1, what);
+                }
+                if (q == 0 && t == 0 && c == 0) {
+                    char *text = NULL;
+                    size_t len = 0;
+                    FILE *f = open_memstream(&text, &len);
+                    CHECK_OK(ovl_plan_explain(p, f));
+                    fclose(f);
+                    CHECKF(strstr(text, "Init_Level=1 Sync_Level=1") &&
+                               strstr(text, "iteration of depth 1 (40 per iteration of the depth "
+                                            "above)"),
+                           "%s", text);
+                    free(text);
+                }
+                CHECK_OK(ovl_plan_free(&p));
+            }
+        for (int k = 0; k < 2; k++)
+            ref_free(&r[k]);
+    }
+    /* a reference that does not fit: its depth-1 dimension is the fastest
+     * of three (a depth-less one between): depth 0, and why */
+    {
+        ovl_lmad_t rem = { .base = LOFF,
+                           .elem = 8,
+                           .ndims = 3,
+                           .dim = { { 8, 40, 1 }, { 400, 2, -1 }, { 1000, 3, 0 } } };
+        ovl_lmad_t loc = {
+            .base = 0, .elem = 8, .ndims = 3, .dim = { { 8, 40, 1 }, { 320, 2, -1 }, { 640, 3, 0 } }
+        };
+        ref_t r;
+        ref_make(&r, next, &rem, &loc, 3 * 640);
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        describe(p, seg, &r, 1, (const int64_t[]){ 3, 40 }, 2);
+        CHECK_OK(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_LEVEL, .level = 1 }));
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(p, &in));
+        CHECKF(in.level == 0, "unfit: level %d", in.level);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        CHECK_OK(ovl_plan_explain(p, f));
+        fclose(f);
+        CHECKF(strstr(text, "level 1 allowed, 0 taken: a reference is not driven"), "%s", text);
+        free(text);
+        flatten(&r, (const int64_t[]){ 3, 40 }, 1);
+        CHECKF(run(p, &r, 1, 120, "unfit level") >= 1, "unfit level: no strip");
+        CHECK_OK(ovl_plan_free(&p));
+        /* bad levels */
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        describe(p, seg, &r, 1, (const int64_t[]){ 3, 40 }, 2);
+        EXPECT_ERR(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_LEVEL, .level = 2 }),
+            OVL_ERR_ARG);
+        CHECK(strstr(ovl_error_detail(), "depths are 0 to 1") != NULL);
+        EXPECT_ERR(
+            ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_LEVEL, .level = -1 }),
+            OVL_ERR_ARG);
+        CHECK_OK(ovl_plan_free(&p));
+        ref_free(&r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_plan", NULL);
@@ -1385,6 +1584,7 @@ int main(int argc, char **argv)
     cache(seg);
     combined(seg);
     interleaved(seg, base);
+    levels(seg);
     strided(seg, base);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
