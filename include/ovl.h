@@ -397,7 +397,9 @@ typedef enum {
     OVL_PLAN_AUTO = 0,     /**< the protocol of least predicted time (default) */
     OVL_PLAN_DATATYPE = 1, /**< one MPI_Rget per strip and reference, derived datatypes on
                                 both sides (MPI packs) */
-    OVL_PLAN_RUNS = 2,     /**< one MPI_Rget per contiguous run, a strip's issued together */
+    OVL_PLAN_RUNS = 2,     /**< one MPI_Rget per contiguous run, a strip's issued together
+                                (a reference whose strips are contiguous: one transfer per
+                                strip, the paper's contiguous protocol) */
     OVL_PLAN_BBOX = 3,     /**< one MPI_Rget of the strip's bounding box into staging, the
                                 runs copied out when the strip is handed out (reads only) */
     OVL_PLAN_PACK = 4      /**< packed at the source: an active message asks the target to

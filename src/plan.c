@@ -2366,7 +2366,7 @@ static void rerank(const char *fn, struct plan *p, double us)
         return;
     int to = q;
     if (trying || measured_of(p, q) > RERANK_OVER * p->pred[q] + RERANK_FLOOR_US) {
-        const int best = best_measured(p) ? best_measured(p) : q;
+        const int bm = best_measured(p), best = bm ? bm : q;
         int next = 0; /* the untried one predicted best, if below the best measured */
         for (int r = 1; r < NPROTO; r++)
             if (p->pred[r] >= 0 && p->nmeas[r] == 0 && p->pred[r] < measured_of(p, best) &&
@@ -2619,6 +2619,15 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
         fprintf(out, "  level %d allowed, %d taken: %s\n", p->param.level, p->level,
                 p->level_why ? p->level_why
                              : "the depths above it run enough iterations for the strips");
+    int contiguous = 1;
+    for (int j = 0; j < d->nrefs; j++)
+        for (int k = 0; k < 2; k++)
+            contiguous &= d->refs[j].sh[k].rr.n == 1 && d->refs[j].sh[k].lr.n == 1;
+    if (contiguous)
+        fprintf(out,
+                "  contiguous: each strip of each reference is one run on both sides, which runs "
+                "moves as one transfer (the paper's contiguous protocol)%s\n",
+                p->proto == OVL_PLAN_RUNS ? ": chosen" : "");
     if (p->direct && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
         fprintf(out, "  every target on this node (OVL_RMA_LOCAL=direct): MPI copies with this "
                      "CPU, nothing to overlap, one strip\n");

@@ -286,6 +286,24 @@ static void cases(ovl_segment_t seg)
         ovl_lmad_t loc = { .base = 0, .elem = 8, .ndims = 1, .dim = { { 8, 777, 0 } } };
         ref_make(&r, prev, &rem, &loc, 777 * 8);
         sweep("contiguous range", seg, &r, 1, (int64_t[]){ 777 }, 1);
+        /* explain names the paper's contiguous protocol: runs, one transfer a strip */
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        describe(p, seg, &r, 1, (int64_t[]){ 777 }, 1);
+        CHECK_OK(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL,
+                                                    .protocol = OVL_PLAN_RUNS }));
+        ovl_plan_info_t in;
+        CHECK_OK(ovl_plan_query(p, &in));
+        CHECKF(in.ops == in.nstrips, "contiguous: %" PRId64 " operations, %" PRId64 " strips",
+               in.ops, in.nstrips);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        CHECK_OK(ovl_plan_explain(p, f));
+        fclose(f);
+        CHECKF(strstr(text, "(the paper's contiguous protocol): chosen") != NULL, "%s", text);
+        free(text);
+        CHECK_OK(ovl_plan_free(&p));
         ref_free(&r);
     }
     /* two references on two targets, one of them loop-invariant: rows
