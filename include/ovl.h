@@ -1642,9 +1642,6 @@ typedef struct {
     double compute_us;
     /** times the strip size was chosen again from compute_us (0 or 1) */
     unsigned replans;
-    /** the depth strips are cut from (Init_Level = Sync_Level of the
-     *  paper's tuple; 0 unless the commit's param allows deeper) */
-    int level;
     /** load estimation: the flows taken to cross this node's link at once
      *  (ranks of the node x the plan's targets on other nodes; 0: none or no
      *  load table in the performance database) and the factor the
@@ -1661,11 +1658,15 @@ typedef struct {
      *  references): k >= 2 reads (or writes) of one segment, rank, local
      *  buffer and shape whose bases step by the same bytes on the target
      *  and here (a[2i] and a[2i+1]; the fields of an array of structures),
-     *  whose union on the target is no less regular than one of them
-     *  (coalesces into no more dimensions), move as one reference: k - 1
+     *  whose union is no less regular than one of them (on the target,
+     *  and on both sides in the order the points pair: coalesces and
+     *  folds into no more dimensions), move as one reference: k - 1
      *  counted here; ovl_plan_explain() names the groups (its reference
      *  numbers are then the merged ones) */
     int interleaved;
+    /** the depth strips are cut from (Init_Level = Sync_Level of the
+     *  paper's tuple; 0 unless the commit's param allows deeper) */
+    int level;
 } ovl_plan_info_t;
 
 /**
@@ -1888,7 +1889,9 @@ OVL_NODISCARD int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
          ((rc) = ovl_plan_next((plan), &first, &iters)) == OVL_SUCCESS && iters > 0;)
 
 /** A strip of a plan: iterations [@p first, @p first + @p iters) of the
- *  outermost loop are in place; return 0 to go on, anything else to stop. */
+ *  outermost loop (of depths 0..level flattened under
+ *  OVL_PARAM_FIELD_LEVEL, as ovl_plan_next() counts them) are in place;
+ *  return 0 to go on, anything else to stop. */
 typedef int (*ovl_plan_strip_fn)(int64_t first, int64_t iters, void *arg);
 
 /**

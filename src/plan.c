@@ -1145,7 +1145,6 @@ static int analyse(const char *fn, struct plan *p)
 {
     struct desc *d = &p->d;
     const ovl_param_t *pm = &p->param;
-    int rc;
     p->left_out = 0; /* analysed again: every protocol gets another chance */
     load_factor(p);
     choose_level(p);
@@ -1154,26 +1153,9 @@ static int analyse(const char *fn, struct plan *p)
      * the commit asked for) */
     p->S = (pm->field_mask & OVL_PARAM_FIELD_STRIP) && pm->strip < T ? pm->strip : T;
     shapes_build(p);
-    /* write references: none may overlap another on the same target */
     p->writes = 0;
-    for (int j = 0; j < d->nrefs; j++) {
-        const struct ref *a = &d->refs[j];
-        p->writes += a->write;
-        for (int i = 0; i < j && a->write; i++) {
-            const struct ref *b = &d->refs[i];
-            int res = OVL_LMAD_MAY_OVERLAP;
-            if (!b->write || b->seg != a->seg || b->rank != a->rank)
-                continue;
-            if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
-                return ovl__error(rc, fn, "comparing write references %d and %d", b->src, a->src);
-            if (res != OVL_LMAD_DISJOINT)
-                return ovl__error(OVL_ERR_ARG, fn,
-                                  "write references %d and %d %s on rank %d: their order would "
-                                  "be undefined",
-                                  b->src, a->src,
-                                  res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap", a->rank);
-        }
-    }
+    for (int j = 0; j < d->nrefs; j++)
+        p->writes += d->refs[j].write;
     predict_all(p);
     /* Ranked where the maps measured: a whole loop beyond their grid is
      * ranked on halves, quarters, ... of it, the first strip size at which
@@ -1360,6 +1342,15 @@ static int coalesced_dims(const ovl_lmad_t *l)
     return ovl_lmad_coalesce(l, &c) == OVL_SUCCESS ? c.ndims : -1;
 }
 
+/* Dimensions of @l once folded in its order (the runs a copy or a put
+ * walks). */
+static int folded_dims(const ovl_lmad_t *l)
+{
+    ovl_lmad_t c = *l;
+    ovl__lmad_fold(&c);
+    return c.ndims;
+}
+
 /* @a with a fastest dimension of @k points @g bytes apart (*out); 0 when
  * there is no room for one. */
 static int with_copies(const ovl_lmad_t *a, int64_t g, int64_t k, ovl_lmad_t *out)
@@ -1433,8 +1424,11 @@ static void interleave(struct plan *p)
         ovl_lmad_t rem, loc;
         if (!with_copies(&a->rem, g, k, &rem) || !with_copies(&a->loc, gl, k, &loc))
             continue;
+        /* no less regular than one alone: on the target as a set, and on
+         * both sides in order (the order the runs pair in) */
         const int alone = coalesced_dims(&a->rem), both = coalesced_dims(&rem);
-        if (alone < 0 || both < 0 || both > alone || coalesced_dims(&loc) < 0)
+        if (alone < 0 || both < 0 || both > alone || coalesced_dims(&loc) < 0 ||
+            folded_dims(&rem) > folded_dims(&a->rem) || folded_dims(&loc) > folded_dims(&a->loc))
             continue;
         a->rem = rem;
         a->loc = loc;
@@ -1490,17 +1484,44 @@ static void desc_copy(struct desc *to, const struct desc *from)
     memcpy(to->refs, from->refs, (size_t)from->nrefs * sizeof to->refs[0]);
 }
 
+/* The program's write references (@d as described): none may overlap
+ * another on the same target. */
+static int writes_disjoint(const char *fn, const struct desc *d)
+{
+    for (int j = 0; j < d->nrefs; j++) {
+        const struct ref *a = &d->refs[j];
+        for (int i = 0; i < j && a->write; i++) {
+            const struct ref *b = &d->refs[i];
+            int res = OVL_LMAD_MAY_OVERLAP, rc;
+            if (!b->write || b->seg != a->seg || b->rank != a->rank)
+                continue;
+            if ((rc = ovl_lmad_overlap(&b->rem, &a->rem, &res)))
+                return ovl__error(rc, fn, "comparing write references %d and %d", i, j);
+            if (res != OVL_LMAD_DISJOINT)
+                return ovl__error(OVL_ERR_ARG, fn,
+                                  "write references %d and %d %s on rank %d: their order would "
+                                  "be undefined",
+                                  i, j, res == OVL_LMAD_OVERLAP ? "overlap" : "may overlap",
+                                  a->rank);
+        }
+    }
+    return OVL_SUCCESS;
+}
+
 /* Commit of a plan not analysed yet: the references combined, then
  * analysed (on failure the description is left as the program gave it). */
 static int commit_new(const char *fn, struct plan *p, const ovl_param_t *pm)
 {
+    int rc = writes_disjoint(fn, &p->d);
+    if (rc)
+        return rc;
     p->param = *pm;
     desc_copy(&p->u, &p->d);
     combine(p);
     p->interleaved = 0;
     interleave(p);
     local_whole(p);
-    int rc = analyse(fn, p);
+    rc = analyse(fn, p);
     if (rc) {
         shapes_free(p);
         desc_copy(&p->d, &p->u);
@@ -2298,7 +2319,10 @@ static void replan(const char *fn, struct plan *p, double c_us)
     predict_all(p);
     if (prepare(fn, p) == OVL_SUCCESS)
         return;
-    p->state = ST_NEW; /* nothing to run with: the next begin says commit first */
+    shapes_free(p); /* nothing to run with: the next begin says commit first */
+    slots_free(p);
+    desc_copy(&p->d, &p->u);
+    p->state = ST_NEW;
 }
 
 static double median3(const double *v)

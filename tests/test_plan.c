@@ -552,7 +552,8 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
             CHECK_OK(ovl_plan_loop(p, k, trips[k]));
         /* the write shares the read's outermost loop; its inner
          * dimensions' counts may differ from the read's inner trips (only
-         * depth 0 is strip-mined, and only its count is checked) */
+         * a depth-0 count is checked; such a write keeps the strips at
+         * depth 0, level_fits) */
         CHECK_OK(ovl_plan_read(p, seg, next, &rem, r.buf, &loc));
         if (with_write)
             CHECK_OK(ovl_plan_write(p, seg, next, &wrem, w.buf, &wloc));
@@ -1194,8 +1195,9 @@ static void combined(ovl_segment_t seg)
 /* Interleaved references: the x, y and z of an array of structures
  * (rows of M structs of 3 doubles, padded), read from the next rank as
  * three references into one local buffer, merge into one (info.interleaved
- * 2), into an array of structures here (the union coalesces on both sides)
- * and into a structure of arrays (remote only); every protocol and strip
+ * 2) into an array of structures here (the union coalesces and folds on
+ * both sides), not into a structure of arrays (the points would pair out
+ * of order); every protocol and strip
  * size moves each strip's bytes of every field before it is handed out.
  * Fields 0 and 2 alone do not merge (their union is no more regular), nor
  * fields in separate buffers. Then the three written into the previous
@@ -1245,9 +1247,11 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
                 CHECK_OK(ovl_plan_commit(p, &pm));
                 ovl_plan_info_t in;
                 CHECK_OK(ovl_plan_query(p, &in));
-                CHECKF(in.interleaved == 2 && in.bytes == (int64_t)T * M * 3 * E,
+                /* into a structure of arrays the points do not pair in
+                 * order (x0 y0 z0 land 3 arrays apart): not merged */
+                CHECKF(in.interleaved == (soa ? 0 : 2) && in.bytes == (int64_t)T * M * 3 * E,
                        "%s: interleaved %d, %" PRId64 " bytes", what, in.interleaved, in.bytes);
-                CHECKF(q != OVL_PLAN_DATATYPE || in.ops == in.nstrips,
+                CHECKF(soa || q != OVL_PLAN_DATATYPE || in.ops == in.nstrips,
                        "%s: %" PRId64 " operations in %" PRId64 " strips", what, in.ops,
                        in.nstrips);
                 memset(local, SENTINEL, local_bytes);
@@ -1267,7 +1271,7 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
                 for (size_t i = (size_t)T * ROW; i < local_bytes; i++)
                     if (local[i] != SENTINEL)
                         CHECKF(0, "%s: local byte %zu written", what, i);
-                if (q == 0 && t == 0) {
+                if (q == 0 && t == 0 && !soa) {
                     char *text = NULL;
                     size_t len = 0;
                     FILE *f = open_memstream(&text, &len);
@@ -1415,6 +1419,25 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
         th_pass();
         CHECK_OK(ovl_barrier()); /* checked before the next reset */
     }
+    /* writes whose merge would coalesce but whose bytes overlap (5 bytes
+     * at stride 9, and 5 bytes further: byte 9 twice) are refused as the
+     * program wrote them, not merged */
+    {
+        ovl_plan_t p = OVL_PLAN_NULL;
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(ovl_plan_loop(p, 0, 10));
+        for (int f = 0; f < 2; f++) {
+            ovl_lmad_t rem = {
+                .base = WOFF + 5 * f, .elem = 5, .ndims = 1, .dim = { { 9, 10, 0 } }
+            };
+            ovl_lmad_t loc = { .base = 5 * f, .elem = 5, .ndims = 1, .dim = { { 10, 10, 0 } } };
+            CHECK_OK(ovl_plan_write(p, seg, next, &rem, local, &loc));
+        }
+        EXPECT_ERR(ovl_plan_commit(p, NULL), OVL_ERR_ARG);
+        CHECKF(strstr(ovl_error_detail(), "write references 0 and 1 overlap") != NULL, "%s",
+               ovl_error_detail());
+        CHECK_OK(ovl_plan_free(&p));
+    }
     for (size_t i = 0; i < region; i++) /* as the other tests found it */
         base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
     for (int f = 0; f < 3; f++) {
@@ -1434,7 +1457,7 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
  * 100 outer iterations the strips stay at depth 0 (whole rows, flattened
  * counts); a reference whose depth-1 dimension is not its second slowest
  * keeps them at depth 0 too, and explain says why. Bad levels refused. */
-static void levels(ovl_segment_t seg)
+static void levels(ovl_segment_t seg, uint8_t *base)
 {
     const int next = (th_rank + 1) % th_size;
     enum { LOFF = 400000 };
@@ -1461,8 +1484,7 @@ static void levels(ovl_segment_t seg)
             ls *= lc->trips[d];
         }
         ref_make(&r[0], next, &rem, &loc, (size_t)ls);
-        /* loop-invariant: 10 elements driven by the deepest depth only
-         * when it has 10 trips, else by none */
+        /* loop-invariant: 10 elements driven by no loop */
         ovl_lmad_t irem = { .base = LOFF - 4096, .elem = 8, .ndims = 1, .dim = { { 16, 10, -1 } } };
         ovl_lmad_t iloc = { .base = 0, .elem = 8, .ndims = 1, .dim = { { 8, 10, -1 } } };
         ref_make(&r[1], next, &irem, &iloc, 80);
@@ -1541,6 +1563,82 @@ static void levels(ovl_segment_t seg)
         for (int k = 0; k < 2; k++)
             ref_free(&r[k]);
     }
+    /* a write at depth 1: each strip's bytes filled when it is handed out
+     * (a part of a row), found at the target after ovl_plan_end */
+    {
+        const int prev = (th_rank + th_size - 1) % th_size;
+        const size_t region = 64 * 96 * 8;
+        enum { WT0 = 3, WT1 = 40, WROW = 32 * WT1 + 40 };
+        ovl_lmad_t rem = {
+            .base = WOFF + 8, .elem = 24, .ndims = 2, .dim = { { 32, WT1, 1 }, { WROW, WT0, 0 } }
+        };
+        ovl_lmad_t loc = {
+            .base = 0, .elem = 24, .ndims = 2, .dim = { { 24, WT1, 1 }, { 24 * WT1, WT0, 0 } }
+        };
+        ref_t w;
+        ref_make(&w, next, &rem, &loc, 24 * WT1 * WT0);
+        flatten(&w, (const int64_t[]){ WT0, WT1 }, 1);
+        for (int64_t i = 0; i < w.lb.n; i++) /* each local byte's iteration, as its pair's */
+            w.lb.it[i] = w.rb.it[i];
+        uint8_t *written = calloc(region, 1);
+        CHECK(written != NULL);
+        for (int64_t i = 0; i < w.rb.n; i++)
+            written[w.rb.off[i] - WOFF] = 1;
+        const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS,
+                                               OVL_PLAN_PACK };
+        for (size_t q = 0; q < sizeof protos / sizeof *protos; q++) {
+            char what[96];
+            snprintf(what, sizeof what, "levels, a write, %s", pname[protos[q]]);
+            for (size_t i = 0; i < region; i++)
+                base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+            CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            CHECK_OK(ovl_plan_loop(p, 0, WT0));
+            CHECK_OK(ovl_plan_loop(p, 1, WT1));
+            CHECK_OK(ovl_plan_write(p, seg, next, &rem, w.buf, &loc));
+            CHECK_OK(ovl_plan_commit(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_PROTOCOL |
+                                                                      OVL_PARAM_FIELD_STRIP |
+                                                                      OVL_PARAM_FIELD_LEVEL,
+                                                        .protocol = protos[q],
+                                                        .strip = 7,
+                                                        .level = 1 }));
+            ovl_plan_info_t in;
+            CHECK_OK(ovl_plan_query(p, &in));
+            CHECKF(in.level == 1 && in.nstrips == WT0 * 6, "%s: level %d, %" PRId64 " strips", what,
+                   in.level, in.nstrips);
+            memset(w.buf, SENTINEL, w.buf_bytes);
+            CHECK_OK(ovl_plan_begin(p));
+            int64_t i0, n;
+            while (1) {
+                CHECK_OK(ovl_plan_next(p, &i0, &n));
+                if (n == 0)
+                    break;
+                for (int64_t i = 0; i < w.lb.n; i++) /* the strip's results */
+                    if (w.lb.it[i] >= i0 && w.lb.it[i] < i0 + n)
+                        w.buf[w.lb.off[i]] = wpat(th_rank, w.lb.off[i], (int)q + 100);
+            }
+            CHECK_OK(ovl_plan_end(p));
+            CHECK_OK(ovl_plan_free(&p));
+            CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+            for (int64_t i = 0; i < w.rb.n; i++) {
+                uint8_t got = base[w.rb.off[i]], want = wpat(prev, w.lb.off[i], (int)q + 100);
+                if (got != want)
+                    CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
+                           w.rb.off[i], prev, got, want);
+            }
+            for (size_t i = 0; i < region; i++)
+                if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+                    CHECKF(0, "%s: region byte %zu, written by no reference, changed", what, i);
+            th_pass();
+            CHECK_OK(ovl_barrier()); /* checked before the next reset */
+        }
+        for (size_t i = 0; i < region; i++) /* as the other tests found it */
+            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+        free(written);
+        ref_free(&w);
+        CHECK_OK(ovl_barrier());
+    }
     /* a reference that does not fit: its depth-1 dimension is the fastest
      * of three (a depth-less one between): depth 0, and why */
     {
@@ -1602,7 +1700,7 @@ int main(int argc, char **argv)
     cache(seg);
     combined(seg);
     interleaved(seg, base);
-    levels(seg);
+    levels(seg, base);
     strided(seg, base);
     errors(seg);
     CHECK_OK(ovl_barrier()); /* nobody reads any more */
