@@ -180,6 +180,26 @@ static int64_t run(ovl_plan_t p, ref_t *refs, int nrefs, int64_t trips, const ch
     return strips;
 }
 
+/* Run @p once over @refs that share buffers (the caller resets them):
+ * each strip's bytes of every reference in place when handed out, the
+ * strips in order and covering @trips. */
+static void run_shared(ovl_plan_t p, ref_t *refs, int nrefs, int64_t trips, const char *what)
+{
+    CHECK_OK(ovl_plan_begin(p));
+    int64_t i0, n, at = 0;
+    for (;;) {
+        CHECK_OK(ovl_plan_next(p, &i0, &n));
+        if (n == 0)
+            break;
+        CHECKF(i0 == at, "%s: strip at %" PRId64, what, i0);
+        for (int k = 0; k < nrefs; k++)
+            verify(&refs[k], i0, i0 + n, 0, what);
+        at += n;
+    }
+    CHECK_OK(ovl_plan_end(p));
+    CHECKF(at == trips, "%s: %" PRId64 " iterations", what, at);
+}
+
 /* Describe @refs on plan @p: @ndepth loops. */
 static void describe(ovl_plan_t p, ovl_segment_t seg, ref_t *refs, int nrefs, const int64_t *trips,
                      int ndepth)
@@ -188,6 +208,18 @@ static void describe(ovl_plan_t p, ovl_segment_t seg, ref_t *refs, int nrefs, co
         CHECK_OK(ovl_plan_loop(p, d, trips[d]));
     for (int j = 0; j < nrefs; j++)
         CHECK_OK(ovl_plan_read(p, seg, refs[j].rank, &refs[j].rem, refs[j].buf, &refs[j].loc));
+}
+
+/* What ovl_plan_explain() prints for @p (malloc'd). */
+static char *explained(ovl_plan_t p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL);
+    CHECK_OK(ovl_plan_explain(p, f));
+    fclose(f);
+    return text;
 }
 
 static const char *const pname[] = { "auto", "datatype", "runs", "bbox", "pack" };
@@ -296,11 +328,7 @@ static void cases(ovl_segment_t seg)
         CHECK_OK(ovl_plan_query(p, &in));
         CHECKF(in.ops == in.nstrips, "contiguous: %" PRId64 " operations, %" PRId64 " strips",
                in.ops, in.nstrips);
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        CHECK_OK(ovl_plan_explain(p, f));
-        fclose(f);
+        char *text = explained(p);
         CHECKF(strstr(text, "(the paper's contiguous protocol): chosen") != NULL, "%s", text);
         free(text);
         CHECK_OK(ovl_plan_free(&p));
@@ -886,12 +914,7 @@ static void cache(ovl_segment_t seg)
     CHECK_OK(ovl_plan_query(q, &in));
     CHECK(in.analyses == 1 && in.runs == 5);
     /* explain */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    CHECK(f != NULL);
-    CHECK_OK(ovl_plan_explain(p, f));
-    fclose(f);
+    char *text = explained(p);
     CHECKF(strstr(text, "Type=") && strstr(text, "S=16") && strstr(text, "<- chosen") &&
                strstr(text, "datatype") && strstr(text, "runs") && strstr(text, "bbox"),
            "explain printed: %s", text);
@@ -1125,19 +1148,7 @@ static void combined(ovl_segment_t seg)
             for (int round = 0; round < 2; round++) {
                 memset(shared, SENTINEL, shared_bytes);
                 memset(r[3].buf, SENTINEL, r[3].buf_bytes);
-                CHECK_OK(ovl_plan_begin(p));
-                int64_t i0, n, at = 0;
-                for (;;) {
-                    CHECK_OK(ovl_plan_next(p, &i0, &n));
-                    if (n == 0)
-                        break;
-                    CHECKF(i0 == at, "%s: strip at %" PRId64, what, i0);
-                    for (int k = 0; k < 4; k++)
-                        verify(&r[k], i0, i0 + n, 0, what);
-                    at += n;
-                }
-                CHECK_OK(ovl_plan_end(p));
-                CHECK(at == T);
+                run_shared(p, r, 4, T, what);
                 for (int k = 0; k < 4; k++)
                     verify(&r[k], 0, T, k == 3, what);
                 for (size_t i = (size_t)ROWS * RUN; i < shared_bytes; i++)
@@ -1145,11 +1156,7 @@ static void combined(ovl_segment_t seg)
                         CHECKF(0, "%s: shared byte %zu written", what, i);
             }
             if (q == 0 && t == 0) {
-                char *text = NULL;
-                size_t len = 0;
-                FILE *f = open_memstream(&text, &len);
-                CHECK_OK(ovl_plan_explain(p, f));
-                fclose(f);
+                char *text = explained(p);
                 CHECKF(strstr(text, "ref 0: read from") && strstr(text, "combined with ref 1") &&
                            strstr(text, "combined with ref 2 (memory distance 2 iterations)"),
                        "%s", text);
@@ -1190,6 +1197,50 @@ static void combined(ovl_segment_t seg)
         ref_free(&r[k]);
     }
     free(shared);
+}
+
+/* Execute write plan @p, filling each strip's local bytes of @refs (their
+ * lb.it: the iteration ovl_plan_next counts) when it is handed out. */
+static void write_strips(ovl_plan_t p, ref_t *refs, int nrefs, int salt)
+{
+    CHECK_OK(ovl_plan_begin(p));
+    int64_t i0, n;
+    while (1) {
+        CHECK_OK(ovl_plan_next(p, &i0, &n));
+        if (n == 0)
+            break;
+        for (int k = 0; k < nrefs; k++) /* the strip's results */
+            for (int64_t i = 0; i < refs[k].lb.n; i++)
+                if (refs[k].lb.it[i] >= i0 && refs[k].lb.it[i] < i0 + n)
+                    refs[k].buf[refs[k].lb.off[i]] = wpat(th_rank, refs[k].lb.off[i], salt);
+    }
+    CHECK_OK(ovl_plan_end(p));
+}
+
+/* After every rank's write_strips: this rank's write region holds rank
+ * @prev's bytes of @refs where they point, and is unchanged elsewhere. */
+static void check_region(const uint8_t *base, const ref_t *refs, int nrefs, int prev, int salt,
+                         const char *what)
+{
+    const size_t region = 64 * 96 * 8;
+    CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
+    uint8_t *written = calloc(region, 1);
+    CHECK(written != NULL);
+    for (int k = 0; k < nrefs; k++)
+        for (int64_t i = 0; i < refs[k].rb.n; i++) {
+            written[refs[k].rb.off[i] - WOFF] = 1;
+            uint8_t got = base[refs[k].rb.off[i]], want = wpat(prev, refs[k].lb.off[i], salt);
+            if (got != want)
+                CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
+                       refs[k].rb.off[i], prev, got, want);
+        }
+    for (size_t i = 0; i < region; i++)
+        if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
+            CHECKF(0, "%s: byte %zu of the region, written by no reference, changed", what,
+                   WOFF + i);
+    free(written);
+    th_pass();
+    CHECK_OK(ovl_barrier()); /* checked before the next reset */
 }
 
 /* Interleaved references: the x, y and z of an array of structures
@@ -1255,28 +1306,12 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
                        "%s: %" PRId64 " operations in %" PRId64 " strips", what, in.ops,
                        in.nstrips);
                 memset(local, SENTINEL, local_bytes);
-                CHECK_OK(ovl_plan_begin(p));
-                int64_t i0, n, at = 0;
-                for (;;) {
-                    CHECK_OK(ovl_plan_next(p, &i0, &n));
-                    if (n == 0)
-                        break;
-                    CHECKF(i0 == at, "%s: strip at %" PRId64, what, i0);
-                    for (int f = 0; f < 3; f++)
-                        verify(&r[f], i0, i0 + n, 0, what);
-                    at += n;
-                }
-                CHECK_OK(ovl_plan_end(p));
-                CHECK(at == T);
+                run_shared(p, r, 3, T, what);
                 for (size_t i = (size_t)T * ROW; i < local_bytes; i++)
                     if (local[i] != SENTINEL)
                         CHECKF(0, "%s: local byte %zu written", what, i);
                 if (q == 0 && t == 0 && !soa) {
-                    char *text = NULL;
-                    size_t len = 0;
-                    FILE *f = open_memstream(&text, &len);
-                    CHECK_OK(ovl_plan_explain(p, f));
-                    fclose(f);
+                    char *text = explained(p);
                     CHECKF(strstr(text, "the program's refs 0, 1, 2 interleaved (8 bytes apart on "
                                         "the target) as one") &&
                                strstr(text, "1 reference\n"),
@@ -1387,37 +1422,9 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
         CHECK_OK(ovl_plan_query(p, &in));
         CHECKF(in.interleaved == 2, "%s: interleaved %d", what, in.interleaved);
         memset(local, SENTINEL, local_bytes);
-        CHECK_OK(ovl_plan_begin(p));
-        int64_t i0, n;
-        while (1) {
-            CHECK_OK(ovl_plan_next(p, &i0, &n));
-            if (n == 0)
-                break;
-            for (int f = 0; f < 3; f++) /* the strip's results */
-                for (int64_t i = 0; i < w[f].lb.n; i++)
-                    if (w[f].lb.it[i] >= i0 && w[f].lb.it[i] < i0 + n)
-                        local[w[f].lb.off[i]] = wpat(th_rank, w[f].lb.off[i], (int)q);
-        }
-        CHECK_OK(ovl_plan_end(p));
+        write_strips(p, w, 3, (int)q);
         CHECK_OK(ovl_plan_free(&p));
-        CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
-        uint8_t *written = calloc(region, 1);
-        CHECK(written != NULL);
-        for (int f = 0; f < 3; f++)
-            for (int64_t i = 0; i < w[f].rb.n; i++) {
-                written[w[f].rb.off[i] - WOFF] = 1;
-                uint8_t got = base[w[f].rb.off[i]], want = wpat(prev, w[f].lb.off[i], (int)q);
-                if (got != want)
-                    CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
-                           w[f].rb.off[i], prev, got, want);
-            }
-        for (size_t i = 0; i < region; i++)
-            if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
-                CHECKF(0, "%s: byte %zu of the region, written by no reference, changed", what,
-                       WOFF + i);
-        free(written);
-        th_pass();
-        CHECK_OK(ovl_barrier()); /* checked before the next reset */
+        check_region(base, w, 3, prev, (int)q, what);
     }
     /* writes whose merge would coalesce but whose bytes overlap (5 bytes
      * at stride 9, and 5 bytes further: byte 9 twice) are refused as the
@@ -1547,11 +1554,7 @@ static void levels(ovl_segment_t seg, uint8_t *base)
                         verify(&r[k], 0, flat, 1, what);
                 }
                 if (q == 0 && t == 0 && c == 0) {
-                    char *text = NULL;
-                    size_t len = 0;
-                    FILE *f = open_memstream(&text, &len);
-                    CHECK_OK(ovl_plan_explain(p, f));
-                    fclose(f);
+                    char *text = explained(p);
                     CHECKF(strstr(text, "Init_Level=1 Sync_Level=1") &&
                                strstr(text, "iteration of depth 1 (40 per iteration of the depth "
                                             "above)"),
@@ -1580,10 +1583,6 @@ static void levels(ovl_segment_t seg, uint8_t *base)
         flatten(&w, (const int64_t[]){ WT0, WT1 }, 1);
         for (int64_t i = 0; i < w.lb.n; i++) /* each local byte's iteration, as its pair's */
             w.lb.it[i] = w.rb.it[i];
-        uint8_t *written = calloc(region, 1);
-        CHECK(written != NULL);
-        for (int64_t i = 0; i < w.rb.n; i++)
-            written[w.rb.off[i] - WOFF] = 1;
         const ovl_plan_protocol_t protos[] = { OVL_PLAN_AUTO, OVL_PLAN_DATATYPE, OVL_PLAN_RUNS,
                                                OVL_PLAN_PACK };
         for (size_t q = 0; q < sizeof protos / sizeof *protos; q++) {
@@ -1608,34 +1607,12 @@ static void levels(ovl_segment_t seg, uint8_t *base)
             CHECKF(in.level == 1 && in.nstrips == WT0 * 6, "%s: level %d, %" PRId64 " strips", what,
                    in.level, in.nstrips);
             memset(w.buf, SENTINEL, w.buf_bytes);
-            CHECK_OK(ovl_plan_begin(p));
-            int64_t i0, n;
-            while (1) {
-                CHECK_OK(ovl_plan_next(p, &i0, &n));
-                if (n == 0)
-                    break;
-                for (int64_t i = 0; i < w.lb.n; i++) /* the strip's results */
-                    if (w.lb.it[i] >= i0 && w.lb.it[i] < i0 + n)
-                        w.buf[w.lb.off[i]] = wpat(th_rank, w.lb.off[i], (int)q + 100);
-            }
-            CHECK_OK(ovl_plan_end(p));
+            write_strips(p, &w, 1, (int)q + 100);
             CHECK_OK(ovl_plan_free(&p));
-            CHECK_OK(ovl_barrier()); /* every put complete before anyone looks */
-            for (int64_t i = 0; i < w.rb.n; i++) {
-                uint8_t got = base[w.rb.off[i]], want = wpat(prev, w.lb.off[i], (int)q + 100);
-                if (got != want)
-                    CHECKF(0, "%s: byte %" PRId64 " from rank %d: got 0x%02x, want 0x%02x", what,
-                           w.rb.off[i], prev, got, want);
-            }
-            for (size_t i = 0; i < region; i++)
-                if (!written[i] && base[WOFF + i] != pat(th_rank, (int64_t)(WOFF + i)))
-                    CHECKF(0, "%s: region byte %zu, written by no reference, changed", what, i);
-            th_pass();
-            CHECK_OK(ovl_barrier()); /* checked before the next reset */
+            check_region(base, &w, 1, prev, (int)q + 100, what);
         }
         for (size_t i = 0; i < region; i++) /* as the other tests found it */
             base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
-        free(written);
         ref_free(&w);
         CHECK_OK(ovl_barrier());
     }
@@ -1659,11 +1636,7 @@ static void levels(ovl_segment_t seg, uint8_t *base)
         ovl_plan_info_t in;
         CHECK_OK(ovl_plan_query(p, &in));
         CHECKF(in.level == 0, "unfit: level %d", in.level);
-        char *text = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&text, &len);
-        CHECK_OK(ovl_plan_explain(p, f));
-        fclose(f);
+        char *text = explained(p);
         CHECKF(strstr(text, "level 1 allowed, 0 taken: a reference is not driven"), "%s", text);
         free(text);
         flatten(&r, (const int64_t[]){ 3, 40 }, 1);
