@@ -1100,12 +1100,10 @@ static void choose_level(struct plan *p)
     p->inner = 1;
     for (int i = L + 1; i <= want; i++)
         p->inner *= d->trips[i];
-    for (int j = 0; j < d->nrefs; j++) {
+    for (int j = 0; L == 0 && j < d->nrefs; j++) { /* deeper: level_fits() recorded them */
         d->refs[j].rsd[0] = d->refs[j].rstep;
         d->refs[j].lsd[0] = d->refs[j].lstep;
     }
-    if (L > 0)
-        (void)level_fits(p, L);
     p->nrmemo = p->rmemo_next = 0; /* strips of other shapes */
 }
 
@@ -1384,6 +1382,7 @@ static int interleaves(const struct ref *a, const struct ref *b)
 static void interleave(struct plan *p)
 {
     struct desc *d = &p->d;
+    p->interleaved = 0;
     int n = d->nrefs, order[OVL_PLAN_MAX_REFS], gone[OVL_PLAN_MAX_REFS] = { 0 };
     int into[OVL_PLAN_MAX_REFS];
     for (int i = 0; i < n; i++) { /* by remote base, lowest first */
@@ -1518,7 +1517,6 @@ static int commit_new(const char *fn, struct plan *p, const ovl_param_t *pm)
     p->param = *pm;
     desc_copy(&p->u, &p->d);
     combine(p);
-    p->interleaved = 0;
     interleave(p);
     local_whole(p);
     rc = analyse(fn, p);

@@ -360,6 +360,15 @@ static uint8_t wpat(int rank, int64_t off, int salt)
     return (uint8_t)th_mix(((uint64_t)(rank + 1) << 48) ^ ((uint64_t)salt << 32) ^ (uint64_t)off);
 }
 
+/* This rank's write region as the tests find it, on every rank before
+ * anyone writes. */
+static void region_reset(uint8_t *base)
+{
+    for (size_t i = 0; i < 64 * 96 * 8; i++)
+        base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+    CHECK_OK(ovl_barrier());
+}
+
 /* Plans that read a column block from the next rank and write one into its
  * write region, every protocol that writes x strip sizes: the program
  * fills each strip's local bytes while it holds the strip; after
@@ -390,9 +399,7 @@ static void writes(ovl_segment_t seg, uint8_t *base)
             char what[128];
             snprintf(what, sizeof what, "writes, %s, strip %" PRId64, pname[protos[q]], strips[t]);
             salt++;
-            for (size_t i = 0; i < region; i++)
-                base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
-            CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+            region_reset(base);
             ovl_plan_t p = OVL_PLAN_NULL;
             CHECK_OK(ovl_plan_create(NULL, &p, NULL));
             describe(p, seg, &rd, 1, trips, 2);
@@ -571,9 +578,7 @@ static void random_plans(ovl_segment_t seg, uint8_t *base)
         inner = flat / trips[0];
         for (int64_t i = 0; i < w.lb.n; i++)
             w.lb.it[i] *= inner;
-        for (size_t i = 0; i < region; i++)
-            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
-        CHECK_OK(ovl_barrier());
+        region_reset(base);
         ovl_plan_t p = OVL_PLAN_NULL;
         CHECK_OK(ovl_plan_create(NULL, &p, NULL));
         for (int k = 0; k < nd; k++)
@@ -1405,9 +1410,7 @@ static void interleaved(ovl_segment_t seg, uint8_t *base)
     for (size_t q = 0; q < sizeof protos / sizeof *protos; q++) {
         char what[96];
         snprintf(what, sizeof what, "interleaved writes, %s", pname[protos[q]]);
-        for (size_t i = 0; i < region; i++)
-            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
-        CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+        region_reset(base);
         ovl_plan_t p = OVL_PLAN_NULL;
         CHECK_OK(ovl_plan_create(NULL, &p, NULL));
         CHECK_OK(ovl_plan_loop(p, 0, T));
@@ -1570,7 +1573,6 @@ static void levels(ovl_segment_t seg, uint8_t *base)
      * (a part of a row), found at the target after ovl_plan_end */
     {
         const int prev = (th_rank + th_size - 1) % th_size;
-        const size_t region = 64 * 96 * 8;
         enum { WT0 = 3, WT1 = 40, WROW = 32 * WT1 + 40 };
         ovl_lmad_t rem = {
             .base = WOFF + 8, .elem = 24, .ndims = 2, .dim = { { 32, WT1, 1 }, { WROW, WT0, 0 } }
@@ -1588,9 +1590,7 @@ static void levels(ovl_segment_t seg, uint8_t *base)
         for (size_t q = 0; q < sizeof protos / sizeof *protos; q++) {
             char what[96];
             snprintf(what, sizeof what, "levels, a write, %s", pname[protos[q]]);
-            for (size_t i = 0; i < region; i++)
-                base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
-            CHECK_OK(ovl_barrier()); /* every region reset before anyone writes */
+            region_reset(base);
             ovl_plan_t p = OVL_PLAN_NULL;
             CHECK_OK(ovl_plan_create(NULL, &p, NULL));
             CHECK_OK(ovl_plan_loop(p, 0, WT0));
@@ -1611,10 +1611,8 @@ static void levels(ovl_segment_t seg, uint8_t *base)
             CHECK_OK(ovl_plan_free(&p));
             check_region(base, &w, 1, prev, (int)q + 100, what);
         }
-        for (size_t i = 0; i < region; i++) /* as the other tests found it */
-            base[WOFF + i] = pat(th_rank, (int64_t)(WOFF + i));
+        region_reset(base); /* as the other tests found it */
         ref_free(&w);
-        CHECK_OK(ovl_barrier());
     }
     /* a reference that does not fit: its depth-1 dimension is the fastest
      * of three (a depth-less one between): depth 0, and why */
