@@ -246,9 +246,10 @@ static int dom_comms(struct ovl__dom *d)
     if (d->mode != OVL_DOMAIN_SHARED) {
         /* Local: another rank may get none, and its stream communicators
          * are then plain ones (MPIX_STREAM_NULL), which MPI allows. */
-        ovl__errors_return_enter(); /* MPICH raises its refusal on MPI_COMM_SELF */
+        /* MPICH raises its refusal on MPI_COMM_SELF */
+        ovl__errors_return_enter(OVL__ERRORS_ON_WORLD | OVL__ERRORS_ON_SELF);
         int src = MPIX_Stream_create(MPI_INFO_NULL, &d->stream);
-        ovl__errors_return_leave();
+        ovl__errors_return_leave(OVL__ERRORS_ON_WORLD | OVL__ERRORS_ON_SELF);
         if (src != MPI_SUCCESS) {
             d->stream = MPIX_STREAM_NULL;
             ovl__info("domain %d: no MPIX stream of its own (%s); its communicators are "

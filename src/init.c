@@ -66,30 +66,34 @@ int ovl__check_not_in_callback(const char *fn)
     return OVL_SUCCESS;
 }
 
-static atomic_int probe_hits;
+static atomic_int probe_hits; /* OVL__ERRORS_ON_WORLD / _SELF: where it was raised */
 
 static void probe_hit(MPI_Comm *comm, int *code, ...)
 {
-    OVL__UNUSED(comm);
     OVL__UNUSED(code);
-    atomic_fetch_add(&probe_hits, 1);
+    if (comm && *comm == MPI_COMM_SELF)
+        atomic_fetch_or(&probe_hits, OVL__ERRORS_ON_SELF);
+    else
+        atomic_fetch_or(&probe_hits, OVL__ERRORS_ON_WORLD);
 }
 
 /* Whether this MPI raises a completed request's error on MPI_COMM_WORLD's
  * or MPI_COMM_SELF's error handler rather than on its communicator's
- * (MPICH 4.0 does): a receive truncated by a send to this process, on a
- * duplicate of MPI_COMM_SELF whose handler returns, tested with
- * MPI_Testsome as the engine tests, while a recording handler is on WORLD
- * and SELF. Local. Anything failing answers yes, the safe side (the
- * engine then swaps the handlers around every MPI_Testsome). */
+ * (MPICH 4.0 does, on WORLD's): a receive truncated by a send to this
+ * process, on a duplicate of MPI_COMM_SELF whose handler returns, tested
+ * with MPI_Testsome as the engine tests, while a recording handler is on
+ * WORLD and SELF. The answer says which of the two (OVL__ERRORS_ON_*), so
+ * the engine swaps only that one's handler around each MPI_Testsome (two
+ * MPI calls fewer a poll). Local. Anything failing answers both, the safe
+ * side. */
 static int errors_raised_on_world(void)
 {
     MPI_Comm pc = MPI_COMM_NULL;
     MPI_Errhandler rec = MPI_ERRHANDLER_NULL, world = MPI_ERRHANDLER_NULL,
                    self = MPI_ERRHANDLER_NULL;
-    int yes = 1;
+    int yes = OVL__ERRORS_ON_WORLD | OVL__ERRORS_ON_SELF;
     if (MPI_Comm_dup(MPI_COMM_SELF, &pc) != MPI_SUCCESS)
-        return 1;
+        return yes;
     MPI_Comm_set_errhandler(pc, MPI_ERRORS_RETURN);
     if (MPI_Comm_create_errhandler(probe_hit, &rec) == MPI_SUCCESS &&
         MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world) == MPI_SUCCESS &&
@@ -112,7 +116,7 @@ static int errors_raised_on_world(void)
         MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
         if (ok && rq[0] == MPI_REQUEST_NULL && rq[1] == MPI_REQUEST_NULL)
-            yes = atomic_load(&probe_hits) > 0;
+            yes = atomic_load(&probe_hits);
         for (int i = 0; i < 2; i++)
             if (rq[i] != MPI_REQUEST_NULL) { /* not completed: leave it be */
                 MPI_Cancel(&rq[i]);
@@ -334,8 +338,13 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
               "request's error on %s",
               ovl__g.size, c.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
               ovl__g.cfg.stream.fragment_size, c.stream.window,
-              ovl__g.errors_on_world ? "MPI_COMM_WORLD's handler (swapped around each poll)"
-                                     : "its communicator's");
+              ovl__g.errors_on_world == OVL__ERRORS_ON_WORLD
+                  ? "MPI_COMM_WORLD's handler (swapped around each poll)"
+              : ovl__g.errors_on_world == OVL__ERRORS_ON_SELF
+                  ? "MPI_COMM_SELF's handler (swapped around each poll)"
+              : ovl__g.errors_on_world
+                  ? "MPI_COMM_WORLD's or MPI_COMM_SELF's handler (both swapped around each poll)"
+                  : "its communicator's");
     return OVL_SUCCESS;
 
 fail_table:

@@ -70,12 +70,13 @@ int ovl__engine_drive(void);
  * ovl) until ovl__engine_release. */
 void ovl__engine_hold(void);
 void ovl__engine_release(void);
-/* MPI_COMM_WORLD's and MPI_COMM_SELF's error handlers return errors
- * between these two calls (the first in switches them, the last out puts
- * the program's back): around MPI calls that report errors there, not on
- * a communicator of ovl's (MPICH's MPI_Testsome, MPIX_Stream_create). */
-void ovl__errors_return_enter(void);
-void ovl__errors_return_leave(void);
+/* The error handlers of the communicators in @which (OVL__ERRORS_ON_WORLD,
+ * OVL__ERRORS_ON_SELF) return errors between these two calls (the first in
+ * switches one, the last out puts the program's back): around MPI calls
+ * that report errors there, not on a communicator of ovl's (MPICH's
+ * MPI_Testsome, MPIX_Stream_create). Both calls with the same @which. */
+void ovl__errors_return_enter(int which);
+void ovl__errors_return_leave(int which);
 /* Called by front ends when a request's operation has finished: runs (or
  * queues) the continuation and publishes completion. Driving thread only. */
 void ovl__req_complete(struct ovl__req *r);

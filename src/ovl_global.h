@@ -8,6 +8,11 @@
 
 /* ---- init.c: global state ---------------------------------------------- */
 
+/* ovl__g.errors_on_world: the communicators whose handlers MPI raises a
+ * completed request's error on */
+#define OVL__ERRORS_ON_WORLD 1
+#define OVL__ERRORS_ON_SELF  2
+
 struct ovl__global {
     atomic_int initialized;
     MPI_Comm comm_msg;     /* ovl_isend / ovl_irecv */
@@ -21,10 +26,10 @@ struct ovl__global {
     int tag_ub;
     int thread_level;
     /* MPI raises a completed request's error on MPI_COMM_WORLD's or
-     * MPI_COMM_SELF's handler, not its communicator's (MPICH 4.0): the
-     * engine then makes both return around its MPI_Testsome (init.c
-     * probes it) */
-    int errors_on_world;
+     * MPI_COMM_SELF's handler, not its communicator's (MPICH 4.0: WORLD's):
+     * the engine then makes that one return around its MPI_Testsome
+     * (init.c probes which) */
+    int errors_on_world; /* OVL__ERRORS_ON_WORLD | OVL__ERRORS_ON_SELF, or 0 */
     ovl_config_t cfg;
     int serve_auto; /* OVL_SERVE_US left 0: serve only where the probe says so */
     /* the per-peer counts (messages sent, received; delta headers sent)

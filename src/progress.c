@@ -682,38 +682,55 @@ static int grow_batch(struct ovl__engine *e, int need)
  * says MPI_COMM_SELF) whatever the request's communicator, so with the
  * default handler a truncated receive would abort the program instead of
  * completing with OVL_ERR_TRUNCATE: where ovl_init found that
- * (errors_on_world), both handlers return around the call. Elsewhere the
- * requests' own communicators return, and MPI_COMM_WORLD, which the
- * program's other threads may be using, is left alone. Engine lock held. */
+ * (errors_on_world says on which), that handler returns around the call.
+ * Elsewhere the requests' own communicators return, and MPI_COMM_WORLD,
+ * which the program's other threads may be using, is left alone. Engine
+ * lock held. */
 static pthread_mutex_t eh_lock = PTHREAD_MUTEX_INITIALIZER;
-static int eh_users; /* engines inside their MPI_Testsome (eh_lock) */
-static MPI_Errhandler eh_world, eh_self;
+static int eh_users[2];            /* callers inside, per communicator (eh_lock) */
+static MPI_Errhandler eh_saved[2]; /* the program's handlers meanwhile */
 
-void ovl__errors_return_enter(void)
+static MPI_Comm eh_comm(int k)
 {
-    /* Several domains' engines may poll at once: the first in sets both
-     * handlers to return, the last out puts the program's back. */
+    return k == 0 ? MPI_COMM_WORLD : MPI_COMM_SELF;
+}
+
+static int eh_bit(int k)
+{
+    return k == 0 ? OVL__ERRORS_ON_WORLD : OVL__ERRORS_ON_SELF;
+}
+
+void ovl__errors_return_enter(int which)
+{
+    /* Several domains' engines may poll at once: the first in sets a
+     * communicator's handler to return, the last out puts the program's
+     * back. */
     pthread_mutex_lock(&eh_lock);
-    if (eh_users++ == 0) {
-        eh_world = eh_self = MPI_ERRHANDLER_NULL;
-        MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh_world);
-        MPI_Comm_get_errhandler(MPI_COMM_SELF, &eh_self);
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-        MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    for (int k = 0; k < 2; k++) {
+        if (!(which & eh_bit(k)) || eh_users[k]++ > 0)
+            continue;
+        eh_saved[k] = MPI_ERRHANDLER_NULL;
+        MPI_Comm_get_errhandler(eh_comm(k), &eh_saved[k]);
+        if (eh_saved[k] != MPI_ERRORS_RETURN)
+            MPI_Comm_set_errhandler(eh_comm(k), MPI_ERRORS_RETURN);
     }
     pthread_mutex_unlock(&eh_lock);
 }
 
-void ovl__errors_return_leave(void)
+void ovl__errors_return_leave(int which)
 {
     pthread_mutex_lock(&eh_lock);
-    if (--eh_users == 0) {
-        MPI_Comm_set_errhandler(MPI_COMM_SELF, eh_self);
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh_world);
-        MPI_Errhandler *h[] = { &eh_world, &eh_self };
-        for (int i = 0; i < 2; i++)
-            if (*h[i] != MPI_ERRORS_ARE_FATAL && *h[i] != MPI_ERRORS_RETURN)
-                MPI_Errhandler_free(h[i]);
+    for (int k = 1; k >= 0; k--) {
+        if (!(which & eh_bit(k)) || --eh_users[k] > 0)
+            continue;
+        MPI_Errhandler *h = &eh_saved[k];
+        if (*h == MPI_ERRHANDLER_NULL)
+            continue;
+        if (*h != MPI_ERRORS_RETURN)
+            MPI_Comm_set_errhandler(eh_comm(k), *h);
+        if (*h != MPI_ERRORS_ARE_FATAL && *h != MPI_ERRORS_RETURN)
+            MPI_Errhandler_free(h);
+        *h = MPI_ERRHANDLER_NULL;
     }
     pthread_mutex_unlock(&eh_lock);
 }
@@ -722,9 +739,9 @@ static int testsome_errors_return(struct ovl__engine *e, int *outcount)
 {
     if (!ovl__g.errors_on_world)
         return MPI_Testsome(e->n, e->mreqs, outcount, e->idx, e->sts);
-    ovl__errors_return_enter();
+    ovl__errors_return_enter(ovl__g.errors_on_world);
     int rc = MPI_Testsome(e->n, e->mreqs, outcount, e->idx, e->sts);
-    ovl__errors_return_leave();
+    ovl__errors_return_leave(ovl__g.errors_on_world);
     return rc;
 }
 

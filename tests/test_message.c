@@ -12,7 +12,10 @@
  *    straight to MPI only when no earlier wildcard could take their message
  *    (a wildcard posted first gets the first message, also a large one);
  *  - truncation (eager and rendezvous sizes): ovl_wait returns
- *    OVL_ERR_TRUNCATE and status.error matches;
+ *    OVL_ERR_TRUNCATE and status.error matches; the program's own error
+ *    handlers on MPI_COMM_WORLD and MPI_COMM_SELF are neither called nor
+ *    replaced by it, and still take the program's errors (inline progress:
+ *    a progress thread's polls swap them for their duration);
  *  - an ovl_test polling loop to completion; ovl_waitall of many small
  *    messages;
  *  - several application threads at once, each exchanging its own stream
@@ -26,6 +29,7 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -218,9 +222,44 @@ static void posting_order(void)
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
 }
 
+static atomic_int world_calls, self_calls;
+
+static void on_world(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    (void)code;
+    atomic_fetch_add(&world_calls, 1);
+}
+
+static void on_self(MPI_Comm *comm, int *code, ...)
+{
+    (void)comm;
+    (void)code;
+    atomic_fetch_add(&self_calls, 1);
+}
+
+/* The handler @comm has now is @want (handles compared). */
+static void expect_handler(MPI_Comm comm, MPI_Errhandler want, const char *name)
+{
+    MPI_Errhandler h = MPI_ERRHANDLER_NULL;
+    CHECK_MPI(MPI_Comm_get_errhandler(comm, &h));
+    CHECKF(h == want, "%s's error handler is not the program's after ovl's polls", name);
+    CHECK_MPI(MPI_Errhandler_free(&h));
+}
+
 static void truncation(void)
 {
     int right = (th_rank + 1) % th_size, left = (th_rank + th_size - 1) % th_size;
+    ovl_config_t cfg;
+    CHECK_OK(ovl_config_get(&cfg));
+    const int inline_mode = cfg.progress.mode == OVL_PROGRESS_INLINE;
+    MPI_Errhandler mine[2], before[2];
+    CHECK_MPI(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &before[0]));
+    CHECK_MPI(MPI_Comm_get_errhandler(MPI_COMM_SELF, &before[1]));
+    CHECK_MPI(MPI_Comm_create_errhandler(on_world, &mine[0]));
+    CHECK_MPI(MPI_Comm_create_errhandler(on_self, &mine[1]));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, mine[0]));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, mine[1]));
     const size_t sizes[] = { 100, (size_t)1 << 20 }; /* eager, rendezvous */
     for (int k = 0; k < 2; k++) {
         size_t n = sizes[k];
@@ -253,6 +292,25 @@ static void truncation(void)
                    th_rank, past, n);
         free(out);
         free(in);
+    }
+    CHECKF(atomic_load(&world_calls) == 0 && atomic_load(&self_calls) == 0,
+           "the program's error handlers were called %d / %d times for ovl's truncations",
+           atomic_load(&world_calls), atomic_load(&self_calls));
+    if (inline_mode) {
+        expect_handler(MPI_COMM_WORLD, mine[0], "MPI_COMM_WORLD");
+        expect_handler(MPI_COMM_SELF, mine[1], "MPI_COMM_SELF");
+        CHECK_MPI(MPI_Comm_call_errhandler(MPI_COMM_WORLD, MPI_ERR_OTHER));
+        CHECK_MPI(MPI_Comm_call_errhandler(MPI_COMM_SELF, MPI_ERR_OTHER));
+        CHECKF(atomic_load(&world_calls) == 1 && atomic_load(&self_calls) == 1,
+               "the program's own errors reached its handlers %d / %d times, not once each",
+               atomic_load(&world_calls), atomic_load(&self_calls));
+    }
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, before[0]));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_SELF, before[1]));
+    for (int k = 0; k < 2; k++) {
+        CHECK_MPI(MPI_Errhandler_free(&mine[k]));
+        if (before[k] != MPI_ERRORS_ARE_FATAL && before[k] != MPI_ERRORS_RETURN)
+            CHECK_MPI(MPI_Errhandler_free(&before[k]));
     }
     /* Messages after a truncated one are fine. */
     wildcards();
