@@ -1154,7 +1154,9 @@ typedef enum {
     OVL_DOMAIN_SERIALIZED = 1, /**< any thread, but one call at a time (the program ensures it) */
     OVL_DOMAIN_PRIVATE = 2     /**< one thread at a time: the thread bound to it owns it until it
                                     binds another domain; a call by any other thread on it or on
-                                    its requests is OVL_ERR_THREAD */
+                                    its requests is OVL_ERR_THREAD. ovl's own locks are still
+                                    taken (uncontended), since ovl_barrier, ovl_lock and
+                                    ovl_segment_free drive every domain */
 } ovl_domain_mode_t;
 
 /**
