@@ -150,6 +150,8 @@ struct pop {
      * receive was cancelled */
     int ref, kind, tag, cancelled;
     int64_t rs, ls;
+    char *stage;    /* PACK reads into a scattered local layout: received here, then
+                  * unpacked (unpack()); NULL: straight into the buffer */
     atomic_int fin; /* completed (its MPI request no longer the op's) */
 };
 /* A strip in flight. */
@@ -159,7 +161,7 @@ struct slot {
     int64_t strip;   /* -1: free */
     struct pop *ops;
     int64_t nops;                   /* the engine ops its last issue posted */
-    char *stage[OVL_PLAN_MAX_REFS]; /* BBOX */
+    char *stage[OVL_PLAN_MAX_REFS]; /* BBOX; PACK reads with a scattered local layout */
 };
 
 enum { ST_NEW, ST_COMMITTED, ST_RUNNING };
@@ -1649,7 +1651,7 @@ static void pack_put_done(const ovl_status_t *st, void *arg)
  * and sends them with the request, counted in @sl until the target has
  * unpacked them. Returns an ovl code. */
 static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int64_t rs, int64_t ls,
-                      struct slot *sl, struct pop *o)
+                      struct slot *sl, struct pop *o, char *stage)
 {
     const int64_t B = sh->rr.n * sh->rr.size;
     struct pack_hdr h = { .seg = (uint64_t)(uintptr_t)r->seg, .write = r->write, .rem = sh->r };
@@ -1658,8 +1660,13 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
     int rc;
     if (!r->write) {
         h.tag = ovl__am_data_tag();
-        int mrc = MPI_Irecv(r->base + sh->lr.lo + ls, 1, sh->ltype, r->rank, h.tag,
-                            ovl__g.comm_am_bulk, &o->op.mreq);
+        /* Bytes, never the local datatype: a late strip's receive is
+         * cancelled (slot_wait()), and MPICH 4.0 leaks a cancelled receive
+         * of a derived datatype. A local layout of one run takes them in
+         * place; a scattered one through the slot's staging (unpack()). */
+        o->stage = sh->lr.n == 1 ? NULL : stage;
+        int mrc = MPI_Irecv(o->stage ? o->stage : r->base + sh->lr.lo + ls, (int)B, MPI_BYTE,
+                            r->rank, h.tag, ovl__g.comm_am_bulk, &o->op.mreq);
         if (mrc != MPI_SUCCESS)
             return ovl__mpi_error(mrc, fn, "MPI_Irecv");
         o->expect = B;
@@ -1864,7 +1871,7 @@ static int issue(const char *fn, struct plan *p, struct slot *sl, int64_t k, int
             break;
         case OVL_PLAN_PACK: {
             sl->ops[n].expect = -1;
-            int prc = pack_issue(fn, r, sh, rs, ls, sl, &sl->ops[n]);
+            int prc = pack_issue(fn, r, sh, rs, ls, sl, &sl->ops[n], sl->stage[j]);
             if (prc != OVL_SUCCESS) {
                 atomic_fetch_sub(&sl->left, (int)(p->max_ops[w] - n - am));
                 for (int64_t i = 0; i < n; i++) { /* posted already: wait for them here */
@@ -1993,6 +2000,7 @@ static int slot_wait(const char *fn, struct plan *p, struct slot *sl, int w)
         if (!o->cancelled)
             continue;
         o->cancelled = 0;
+        o->stage = NULL; /* the fallback's MPI_Rget put the bytes in place */
         p->pack_late++;
         int mrc = pack_fallback(p, o), none = MPI_SUCCESS;
         if (mrc != MPI_SUCCESS)
@@ -2056,6 +2064,12 @@ int ovl_plan_begin(ovl_plan_t plan)
             }
             for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_BBOX; j++)
                 ok = (sl->stage[j] = malloc((size_t)p->d.refs[j].sh[0].rr.extent + 1)) != NULL;
+            for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_PACK; j++) {
+                const struct ref *r = &p->d.refs[j];
+                if (!r->write && (r->sh[0].lr.n > 1 || r->sh[1].lr.n > 1))
+                    ok = (sl->stage[j] = malloc((size_t)(r->sh[0].rr.n * r->sh[0].rr.size) + 1)) !=
+                         NULL;
+            }
             if (!ok) {
                 slots_free(p);
                 return ovl__error(OVL_ERR_NOMEM, fn, "no memory for strip staging");
@@ -2155,6 +2169,21 @@ static void copy_out(struct plan *p, struct slot *sl)
     }
 }
 
+/* Unpack a PACK strip's reads that came through staging. */
+static void unpack(struct plan *p, struct slot *sl)
+{
+    for (int64_t i = 0; i < sl->nops; i++) {
+        struct pop *o = &sl->ops[i];
+        if (!o->stage)
+            continue;
+        const struct ref *r = &p->d.refs[o->ref];
+        ovl_lmad_t l = r->sh[o->kind].l;
+        l.base += o->ls;
+        ovl__lmad_copy(&l, r->base, o->stage, 1);
+        o->stage = NULL;
+    }
+}
+
 static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *iters);
 
 int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters)
@@ -2222,6 +2251,8 @@ static int next_strip(const char *fn, struct plan *p, int64_t *first, int64_t *i
         return rc;
     if (p->proto == OVL_PLAN_BBOX)
         copy_out(p, sl);
+    if (p->proto == OVL_PLAN_PACK)
+        unpack(p, sl);
     int64_t row, i0, it;
     int kind;
     strip_of(p, p->cur, &row, &i0, &it, &kind);
@@ -2482,13 +2513,14 @@ int ovl_plan_end(ovl_plan_t plan)
     p->state = ST_COMMITTED;
     p->cur = -1;
     p->in_ns += ovl__now_ns() - t0;
+    const int late = p->pack_late && p->proto == OVL_PLAN_PACK && !p->forced;
     if (rc == OVL_SUCCESS && whole && !p->strip_measured) {
         const unsigned before = p->replans;
         replan(fn, p, (double)p->comp_ns / 1e3 / (double)(p->rows * p->lt));
-        if (p->replans != before)
+        if (p->replans != before && !late)
             return rc; /* other strips: re-ranking counts from the next execution */
     }
-    if (p->pack_late && p->proto == OVL_PLAN_PACK && !p->forced) {
+    if (late && p->proto == OVL_PLAN_PACK && p->state == ST_COMMITTED) {
         /* a target did not answer in time: PACK is out for this plan */
         leave_out(p, OVL_PLAN_PACK,
                   "a target did not pack in time (it computes, or waits "
