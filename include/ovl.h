@@ -271,7 +271,15 @@ typedef struct {
  * library's allocator as they found it: ovl maps its large buffers (the
  * quick estimate's, its request table) with mmap, never malloc, whose
  * free() would raise glibc's mmap threshold and move the program's later
- * large blocks into the heap.
+ * large blocks into the heap. One MPI setting changes for a moment: where
+ * the MPI library raises a completed request's error on MPI_COMM_WORLD's
+ * or MPI_COMM_SELF's error handler instead of its communicator's (Debian's
+ * MPICH 4.0: WORLD; MPICH 5: SELF; ovl_init probes it, OVL_VERBOSE=2 says
+ * which), that communicator's handler is MPI_ERRORS_RETURN while ovl calls
+ * MPI_Testsome, and the program's own is put back after each call, so a
+ * truncated ovl receive completes with OVL_ERR_TRUNCATE rather than
+ * reaching the program's handler. A thread calling MPI on that
+ * communicator at the same moment sees errors returned.
  *
  * @param comm  communicator (MPI_COMM_WORLD in most programs)
  * @param cfg   options, or NULL for environment and defaults
