@@ -20,7 +20,8 @@
  *   halo3d      the three faces of an N^3 array (contiguous, strided runs,
  *               strided scalars), each its own plan, every protocol.
  *   transpose   every rank reads a column block of every other rank's
- *               matrix and transposes it as strips arrive.
+ *               matrix and transposes it as strips arrive: plain MPI, the
+ *               plan (steady, and its first execution), the oracle.
  *   overhead    the planner's own costs: describing, committing, finding a
  *               cached plan again, executing a one-strip plan.
  *
@@ -109,7 +110,11 @@ static const char HELP[] =
     "              into its own buffer: base (MPI_Get + flush of each block with a\n"
     "              vector type, then its transpose), hand (MPI_Rget of all blocks,\n"
     "              MPI_Waitall, transpose), plan (one reference per other rank,\n"
-    "              strips transposed as they arrive). Times are the slowest rank's.\n"
+    "              strips transposed as they arrive; a keyed plan, re-ranked on its\n"
+    "              measured executions), cold (a new plan every rep: its first\n"
+    "              execution, on the model's predictions alone), oracle (the best\n"
+    "              protocol x S of a sweep run first over S = N, N/2, ..., N/64; the\n"
+    "              sweep's medians are printed). Times are the slowest rank's.\n"
     "              2 to 17 ranks.\n"
     "  overhead    the planner's own costs in us (median of --iters), rank 0 alone:\n"
     "              describe (ovl_plan_create + 3 ovl_plan_loop + 2 ovl_plan_read of\n"
@@ -141,8 +146,8 @@ static const char HELP[] =
     "                    OVL_PARAM_FIELD_LEVEL 1 (strips may be cut from the rows of a\n"
     "                    plane); plan0, the same nest without it (strips of whole\n"
     "                    planes), is timed beside it (default 1: the nest of 2)\n"
-    "  --sweep-reps N    gemm-panel: runs per configuration of the oracle's sweep\n"
-    "                    (default 3)\n"
+    "  --sweep-reps N    gemm-panel, transpose: runs per configuration of the oracle's\n"
+    "                    sweep (default 3)\n"
     "  --n N             halo3d: array edge (default 64); transpose: matrix order, a\n"
     "                    multiple of the ranks (default: about 1 MiB read per rank)\n"
     "  --iters N         overhead: repetitions per figure (default 2000)\n"
@@ -1507,8 +1512,8 @@ static int bench_plan_halo3d(const struct opt *o)
 
 /* ---- transpose ----------------------------------------------------------------------------- */
 
-enum { T_BASE, T_HAND, T_PLAN, T_NV };
-static const char *const tname[T_NV] = { "base", "hand", "plan" };
+enum { T_BASE, T_HAND, T_PLAN, T_COLD, T_ORACLE, T_NV };
+static const char *const tname[T_NV] = { "base", "hand", "plan", "cold", "oracle" };
 
 struct tr {
     int N, P, nb, me;
@@ -1516,6 +1521,8 @@ struct tr {
     MPI_Datatype vec; /* a column block: N blocks of nb doubles, stride N */
     struct pdesc d;
     double *recv, *out; /* per other rank k: N x nb as read, nb x N transposed */
+    ovl_plan_t oracle, *sweep;
+    ovl_plan_info_t cold; /* the last cold plan's choice */
     int check;
 };
 
@@ -1575,8 +1582,17 @@ static double tr_run(void *ctx, int v)
         /* MPICH CH4/UCX: a non-contiguous MPI_Rget's bytes land at a flush */
         BENCH_MPI(MPI_Win_flush_local_all(x->m.win));
         tr_strip(x, 0, x->N);
-    } else {
+    } else if (v == T_PLAN) {
         plan_exec(plan_keyed(TR_KEY, &x->d), tr_strip, x);
+    } else if (v == T_COLD) { /* a new plan: its first execution, on predictions alone */
+        ovl_plan_t p = plan_new(&x->d, OVL_PLAN_AUTO, 0, NULL, 0);
+        plan_exec(p, tr_strip, x);
+        x->cold = plan_info(p);
+        free_plan(&p);
+    } else if (v == T_ORACLE) {
+        plan_exec(x->oracle, tr_strip, x);
+    } else { /* the sweep's configuration v - T_NV */
+        plan_exec(x->sweep[v - T_NV], tr_strip, x);
     }
     double t = bench_now() - t0;
     if (x->check)
@@ -1586,8 +1602,14 @@ static double tr_run(void *ctx, int v)
                     if (x->out[k * blk + (size_t)j * x->N + i] !=
                         tr_val(tr_peer(x, k), x->N, i, x->me * x->nb + j))
                         bench_fail("transpose, %s: element (%d, %d) from rank %d is wrong",
-                                   tname[v], j, i, tr_peer(x, k));
+                                   v < T_NV ? tname[v] : "a sweep configuration", j, i,
+                                   tr_peer(x, k));
     return t;
+}
+
+static double tr_sweep_run(void *ctx, int i)
+{
+    return tr_run(ctx, T_NV + i);
 }
 
 static int bench_plan_transpose(const struct opt *o)
@@ -1630,13 +1652,42 @@ static int bench_plan_transpose(const struct opt *o)
     FILE *f = bench_csv_open(CMD, o->csv);
     csv_header(f);
     int hosts = bench_hosts();
+    /* the oracle's sweep: every protocol at S = N, N/2, ..., N/64 (at least 1) */
+    int64_t S[16];
+    int nS = 0;
+    for (int64_t s = N; s >= 1 && s >= N / 64 && nS < 16; s /= 2)
+        S[nS++] = s;
+    const int nconf = (OVL_PLAN_PROTOCOLS - 1) * nS;
+    x.sweep = calloc((size_t)nconf, sizeof *x.sweep);
+    int *son = calloc((size_t)nconf, sizeof *son);
+    if (!x.sweep || !son)
+        bench_fail("out of memory");
+    for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++)
+        for (int s = 0; s < nS; s++) {
+            int i = q * nS + s;
+            x.sweep[i] = plan_new(&x.d, (ovl_plan_protocol_t)(q + 1), S[s], NULL, 0);
+            son[i] = x.sweep[i] != OVL_PLAN_NULL;
+        }
+    BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, son, nconf, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    double *ts = times_alloc(nconf, o->sweep_reps);
+    warm_variants(nconf, son, o->gap_us, 1, tr_sweep_run, &x, &x.check);
+    time_variants(nconf, son, o->sweep_reps, o->gap_us, 1, tr_sweep_run, &x, ts);
+    double smed[(OVL_PLAN_PROTOCOLS - 1) * 16];
+    int best = -1;
+    for (int i = 0; i < nconf; i++) {
+        smed[i] = son[i] ? median_of(&ts[i * o->sweep_reps], o->sweep_reps) : 0;
+        if (son[i] && (best < 0 || smed[i] < smed[best]))
+            best = i;
+    }
+    BENCH_MPI(MPI_Bcast(&best, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    x.oracle = x.sweep[best];
     double *t = times_alloc(T_NV, o->reps);
-    int on[T_NV] = { 1, 1, 1 };
+    int on[T_NV] = { 1, 1, 1, 1, 1 };
     warm_variants(T_NV, on, o->gap_us, 1, tr_run, &x, &x.check);
     time_variants(T_NV, on, o->reps, o->gap_us, 1, tr_run, &x, t);
     if (bench_rank == 0) {
-        char sz[32], ch[48], cas[64];
-        ovl_plan_info_t in = plan_info(plan_keyed(TR_KEY, &x.d));
+        char sz[32], ch[48], c2[48], c3[48], cas[64];
+        ovl_plan_info_t in = plan_info(plan_keyed(TR_KEY, &x.d)), oin = plan_info(x.oracle);
         printf("plan transpose: %d ranks, N = %d, column blocks of %d x %d doubles, %s read per "
                "rank; %d reps, gap %ld us, progress %s, %d hosts; medians in us, the slowest "
                "rank's\n",
@@ -1645,18 +1696,53 @@ static int bench_plan_transpose(const struct opt *o)
         struct bench_stat st[T_NV];
         for (int v = 0; v < T_NV; v++)
             st[v] = bench_stat_of(&t[v * o->reps], o->reps);
-        printf("%10s %10s %10s %10s %10s  %-16s %s\n", "base", "hand", "plan", "plan/base",
-               "plan/hand", "plan's choice", "lookahead");
-        printf("%10.1f %10.1f %10.1f %10.3f %10.3f  %-16s %u\n", st[0].med * 1e6, st[1].med * 1e6,
-               st[2].med * 1e6, st[2].med / st[0].med, st[2].med / st[1].med,
-               fmt_choice(&in, ch, sizeof ch), in.lookahead);
+        printf("%10s %10s %10s %10s %10s %10s %10s %10s  %-16s %-16s %s\n", "base", "hand", "plan",
+               "cold", "oracle", "plan/base", "plan/orac", "cold/orac", "plan's choice",
+               "cold's choice", "oracle");
+        printf("%10.1f %10.1f %10.1f %10.1f %10.1f %10.3f %10.3f %10.3f  %-16s %-16s %s\n",
+               st[0].med * 1e6, st[1].med * 1e6, st[2].med * 1e6, st[3].med * 1e6, st[4].med * 1e6,
+               st[2].med / st[0].med, st[2].med / st[4].med, st[3].med / st[4].med,
+               fmt_choice(&in, ch, sizeof ch), fmt_choice(&x.cold, c2, sizeof c2),
+               fmt_choice(&oin, c3, sizeof c3));
+        printf("  sweep, median us (* = the oracle)\n  %-9s", "");
+        for (int s = 0; s < nS; s++)
+            printf(" %9s", (snprintf(c2, sizeof c2, "S=%" PRId64, S[s]), c2));
+        printf("\n");
+        for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++) {
+            printf("  %-9s", pname[q + 1]);
+            for (int s = 0; s < nS; s++) {
+                int i = q * nS + s;
+                printf(" %8s%s", fmt_us(smed[i], son[i], c2, sizeof c2), i == best ? "*" : " ");
+            }
+            printf("\n");
+        }
         if (o->explain) /* the plan and its alternatives, rank 0's */
             BENCH_OVL(ovl_plan_explain(plan_keyed(TR_KEY, &x.d), stdout));
         snprintf(cas, sizeof cas, "P=%d;N=%d", P, N);
         for (int v = 0; v < T_NV; v++)
-            csv_row(f, "transpose", cas, tname[v], o->reps, &st[v], v == T_PLAN ? &in : NULL,
-                    v == T_PLAN ? in.predicted_us[in.protocol] : -1, "");
+            csv_row(f, "transpose", cas, tname[v], o->reps, &st[v],
+                    v == T_PLAN     ? &in
+                    : v == T_COLD   ? &x.cold
+                    : v == T_ORACLE ? &oin
+                                    : NULL,
+                    v == T_PLAN     ? in.predicted_us[in.protocol]
+                    : v == T_COLD   ? x.cold.predicted_us[x.cold.protocol]
+                    : v == T_ORACLE ? oin.predicted_us[oin.protocol]
+                                    : -1,
+                    "");
+        for (int i = 0; i < nconf; i++)
+            if (son[i]) {
+                ovl_plan_info_t si = plan_info(x.sweep[i]);
+                struct bench_stat ss = bench_stat_of(&ts[i * o->sweep_reps], o->sweep_reps);
+                csv_row(f, "transpose", cas, "sweep", o->sweep_reps, &ss, &si,
+                        si.predicted_us[si.protocol], "");
+            }
     }
+    for (int i = 0; i < nconf; i++)
+        free_plan(&x.sweep[i]);
+    free(x.sweep);
+    free(son);
+    free(ts);
     {
         ovl_plan_t p = plan_keyed(TR_KEY, &x.d);
         free_plan(&p);
