@@ -1642,7 +1642,7 @@ typedef struct {
      *  fewer (the first execution not counted), microseconds; < 0: not
      *  measured */
     double measured_us[OVL_PLAN_PROTOCOLS];
-    /** times the plan changed protocol because its executions kept taking
+    /** times the plan changed protocol because its executions took
      *  longer than predicted (ovl_plan_commit(): re-ranking) */
     unsigned reranks;
     /** computation per iteration of the loop strips are cut from (depth
@@ -1807,15 +1807,15 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * performance database's protocol maps (`ovl-calibrate --maps`,
  * docs/PERFDB.md) where the references' runs fall inside the measured
  * grid, else from the model's formulas. A plan whose protocol the model
- * chose is re-ranked when its executions keep taking longer than
- * predicted: when the median time of its last 3 whole executions (the
- * first not counted) in ovl_plan_begin(), ovl_plan_next() and
- * ovl_plan_end() exceeds 1.25 x the prediction + 5 microseconds, the
- * next execution tries the protocol predicted best among those not tried
- * (if predicted below the best measured so far), one execution each; then
- * the plan keeps the least measured for good (ovl_plan_query():
- * measured_us, reranks). A forced protocol is
- * never re-ranked. The strip size (unless the param sets it) is the one
+ * chose is re-ranked when its executions take longer than predicted:
+ * when the time of its whole executions in ovl_plan_begin(),
+ * ovl_plan_next() and ovl_plan_end() (the first execution not counted;
+ * from the second on, their mean, then the median of the last 3) exceeds
+ * 1.25 x the prediction + 5 microseconds, the next execution tries the
+ * protocol predicted best among those not tried (if predicted below the
+ * best measured so far), one execution each; then the plan keeps the
+ * least measured for good (ovl_plan_query(): measured_us, reranks). A
+ * forced protocol is never re-ranked. The strip size (unless the param sets it) is the one
  * of least predicted time for a pipeline of the strips' transfers and the
  * computation on them, taking as much computation per iteration as
  * communication until the first whole execution measures it; then it is

@@ -61,11 +61,11 @@
  * replace it (issue 37, part 3). */
 #define DT_BLOCK_US 0.05
 
-/* Re-ranking (rerank()): an automatic plan whose executions keep taking
- * more than RERANK_OVER x its prediction + RERANK_FLOOR_US (the median of
- * its last RERANK_RUNS, the first execution not counted) tries the next
- * protocol by prediction, each at most once, and settles on the best
- * measured. */
+/* Re-ranking (rerank()): an automatic plan whose executions take more
+ * than RERANK_OVER x its prediction + RERANK_FLOOR_US (from the first
+ * measured one: their mean, the median of the last RERANK_RUNS once there
+ * are as many; the first execution not counted) tries the next protocol
+ * by prediction, each at most once, and settles on the best measured. */
 #define RERANK_RUNS     3
 #define RERANK_OVER     1.25
 #define RERANK_FLOOR_US 5.0
@@ -2415,8 +2415,6 @@ static void rerank(const char *fn, struct plan *p, double us)
         return;
     p->meas[q][p->nmeas[q]++ % RERANK_RUNS] = us;
     const int trying = p->reranks > 0; /* q is on trial: judged on each execution */
-    if (!trying && p->nmeas[q] < RERANK_RUNS)
-        return;
     int to = q;
     if (trying || measured_of(p, q) > RERANK_OVER * p->pred[q] + RERANK_FLOOR_US) {
         const int bm = best_measured(p), best = bm ? bm : q;
