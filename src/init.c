@@ -292,6 +292,10 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     atomic_store(&ovl__g.st_wait_ns, 0);
     for (int i = 0; i < OVL__SPLIT_NREASONS; i++)
         atomic_store(&ovl__g.st_split[i], 0);
+    {
+        const char *st = getenv("OVL_STATS");
+        ovl__g.stats_on = st && *st && strcmp(st, "0") != 0;
+    }
     ovl__trace_init();
     if ((rc = ovl__watch_init()) != OVL_SUCCESS)
         goto fail_counts;
@@ -366,6 +370,8 @@ fail_comms:
 
 void ovl__stats_transfer(size_t bytes, unsigned nstrips)
 {
+    if (!ovl__g.stats_on)
+        return;
     atomic_fetch_add_explicit(&ovl__g.st_transfers, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&ovl__g.st_strips, nstrips, memory_order_relaxed);
     atomic_fetch_add_explicit(&ovl__g.st_bytes, bytes, memory_order_relaxed);
@@ -386,8 +392,7 @@ void ovl__stats_wait_ns(uint64_t ns)
  * block per rank, each line prefixed so ranks' output can be told apart). */
 static void print_stats(void)
 {
-    const char *e = getenv("OVL_STATS");
-    if (!e || !*e || !strcmp(e, "0"))
+    if (!ovl__g.stats_on)
         return;
     char split[512];
     size_t at = 0;

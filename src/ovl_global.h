@@ -44,6 +44,9 @@ struct ovl__global {
      * spent waiting, and the split decisions by reason */
     atomic_ullong st_transfers, st_strips, st_bytes, st_wait_ns;
     atomic_ullong st_split[OVL__SPLIT_NREASONS];
+    /* OVL_STATS set at ovl_init: transfers are counted and waits timed
+     * (a message's two clock reads and three counters otherwise saved) */
+    int stats_on;
 };
 extern struct ovl__global ovl__g;
 

@@ -367,10 +367,11 @@ void ovl__engine_wake(void)
 
 /* Predicted completion of a sized transfer posted now: the link in its
  * direction carries the transfers before it first, at the model's bandwidth.
- * 0 (unknown) for the rank itself, whose copies the model does not cover. */
+ * 0 (unknown) for the rank itself, whose copies the model does not cover,
+ * and where no progress thread paces polls by it (no clock read then). */
 static double due_locked(struct ovl__engine *e, const struct ovl__op *op, size_t bytes)
 {
-    if (!bytes || ovl__m.bw_Bpus <= 0 || op->peer == ovl__g.rank || op->peer < 0 ||
+    if (!e->thread_on || !bytes || ovl__m.bw_Bpus <= 0 || op->peer == ovl__g.rank || op->peer < 0 ||
         (op->kind != OVL__OP_SEND && op->kind != OVL__OP_RECV && op->kind != OVL__OP_FRAG))
         return 0;
     double now = ovl__now_us();
@@ -947,6 +948,10 @@ void ovl__engine_wait_flag(atomic_int *flag)
 {
     if (flag_set(flag))
         return;
+    if (!ovl__g.stats_on && !ovl__trace_on) {
+        ovl__engine_spin(flag_set, flag);
+        return;
+    }
     uint64_t t0 = ovl__now_ns();
     ovl__engine_spin(flag_set, flag);
     uint64_t dt = ovl__now_ns() - t0;
