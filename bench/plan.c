@@ -468,6 +468,94 @@ static double median_of(double *v, int n)
     return bench_stat_of(v, n).med;
 }
 
+/* ---- the oracle's sweep (gemm-panel, transpose) ------------------------------------------- */
+
+enum { SWEEP_MAX = (OVL_PLAN_PROTOCOLS - 1) * 16 };
+
+/* Every protocol at strip sizes S = top, top/2, ... down to @lowest (at
+ * least 1): configuration i is protocol i / nS + 1 at S[i % nS]. */
+struct sweep {
+    int64_t S[16];
+    int nS, n, reps, best;
+    ovl_plan_t p[SWEEP_MAX]; /* OVL_PLAN_NULL where the commit refused */
+    int on[SWEEP_MAX];
+    double med[SWEEP_MAX]; /* seconds, of the configurations timed */
+    double *t;             /* reps per configuration */
+};
+
+static void sweep_open(struct sweep *w, int64_t top, int64_t lowest, int reps)
+{
+    memset(w, 0, sizeof *w);
+    for (int64_t s = top; s >= 1 && s >= lowest && w->nS < 16; s /= 2)
+        if (!w->nS || s != w->S[w->nS - 1])
+            w->S[w->nS++] = s;
+    w->n = (OVL_PLAN_PROTOCOLS - 1) * w->nS;
+    w->reps = reps;
+    w->best = -1;
+    w->t = times_alloc(w->n, reps);
+}
+
+/* Every configuration of @d committed here; on[] says which the commit took. */
+static void sweep_plans(struct sweep *w, const struct pdesc *d)
+{
+    for (int i = 0; i < w->n; i++) {
+        w->p[i] = plan_new(d, (ovl_plan_protocol_t)(i / w->nS + 1), w->S[i % w->nS], NULL, 0);
+        w->on[i] = w->p[i] != OVL_PLAN_NULL;
+    }
+}
+
+/* The timed configurations' medians, and the least of them (best). */
+static void sweep_rank(struct sweep *w)
+{
+    w->best = -1;
+    for (int i = 0; i < w->n; i++) {
+        w->med[i] = w->on[i] ? median_of(&w->t[i * w->reps], w->reps) : 0;
+        if (w->on[i] && (w->best < 0 || w->med[i] < w->med[w->best]))
+            w->best = i;
+    }
+}
+
+static void sweep_print(const struct sweep *w)
+{
+    char c[48];
+    printf("  %-41s", "sweep (median us; * = the oracle)");
+    for (int s = 0; s < w->nS; s++)
+        printf(" %8s", (snprintf(c, sizeof c, "S=%" PRId64, w->S[s]), c));
+    printf("\n");
+    for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++) {
+        printf("  %-41s", pname[q + 1]);
+        for (int s = 0; s < w->nS; s++) {
+            int i = q * w->nS + s;
+            printf(" %7s%s", fmt_us(w->med[i], w->on[i], c, sizeof c), i == w->best ? "*" : " ");
+        }
+        printf("\n");
+    }
+}
+
+static void sweep_csv(FILE *f, const char *kernel, const char *cas, const struct sweep *w,
+                      const char *note)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->on[i]) {
+            ovl_plan_info_t in = plan_info(w->p[i]);
+            struct bench_stat ss = bench_stat_of(&w->t[i * w->reps], w->reps);
+            csv_row(f, kernel, cas, "sweep", w->reps, &ss, &in, in.predicted_us[in.protocol], note);
+        }
+}
+
+static void sweep_drop_plans(struct sweep *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free_plan(&w->p[i]);
+}
+
+static void sweep_close(struct sweep *w)
+{
+    sweep_drop_plans(w);
+    free(w->t);
+    w->t = NULL;
+}
+
 /* The 8-byte words of map's target: distinct for every offset. */
 static uint64_t word_at(uint64_t w)
 {
@@ -679,7 +767,8 @@ struct panel {
     double *a, *aref;     /* R x K: the block as read, as it should be */
     double *b, *c, *cref; /* gemm: K x M, R x M */
     double *x, *y, *yref; /* reduce: K, R */
-    ovl_plan_t oracle, *sweep;
+    ovl_plan_t oracle;
+    struct sweep sw;
     int check;
 };
 
@@ -799,7 +888,7 @@ static double panel_sweep_run(void *ctx, int v)
     struct panel *g = ctx;
     panel_prepare(g);
     double t0 = bench_now();
-    plan_exec(g->sweep[v], panel_strip, g);
+    plan_exec(g->sw.p[v], panel_strip, g);
     double t = bench_now() - t0;
     if (g->check)
         panel_verify(g, "a sweep configuration");
@@ -953,14 +1042,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
         }
     } else {
         /* the oracle's sweep: S = R, R/2, ..., down to R/64 (at least 1) */
-        int64_t S[16];
-        int nS = 0;
-        for (int64_t s = g.R / g.planes; s >= 1 && s >= g.R / 64 && nS < 16; s /= 2)
-            if (!nS || s != S[nS - 1])
-                S[nS++] = s;
-        const int nconf = (OVL_PLAN_PROTOCOLS - 1) * nS;
-        g.sweep = calloc((size_t)nconf, sizeof *g.sweep);
-        double *ts = times_alloc(nconf, o->sweep_reps);
+        sweep_open(&g.sw, g.R / g.planes, g.R / 64, o->sweep_reps);
         if (bench_rank == 0)
             printf("%-6s %6s %9s %8s %9s %9s %9s %9s %9s %9s %9s  %-14s %-14s %s\n", "ratio", "M",
                    "comm", "measured", "base", "hand", "plan", "oracle", "plan/base", "plan/hand",
@@ -977,28 +1059,14 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                 meas = panel_choose_m(&g, ratio, tc);
             }
             /* the sweep */
-            int *son = calloc((size_t)nconf, sizeof *son);
-            char why[160];
             if (bench_rank == 0)
-                for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++)
-                    for (int s = 0; s < nS; s++) {
-                        int i = q * nS + s;
-                        g.sweep[i] =
-                            plan_new(&g.d, (ovl_plan_protocol_t)(q + 1), S[s], why, sizeof why);
-                        son[i] = g.sweep[i] != OVL_PLAN_NULL;
-                    }
-            MPI_Bcast(son, nconf, MPI_INT, 0, MPI_COMM_WORLD);
-            warm_variants(nconf, son, o->gap_us, 0, panel_sweep_run, &g, &g.check);
-            time_variants(nconf, son, o->sweep_reps, o->gap_us, 0, panel_sweep_run, &g, ts);
-            double smed[(OVL_PLAN_PROTOCOLS - 1) * 16];
-            int best = -1;
+                sweep_plans(&g.sw, &g.d);
+            MPI_Bcast(g.sw.on, g.sw.n, MPI_INT, 0, MPI_COMM_WORLD);
+            warm_variants(g.sw.n, g.sw.on, o->gap_us, 0, panel_sweep_run, &g, &g.check);
+            time_variants(g.sw.n, g.sw.on, g.sw.reps, o->gap_us, 0, panel_sweep_run, &g, g.sw.t);
             if (bench_rank == 0) {
-                for (int i = 0; i < nconf; i++) {
-                    smed[i] = son[i] ? median_of(&ts[i * o->sweep_reps], o->sweep_reps) : 0;
-                    if (son[i] && (best < 0 || smed[i] < smed[best]))
-                        best = i;
-                }
-                g.oracle = g.sweep[best];
+                sweep_rank(&g.sw);
+                g.oracle = g.sw.p[g.sw.best];
             }
             /* the timed variants */
             int on[G_NV] = { 1, 1, 1, 1, 0, g.planes > 1 };
@@ -1029,19 +1097,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                     csv_row(f, "gemm-panel", cas, "plan0", o->reps, &s0, &in0,
                             in0.predicted_us[in0.protocol], "");
                 }
-                printf("  %-41s", "sweep (median us; * = the oracle)");
-                for (int s = 0; s < nS; s++)
-                    printf(" %8s", (snprintf(c1, sizeof c1, "S=%" PRId64, S[s]), c1));
-                printf("\n");
-                for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++) {
-                    printf("  %-41s", pname[q + 1]);
-                    for (int s = 0; s < nS; s++) {
-                        int i = q * nS + s;
-                        printf(" %7s%s", fmt_us(smed[i], son[i], c1, sizeof c1),
-                               i == best ? "*" : " ");
-                    }
-                    printf("\n");
-                }
+                sweep_print(&g.sw);
                 snprintf(cas, sizeof cas, "ratio=%g", ratio);
                 snprintf(note, sizeof note, "M=%d;measured_ratio=%.3f;comm_us=%.1f", g.M, meas,
                          tc * 1e6);
@@ -1054,21 +1110,12 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                             : v == G_ORACLE ? oin.predicted_us[oin.protocol]
                                             : -1,
                             note);
-                for (int i = 0; i < nconf; i++)
-                    if (son[i]) {
-                        ovl_plan_info_t in = plan_info(g.sweep[i]);
-                        struct bench_stat ss = bench_stat_of(&ts[i * o->sweep_reps], o->sweep_reps);
-                        csv_row(f, "gemm-panel", cas, "sweep", o->sweep_reps, &ss, &in,
-                                in.predicted_us[in.protocol], note);
-                    }
-                for (int i = 0; i < nconf; i++)
-                    free_plan(&g.sweep[i]);
+                sweep_csv(f, "gemm-panel", cas, &g.sw, note);
+                sweep_drop_plans(&g.sw);
                 g.oracle = OVL_PLAN_NULL;
             }
-            free(son);
         }
-        free(ts);
-        free(g.sweep);
+        sweep_close(&g.sw);
     }
     if (bench_rank == 0) {
         ovl_plan_t p = plan_keyed(g.key, &g.d);
@@ -1521,7 +1568,8 @@ struct tr {
     MPI_Datatype vec; /* a column block: N blocks of nb doubles, stride N */
     struct pdesc d;
     double *recv, *out; /* per other rank k: N x nb as read, nb x N transposed */
-    ovl_plan_t oracle, *sweep;
+    ovl_plan_t oracle;
+    struct sweep sw;
     ovl_plan_info_t cold; /* the last cold plan's choice */
     int check;
 };
@@ -1592,7 +1640,7 @@ static double tr_run(void *ctx, int v)
     } else if (v == T_ORACLE) {
         plan_exec(x->oracle, tr_strip, x);
     } else { /* the sweep's configuration v - T_NV */
-        plan_exec(x->sweep[v - T_NV], tr_strip, x);
+        plan_exec(x->sw.p[v - T_NV], tr_strip, x);
     }
     double t = bench_now() - t0;
     if (x->check)
@@ -1652,35 +1700,17 @@ static int bench_plan_transpose(const struct opt *o)
     FILE *f = bench_csv_open(CMD, o->csv);
     csv_header(f);
     int hosts = bench_hosts();
-    /* the oracle's sweep: every protocol at S = N, N/2, ..., N/64 (at least 1) */
-    int64_t S[16];
-    int nS = 0;
-    for (int64_t s = N; s >= 1 && s >= N / 64 && nS < 16; s /= 2)
-        S[nS++] = s;
-    const int nconf = (OVL_PLAN_PROTOCOLS - 1) * nS;
-    x.sweep = calloc((size_t)nconf, sizeof *x.sweep);
-    int *son = calloc((size_t)nconf, sizeof *son);
-    if (!x.sweep || !son)
-        bench_fail("out of memory");
-    for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++)
-        for (int s = 0; s < nS; s++) {
-            int i = q * nS + s;
-            x.sweep[i] = plan_new(&x.d, (ovl_plan_protocol_t)(q + 1), S[s], NULL, 0);
-            son[i] = x.sweep[i] != OVL_PLAN_NULL;
-        }
-    BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, son, nconf, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    double *ts = times_alloc(nconf, o->sweep_reps);
-    warm_variants(nconf, son, o->gap_us, 1, tr_sweep_run, &x, &x.check);
-    time_variants(nconf, son, o->sweep_reps, o->gap_us, 1, tr_sweep_run, &x, ts);
-    double smed[(OVL_PLAN_PROTOCOLS - 1) * 16];
-    int best = -1;
-    for (int i = 0; i < nconf; i++) {
-        smed[i] = son[i] ? median_of(&ts[i * o->sweep_reps], o->sweep_reps) : 0;
-        if (son[i] && (best < 0 || smed[i] < smed[best]))
-            best = i;
-    }
-    BENCH_MPI(MPI_Bcast(&best, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    x.oracle = x.sweep[best];
+    /* the oracle's sweep: every protocol at S = N, N/2, ..., N/64, every
+     * rank planning; rank 0 holds the slowest rank's times and picks */
+    struct sweep *w = &x.sw;
+    sweep_open(w, N, N / 64, o->sweep_reps);
+    sweep_plans(w, &x.d);
+    BENCH_MPI(MPI_Allreduce(MPI_IN_PLACE, w->on, w->n, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    warm_variants(w->n, w->on, o->gap_us, 1, tr_sweep_run, &x, &x.check);
+    time_variants(w->n, w->on, w->reps, o->gap_us, 1, tr_sweep_run, &x, w->t);
+    sweep_rank(w);
+    BENCH_MPI(MPI_Bcast(&w->best, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    x.oracle = w->p[w->best];
     double *t = times_alloc(T_NV, o->reps);
     int on[T_NV] = { 1, 1, 1, 1, 1 };
     warm_variants(T_NV, on, o->gap_us, 1, tr_run, &x, &x.check);
@@ -1704,18 +1734,7 @@ static int bench_plan_transpose(const struct opt *o)
                st[2].med / st[0].med, st[2].med / st[4].med, st[3].med / st[4].med,
                fmt_choice(&in, ch, sizeof ch), fmt_choice(&x.cold, c2, sizeof c2),
                fmt_choice(&oin, c3, sizeof c3));
-        printf("  sweep, median us (* = the oracle)\n  %-9s", "");
-        for (int s = 0; s < nS; s++)
-            printf(" %9s", (snprintf(c2, sizeof c2, "S=%" PRId64, S[s]), c2));
-        printf("\n");
-        for (int q = 0; q < OVL_PLAN_PROTOCOLS - 1; q++) {
-            printf("  %-9s", pname[q + 1]);
-            for (int s = 0; s < nS; s++) {
-                int i = q * nS + s;
-                printf(" %8s%s", fmt_us(smed[i], son[i], c2, sizeof c2), i == best ? "*" : " ");
-            }
-            printf("\n");
-        }
+        sweep_print(w);
         if (o->explain) /* the plan and its alternatives, rank 0's */
             BENCH_OVL(ovl_plan_explain(plan_keyed(TR_KEY, &x.d), stdout));
         snprintf(cas, sizeof cas, "P=%d;N=%d", P, N);
@@ -1730,19 +1749,9 @@ static int bench_plan_transpose(const struct opt *o)
                     : v == T_ORACLE ? oin.predicted_us[oin.protocol]
                                     : -1,
                     "");
-        for (int i = 0; i < nconf; i++)
-            if (son[i]) {
-                ovl_plan_info_t si = plan_info(x.sweep[i]);
-                struct bench_stat ss = bench_stat_of(&ts[i * o->sweep_reps], o->sweep_reps);
-                csv_row(f, "transpose", cas, "sweep", o->sweep_reps, &ss, &si,
-                        si.predicted_us[si.protocol], "");
-            }
+        sweep_csv(f, "transpose", cas, w, "");
     }
-    for (int i = 0; i < nconf; i++)
-        free_plan(&x.sweep[i]);
-    free(x.sweep);
-    free(son);
-    free(ts);
+    sweep_close(w);
     {
         ovl_plan_t p = plan_keyed(TR_KEY, &x.d);
         free_plan(&p);

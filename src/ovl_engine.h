@@ -88,8 +88,10 @@ void ovl__engine_spin(int (*done)(const void *), const void *arg);
 /* ovl__engine_spin until the MPI request completes (a collective that a
  * peer reaches only once this rank's progress served it); MPI's code. */
 int ovl__engine_spin_mpi(MPI_Request *req);
-/* ovl__engine_spin until *flag is non-zero, counted as wait time in the
- * statistics and the trace. */
+/* ovl__engine_spin, counted as wait time in the statistics and the trace
+ * (timed only when OVL_STATS or OVL_TRACE asks). */
+void ovl__engine_wait(int (*done)(const void *), const void *arg);
+/* ovl__engine_wait until *flag is non-zero. */
 void ovl__engine_wait_flag(atomic_int *flag);
 /* OVL_PROGRESS_PRIORITY: a progress thread under SCHED_FIFO returns to
  * normal scheduling (no-op on any other thread). Async-signal-safe. */

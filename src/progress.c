@@ -944,21 +944,25 @@ static int flag_set(const void *flag)
     return atomic_load_explicit((const atomic_int *)flag, memory_order_acquire);
 }
 
-void ovl__engine_wait_flag(atomic_int *flag)
+void ovl__engine_wait(int (*done)(const void *), const void *arg)
 {
-    if (flag_set(flag))
-        return;
     if (!ovl__g.stats_on && !ovl__trace_on) {
-        ovl__engine_spin(flag_set, flag);
+        ovl__engine_spin(done, arg);
         return;
     }
     uint64_t t0 = ovl__now_ns();
-    ovl__engine_spin(flag_set, flag);
+    ovl__engine_spin(done, arg);
     uint64_t dt = ovl__now_ns() - t0;
     ovl__stats_wait_ns(dt);
     if (ovl__trace_on)
         ovl__trace_complete("wait", "wait", (double)t0 / 1e3, (double)dt / 1e3, NULL, 0, NULL, 0,
                             NULL, 0);
+}
+
+void ovl__engine_wait_flag(atomic_int *flag)
+{
+    if (!flag_set(flag))
+        ovl__engine_wait(flag_set, flag);
 }
 
 static int has_work_locked(struct ovl__engine *e)

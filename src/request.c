@@ -392,24 +392,13 @@ static int wait_over(const void *p)
     return atomic_load_explicit(&w->r->done, memory_order_acquire);
 }
 
-/* ovl__engine_wait_flag on r->done, which also stops if another call
+/* ovl__engine_wait until r->done, which also stops if another call
  * releases the request meanwhile. */
 static void wait_done(struct ovl__req *r, uint32_t g)
 {
     struct waiter w = { r, g };
-    if (wait_over(&w))
-        return;
-    if (!ovl__g.stats_on && !ovl__trace_on) {
-        ovl__engine_spin(wait_over, &w);
-        return;
-    }
-    uint64_t t0 = ovl__now_ns();
-    ovl__engine_spin(wait_over, &w);
-    uint64_t dt = ovl__now_ns() - t0;
-    ovl__stats_wait_ns(dt);
-    if (ovl__trace_on)
-        ovl__trace_complete("wait", "wait", (double)t0 / 1e3, (double)dt / 1e3, NULL, 0, NULL, 0,
-                            NULL, 0);
+    if (!wait_over(&w))
+        ovl__engine_wait(wait_over, &w);
 }
 
 static int wait_entered(const char *fn, ovl_request_t *req, ovl_status_t *status,
