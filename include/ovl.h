@@ -279,7 +279,10 @@ typedef struct {
  * MPI_Testsome, and the program's own is put back after each call, so a
  * truncated ovl receive completes with OVL_ERR_TRUNCATE rather than
  * reaching the program's handler. A thread calling MPI on that
- * communicator at the same moment sees errors returned.
+ * communicator at the same moment sees errors returned. The first private
+ * domain (ovl_domains_create) registers the process for Linux's
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), where the kernel has it;
+ * the registration lasts for the process's life and changes nothing else.
  *
  * @param comm  communicator (MPI_COMM_WORLD in most programs)
  * @param cfg   options, or NULL for environment and defaults
@@ -1162,9 +1165,10 @@ typedef enum {
     OVL_DOMAIN_SERIALIZED = 1, /**< any thread, but one call at a time (the program ensures it) */
     OVL_DOMAIN_PRIVATE = 2     /**< one thread at a time: the thread bound to it owns it until it
                                     binds another domain; a call by any other thread on it or on
-                                    its requests is OVL_ERR_THREAD. ovl's own locks are still
-                                    taken (uncontended), since ovl_barrier, ovl_lock and
-                                    ovl_segment_free drive every domain */
+                                    its requests is OVL_ERR_THREAD. Its owner takes none of ovl's
+                                    locks on it (ovl_barrier, ovl_lock, ovl_segment_free, a fault's
+                                    wait and ovl_finalize, which drive every domain, wait for the
+                                    owner to leave ovl's code instead); MPI's own locks remain */
 } ovl_domain_mode_t;
 
 /**

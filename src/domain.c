@@ -21,9 +21,12 @@
  */
 #include "ovl_internal.h"
 
+#include <linux/membarrier.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static struct ovl__dom dom0;
 
@@ -99,6 +102,159 @@ int ovl__dom_enter_checked(const char *fn, struct ovl__dom *d, struct ovl__dom *
     return OVL_SUCCESS;
 }
 
+/* ---- a private domain's gate ------------------------------------------------ */
+
+/* membarrier(PRIVATE_EXPEDITED) registered: a foreign thread makes the
+ * owner's stores visible, so the owner's side needs no fence. Without it
+ * (an old kernel, or ThreadSanitizer, which cannot see it) the owner's
+ * store is sequentially consistent. */
+static atomic_int gate_asym = -1;
+
+static void gate_asym_init(void)
+{
+    if (atomic_load(&gate_asym) >= 0)
+        return;
+    int on = 0;
+#if !defined(__SANITIZE_THREAD__) && defined(SYS_membarrier)
+    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    on = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+    atomic_store(&gate_asym, on);
+}
+
+/* the private domain whose gate this thread passed as its owner, how deep,
+ * and whether through gate_x (another thread was in) */
+static __thread struct ovl__dom *tls_gate __attribute__((tls_model("initial-exec")));
+static __thread int tls_gate_depth __attribute__((tls_model("initial-exec")));
+static __thread int tls_gate_slow __attribute__((tls_model("initial-exec")));
+
+static int gate_owner(const struct ovl__dom *d)
+{
+    return atomic_load_explicit(&d->owned, memory_order_acquire) &&
+           pthread_equal(d->owner, pthread_self());
+}
+
+/* The owner's way in: 1 in without a lock, 0 another thread is in or
+ * getting in (inside withdrawn). */
+static int owner_in(struct ovl__dom *d)
+{
+    if (atomic_load_explicit(&gate_asym, memory_order_relaxed) > 0) {
+        atomic_store_explicit(&d->gate_inside, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst);
+    } else {
+        atomic_store(&d->gate_inside, 1);
+    }
+    if (!atomic_load(&d->gate_foreign))
+        return 1;
+    atomic_store_explicit(&d->gate_inside, 0, memory_order_release);
+    return 0;
+}
+
+/* Another thread, gate_x held: the first level raises gate_foreign and
+ * waits for the owner to leave (@wait 0: gives up instead; 0 returned).
+ * gate_foreign stays raised when it leaves, until the owner comes by (and
+ * lowers it, gate_x held): while it is raised the owner cannot be in, so
+ * a thread driving the domain again and again (a wait in ovl_lock) costs
+ * the owner's CPU one membarrier, not one per drive. */
+static int foreign_in(struct ovl__dom *d, int wait)
+{
+    if (d->gate_xdepth++ > 0 || atomic_load(&d->gate_foreign))
+        return 1;
+    atomic_store(&d->gate_foreign, 1);
+    if (atomic_load_explicit(&gate_asym, memory_order_relaxed) > 0)
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    while (atomic_load(&d->gate_inside)) {
+        if (!wait) {
+            d->gate_xdepth = 0;
+            atomic_store_explicit(&d->gate_foreign, 0, memory_order_release);
+            return 0;
+        }
+        ovl__relax();
+    }
+    return 1;
+}
+
+void ovl__gate_enter(struct ovl__dom *d)
+{
+    if (tls_gate == d) {
+        tls_gate_depth++;
+        return;
+    }
+    if (!tls_gate && gate_owner(d)) {
+        tls_gate = d;
+        tls_gate_depth = 1;
+        tls_gate_slow = !owner_in(d);
+        if (tls_gate_slow) {
+            pthread_mutex_lock(&d->gate_x);
+            atomic_store_explicit(&d->gate_foreign, 0, memory_order_relaxed);
+        }
+        return;
+    }
+    pthread_mutex_lock(&d->gate_x);
+    foreign_in(d, 1);
+}
+
+int ovl__gate_try(struct ovl__dom *d)
+{
+    if (tls_gate == d) {
+        tls_gate_depth++;
+        return 1;
+    }
+    if (!tls_gate && gate_owner(d)) {
+        int slow = !owner_in(d);
+        if (slow) {
+            if (pthread_mutex_trylock(&d->gate_x) != 0)
+                return 0;
+            atomic_store_explicit(&d->gate_foreign, 0, memory_order_relaxed);
+        }
+        tls_gate = d;
+        tls_gate_depth = 1;
+        tls_gate_slow = slow;
+        return 1;
+    }
+    if (pthread_mutex_trylock(&d->gate_x) != 0)
+        return 0;
+    if (foreign_in(d, 0))
+        return 1;
+    pthread_mutex_unlock(&d->gate_x);
+    return 0;
+}
+
+void ovl__gate_exit(struct ovl__dom *d)
+{
+    if (tls_gate == d) {
+        if (--tls_gate_depth > 0)
+            return;
+        tls_gate = NULL;
+        if (tls_gate_slow)
+            pthread_mutex_unlock(&d->gate_x);
+        else
+            atomic_store_explicit(&d->gate_inside, 0, memory_order_release);
+        return;
+    }
+    d->gate_xdepth--;
+    pthread_mutex_unlock(&d->gate_x);
+}
+
+void ovl__dom_lock(pthread_mutex_t *m)
+{
+    struct ovl__dom *d = ovl__dom_cur();
+    if (d->gated)
+        ovl__gate_enter(d);
+    else
+        pthread_mutex_lock(m);
+}
+
+void ovl__dom_unlock(pthread_mutex_t *m)
+{
+    struct ovl__dom *d = ovl__dom_cur();
+    if (d->gated)
+        ovl__gate_exit(d);
+    else
+        pthread_mutex_unlock(m);
+}
+
 int ovl__doms_count(void)
 {
     return D.n;
@@ -157,10 +313,22 @@ static struct ovl__dom *dom_struct(void)
     if (d)
         spare = d->next_spare;
     pthread_mutex_unlock(&spare_lock);
-    if (!d)
-        return calloc(1, sizeof *d);
+    if (!d) {
+        d = calloc(1, sizeof *d);
+        if (d) {
+            pthread_mutexattr_t a;
+            pthread_mutexattr_init(&a);
+            pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+            pthread_mutex_init(&d->gate_x, &a);
+            pthread_mutexattr_destroy(&a);
+        }
+        return d;
+    }
     atomic_store(&d->live, 0);
     atomic_store(&d->owned, 0);
+    atomic_store(&d->gate_inside, 0);
+    atomic_store(&d->gate_foreign, 0);
+    d->gate_xdepth = 0;
     d->next_spare = NULL;
     d->on_stream = 0;
     memset(d->state, 0, sizeof d->state);
@@ -192,7 +360,12 @@ static struct ovl__dom *dom_alloc(int id, int mode)
     d->stream = MPIX_STREAM_NULL;
 #endif
     size_t n = (size_t)ovl__g.size;
+    d->gated = mode == OVL_DOMAIN_PRIVATE;
+    if (d->gated)
+        gate_asym_init();
     d->eng = ovl__engine_new();
+    if (d->eng && d->gated)
+        ovl__engine_set_gate(d->eng, d);
     int st = ovl__engine_sources_dom_new(d->state);
     d->sent_to = calloc(n, sizeof *d->sent_to);
     d->recvd_from = calloc(n, sizeof *d->recvd_from);

@@ -170,10 +170,10 @@ static void match_dom_free(void *p)
 static int match_held(void)
 {
     int n = 0;
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     for (struct unexp *u = M.unexp; u; u = u->next)
         n++;
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     return n;
 }
 
@@ -193,11 +193,11 @@ static void hold_add(int src, int d)
 int ovl__match_unexpected_from(int source)
 {
     int n = 0;
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     for (struct unexp *u = M.unexp; u; u = u->next)
         if (u->st.MPI_SOURCE == source)
             n++;
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     return n;
 }
 
@@ -208,7 +208,7 @@ int ovl__match_posted(void)
 
 void ovl__match_hurry(struct ovl__match *m)
 {
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     if (m->patient) {
         m->patient = 0;
         for (const struct ovl__match *p = M.posted; p; p = p->next)
@@ -217,7 +217,7 @@ void ovl__match_hurry(struct ovl__match *m)
                 break;
             }
     }
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
 }
 
 int ovl__match_urgent(void)
@@ -289,7 +289,7 @@ void ovl__match_post(struct ovl__match *m)
 {
     m->next = NULL;
     m->demoting = 0;
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     m->seq = ++M.seq;
     struct unexp **pp = &M.unexp, *prev = NULL;
     for (struct unexp *u = M.unexp; u; prev = u, pp = &u->next, u = u->next) {
@@ -299,12 +299,12 @@ void ovl__match_post(struct ovl__match *m)
         if (M.unexp_tail == u)
             M.unexp_tail = prev;
         if (!make_ready_locked(m, u)) { /* no memory to defer it: match it here */
-            pthread_mutex_unlock(&M.lock);
+            ovl__dom_unlock(&M.lock);
             deliver(m, u->msg, &u->st);
             free(u);
             return;
         }
-        pthread_mutex_unlock(&M.lock);
+        ovl__dom_unlock(&M.lock);
         ovl__engine_wake();
         return;
     }
@@ -312,7 +312,7 @@ void ovl__match_post(struct ovl__match *m)
         m->next = M.pre;
         M.pre = m;
         atomic_fetch_add(&M.npre, 1);
-        pthread_mutex_unlock(&M.lock);
+        ovl__dom_unlock(&M.lock);
         return; /* the engine was woken when the receive was added */
     }
     LIST_APPEND(M.posted, M.posted_tail, m);
@@ -320,7 +320,7 @@ void ovl__match_post(struct ovl__match *m)
     if (patient)
         atomic_fetch_add(&M.npatient, 1);
     atomic_fetch_add(&M.nposted, 1);
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     if (patient)
         ovl__engine_start_polls();
     else
@@ -392,7 +392,7 @@ static void demote_locked(int src)
 int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
 {
     int again = 0;
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     for (struct ovl__match **pp = &M.pre; *pp; pp = &(*pp)->next)
         if (*pp == m) {
             *pp = m->next;
@@ -412,7 +412,7 @@ int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
         if (!held(m->source))
             rescan_locked();
     }
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     if (again || atomic_load(&M.has_ready))
         ovl__engine_wake();
     return again;
@@ -441,7 +441,7 @@ static struct ovl__match *take_posted(const MPI_Status *st)
 
 static int cancel_posted(void)
 {
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     struct ovl__match *m = M.posted;
     M.posted = M.posted_tail = NULL;
     int np = 0, npat = 0;
@@ -452,7 +452,7 @@ static int cancel_posted(void)
     atomic_fetch_sub(&M.npatient, npat);
     atomic_fetch_sub(&M.nposted, np);
     atomic_store(&M.cancel, 0);
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     int n = 0;
     while (m) {
         struct ovl__match *next = m->next;
@@ -466,11 +466,11 @@ static int cancel_posted(void)
 /* Run the receives matched at posting time (driver). */
 static int run_ready(void)
 {
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     struct ready *rd = M.ready;
     M.ready = M.ready_tail = NULL;
     atomic_store(&M.has_ready, 0);
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     int n = 0;
     while (rd) {
         struct ready *next = rd->next;
@@ -548,7 +548,7 @@ int ovl__match_poll(void)
         MPI_Status st;
     } hits[16];
     int n = 0, rescan = 0;
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     /* A source whose hold ends has its parked messages paired at once,
      * before any newer message of it is probed. */
     if (atomic_load(&M.nheld))
@@ -604,7 +604,7 @@ int ovl__match_poll(void)
         u->st = st;
         LIST_APPEND(M.unexp, M.unexp_tail, u);
     }
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     for (int i = 0; i < n; i++)
         deliver(hits[i].m, hits[i].msg, &hits[i].st);
     if (rescan && atomic_load(&M.has_ready))
@@ -623,12 +623,12 @@ static void cancel_all(void)
 
 static void drop_unexpected(void)
 {
-    pthread_mutex_lock(&M.lock);
+    ovl__dom_lock(&M.lock);
     atomic_store(&M.cancel, 0); /* not to cancel the next ovl_init's receives */
     atomic_store(&M.closing, 0);
     struct unexp *u = M.unexp;
     M.unexp = M.unexp_tail = NULL;
-    pthread_mutex_unlock(&M.lock);
+    ovl__dom_unlock(&M.lock);
     while (u) {
         struct unexp *next = u->next;
         if (u->body_pending) { /* its sender has sent the body: take it */

@@ -21,10 +21,17 @@ struct ovl__dom {
     /* a private domain's owner (the first thread that bound it) */
     pthread_t owner;
     atomic_int owned;
-    MPI_Comm comm_msg;    /* ovl_isend / ovl_irecv, delta headers */
-    MPI_Comm comm_stream; /* first fragment of a stream, user tag */
-    MPI_Comm comm_frag;   /* later fragments, tag = stream id */
-    MPI_Comm comm_delta;  /* delta pieces, tag = delta id */
+    /* a private domain's gate, which stands for its engine's and matching
+     * state's locks (ovl__gate_enter) */
+    int gated;
+    atomic_int gate_inside;  /* the owner is in (written by the owner only) */
+    atomic_int gate_foreign; /* another thread is in, or is getting in */
+    pthread_mutex_t gate_x;  /* recursive: other threads, and the owner once one is in */
+    int gate_xdepth;         /* the nesting of gate_x's holder (gate_x held) */
+    MPI_Comm comm_msg;       /* ovl_isend / ovl_irecv, delta headers */
+    MPI_Comm comm_stream;    /* first fragment of a stream, user tag */
+    MPI_Comm comm_frag;      /* later fragments, tag = stream id */
+    MPI_Comm comm_delta;     /* delta pieces, tag = delta id */
 #ifdef OVL_HAVE_MPIX_STREAM
     MPIX_Stream stream;
 #endif
@@ -55,6 +62,20 @@ void ovl__dom_leave(struct ovl__dom *prev);
 /* The same for a public call on an object of @d: OVL_ERR_THREAD (recorded
  * as @fn's) when @d is private and the caller is not its owner. */
 int ovl__dom_enter_checked(const char *fn, struct ovl__dom *d, struct ovl__dom **prev);
+/* A private domain's gate: its owner passes it with plain stores and
+ * loads (a thread-local depth; nested entries are free); any other thread
+ * (a foreign driver: ovl_barrier, ovl_lock, a fault's wait, finalize)
+ * takes gate_x, raises gate_foreign, makes the owner's stores visible
+ * (membarrier, where the kernel has it) and waits for it to leave. The
+ * owner, finding gate_foreign raised, takes gate_x too. ovl__gate_try is
+ * the trylock form (0: not entered). */
+void ovl__gate_enter(struct ovl__dom *d);
+int ovl__gate_try(struct ovl__dom *d);
+void ovl__gate_exit(struct ovl__dom *d);
+/* The current domain's lock for state guarded by @m: the gate of a
+ * private domain, else @m (ovl__dom_unlock undoes it). */
+void ovl__dom_lock(pthread_mutex_t *m);
+void ovl__dom_unlock(pthread_mutex_t *m);
 /* ovl_init: domain 0 over ovl__g's communicators; then, once the engine
  * runs, the domains OVL_DOMAINS asks for (collective; on failure nothing
  * is left but domain 0). */

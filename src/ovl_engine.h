@@ -63,6 +63,9 @@ struct ovl__engine *ovl__engine_new(void);
 void ovl__engine_free(struct ovl__engine *e);
 /* Run kick(arg) first in every drive of @e (before it is shared). */
 void ovl__engine_set_kick(struct ovl__engine *e, void (*kick)(void *), void *arg);
+/* A private domain's engine: its lock and drive lock are @d's gate
+ * (ovl__gate_enter), so its owner takes no lock. */
+void ovl__engine_set_gate(struct ovl__engine *e, struct ovl__dom *d);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);

@@ -7,7 +7,8 @@
  * and the marshal coroutines that became ready.
  *
  * Exactly one thread drives at a time (the `drive` mutex, taken with
- * trylock, so a thread that finds another driving simply goes on). Progress
+ * trylock, so a thread that finds another driving simply goes on; a
+ * private domain's gate stands for it and for the engine lock). Progress
  * happens inside ovl calls and, with OVL_PROGRESS=thread, in a background
  * thread whose policy is made for machines where the application computes on
  * every core:
@@ -57,6 +58,10 @@
 struct ovl__engine {
     pthread_mutex_t lock;  /* op arrays, deferred list, ready queue, continuations */
     pthread_mutex_t drive; /* held by the thread driving progress */
+    /* a private domain's: its gate stands for both locks, and in_drive
+     * (under it) for holding the drive lock */
+    struct ovl__dom *gate;
+    int in_drive;
     MPI_Request *mreqs;
     struct ovl__op **ops;
     int n, cap;
@@ -108,8 +113,9 @@ struct ovl__engine {
      * on */
     const struct ovl__source *sources[OVL__MAX_SOURCES];
     int nsources;
-    /* drives of a domain other than 0 (serve_domain0) */
-    unsigned long drives;
+    /* drives of a domain other than 0 (serve_domain0, after the drive
+     * lock is released: any thread driving the domain counts) */
+    atomic_ulong drives;
     /* run first in every drive (a domain on an MPIX stream: its progress) */
     void (*kick)(void *);
     void *kick_arg;
@@ -159,6 +165,60 @@ void ovl__engine_set_kick(struct ovl__engine *e, void (*kick)(void *), void *arg
 {
     e->kick = kick;
     e->kick_arg = arg;
+}
+
+void ovl__engine_set_gate(struct ovl__engine *e, struct ovl__dom *d)
+{
+    e->gate = d;
+}
+
+static void lock_engine(struct ovl__engine *e)
+{
+    if (e->gate)
+        ovl__gate_enter(e->gate);
+    else
+        pthread_mutex_lock(&e->lock);
+}
+
+/* The drive lock: 0 if another thread holds it (or this one, driving). */
+static int drive_try(struct ovl__engine *e)
+{
+    if (!e->gate)
+        return pthread_mutex_trylock(&e->drive) == 0;
+    if (!ovl__gate_try(e->gate))
+        return 0;
+    if (e->in_drive) {
+        ovl__gate_exit(e->gate);
+        return 0;
+    }
+    e->in_drive = 1;
+    return 1;
+}
+
+static void drive_lock(struct ovl__engine *e)
+{
+    if (!e->gate) {
+        pthread_mutex_lock(&e->drive);
+        return;
+    }
+    for (;;) {
+        ovl__gate_enter(e->gate);
+        if (!e->in_drive)
+            break;
+        ovl__gate_exit(e->gate);
+        ovl__relax();
+    }
+    e->in_drive = 1;
+}
+
+static void drive_unlock(struct ovl__engine *e)
+{
+    if (!e->gate) {
+        pthread_mutex_unlock(&e->drive);
+        return;
+    }
+    e->in_drive = 0;
+    ovl__gate_exit(e->gate);
 }
 
 static void free_tables(struct ovl__engine *e);
@@ -305,7 +365,7 @@ int ovl__engine_sources_active(void)
 void ovl__engine_lock(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
 }
 
 static void unlock_engine(struct ovl__engine *e)
@@ -314,7 +374,10 @@ static void unlock_engine(struct ovl__engine *e)
     e->sig = 0;
     if (sig)
         e->awake = 1; /* about to run: no second wake-up needed */
-    pthread_mutex_unlock(&e->lock);
+    if (e->gate)
+        ovl__gate_exit(e->gate);
+    else
+        pthread_mutex_unlock(&e->lock);
     if (sig)
         pthread_cond_signal(&e->cond);
 }
@@ -351,7 +414,7 @@ void ovl__engine_continuation_locked(struct ovl__req *r)
 int ovl__engine_continuations(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     int n = e->conts;
     unlock_engine(e);
     return n;
@@ -360,7 +423,7 @@ int ovl__engine_continuations(void)
 void ovl__engine_wake(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     ovl__engine_wake_locked();
     unlock_engine(e);
 }
@@ -463,7 +526,7 @@ static void wake_for_remote_locked(struct ovl__engine *e)
 void ovl__engine_hurry(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     wake_for_remote_locked(e);
     unlock_engine(e);
 }
@@ -508,7 +571,7 @@ static void after_idle_locked(struct ovl__engine *e)
 void ovl__engine_start_polls(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     start_polls_locked(e);
     unlock_engine(e);
 }
@@ -528,7 +591,7 @@ int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
     static const struct ovl__post plain;
     if (!how)
         how = &plain;
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     int rc = add_locked(e, op, how);
     if (rc == OVL_SUCCESS) {
         if (how->patient || how->wake == OVL__WAKE_GENTLE) {
@@ -549,7 +612,7 @@ int ovl__engine_count(int kind)
 {
     struct ovl__engine *e = cur();
     int c = 0;
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     for (int i = 0; i < e->n; i++)
         if (kind < 0 || e->ops[i]->kind == kind)
             c++;
@@ -562,7 +625,7 @@ int ovl__engine_count(int kind)
 void ovl__engine_cancel_receives(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     for (int i = 0; i < e->n; i++)
         if ((e->ops[i]->kind == OVL__OP_RECV || e->ops[i]->kind == OVL__OP_USER) &&
             e->mreqs[i] != MPI_REQUEST_NULL)
@@ -613,7 +676,7 @@ static void run_callback(struct ovl__req *r, ovl_continue_fn fn, void *arg)
 /* Publish completion of r: waiters may return, detached requests go. */
 static void publish(struct ovl__engine *e, struct ovl__req *r)
 {
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     if (r->cont) {
         /* ovl_continue came in after the completion took the (then empty)
          * continuation: it is deferred now, and its run publishes. Setting
@@ -649,7 +712,7 @@ static void run_continuation_and_publish(struct ovl__engine *e, struct ovl__req 
 void ovl__req_complete(struct ovl__req *r)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     r->completed = 1;
     run_continuation_and_publish(e, r);
 }
@@ -762,13 +825,13 @@ int ovl__engine_driving(void)
 void ovl__engine_hold(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_lock(&e->drive);
+    drive_lock(e);
 }
 
 void ovl__engine_release(void)
 {
     struct ovl__engine *e = cur();
-    pthread_mutex_unlock(&e->drive);
+    drive_unlock(e);
 }
 
 int ovl__engine_thread_on(void)
@@ -786,7 +849,8 @@ static int serve_domain0(struct ovl__engine *e)
     int others = ovl__doms_count() - 1;
     unsigned long period = ((unsigned long)ovl__g.cfg.threads.am_poll_mask + 1ul) *
                            (unsigned long)(others > 1 ? others : 1);
-    if (++e->drives % period != 0 || !sources_serving(&engine0))
+    if ((atomic_fetch_add_explicit(&e->drives, 1, memory_order_relaxed) + 1) % period != 0 ||
+        !sources_serving(&engine0))
         return 0;
     struct ovl__dom *prev = ovl__dom_enter(ovl__dom0());
     int n = ovl__engine_drive();
@@ -797,7 +861,7 @@ static int serve_domain0(struct ovl__engine *e)
 int ovl__engine_drive(void)
 {
     struct ovl__engine *e = cur();
-    if (pthread_mutex_trylock(&e->drive) != 0)
+    if (!drive_try(e))
         return -1;
     driving = 1;
     if (e->kick)
@@ -807,7 +871,7 @@ int ovl__engine_drive(void)
     int matched = sources_poll(e);
     int nb = 0, npat = 0;
 
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     if (e->n > 0 && grow_batch(e, e->n) == 0) {
         int outcount = 0;
         int rc = testsome_errors_return(e, &outcount);
@@ -850,7 +914,7 @@ int ovl__engine_drive(void)
     nb += matched;
     /* Deferred continuations (registered after their operation completed). */
     for (;;) {
-        pthread_mutex_lock(&e->lock);
+        lock_engine(e);
         if (e->ndef == 0) {
             unlock_engine(e);
             break;
@@ -861,7 +925,7 @@ int ovl__engine_drive(void)
 
     /* Marshal coroutines whose fragment arrived or whose buffer came free. */
     for (;;) {
-        pthread_mutex_lock(&e->lock);
+        lock_engine(e);
         struct ovl__coro *c = e->ready_head;
         if (c) {
             e->ready_head = *ovl__coro_next(c);
@@ -878,7 +942,7 @@ int ovl__engine_drive(void)
 
     patient_got = npat;
     driving = 0;
-    pthread_mutex_unlock(&e->drive);
+    drive_unlock(e);
     if (e != &engine0)
         nb += serve_domain0(e);
     return nb;
@@ -912,7 +976,7 @@ void ovl__engine_spin(int (*done)(const void *), const void *arg)
      * itself at the patient pace, and a wake-up after every wait would take
      * the CPU of the computation that follows it. */
     if (atomic_fetch_sub(&e->spinners, 1) == 1 && atomic_load(&e->parked)) {
-        pthread_mutex_lock(&e->lock);
+        lock_engine(e);
         if (urgent_work_locked(e))
             ovl__engine_wake_locked();
         unlock_engine(e);
@@ -1136,7 +1200,7 @@ static void *progress_thread(void *arg)
                     sched_setscheduler(0, SCHED_OTHER, &sp0) == 0;
     if (can_batch)
         to_normal();
-    pthread_mutex_lock(&e->lock);
+    lock_engine(e);
     e->tid = can_batch ? (pid_t)syscall(SYS_gettid) : 0;
     e->awake = 1;
     while (!e->stop) {
@@ -1162,7 +1226,7 @@ static void *progress_thread(void *arg)
         e->posted = 0;
         unlock_engine(e);
         int got = ovl__engine_drive();
-        pthread_mutex_lock(&e->lock);
+        lock_engine(e);
         if (e->stop)
             break;
         /* Only patient ops completed: the program drives those when it
@@ -1325,7 +1389,7 @@ void ovl__engine_stop(void)
 {
     struct ovl__engine *e = &engine0;
     if (e->thread_on) {
-        pthread_mutex_lock(&e->lock);
+        lock_engine(e);
         e->stop = 1;
         e->sig = 1;
         unlock_engine(e);

@@ -267,6 +267,11 @@ static void phase_threads(int mode)
     pthread_t th[T];
     for (int t = 0; t < T; t++)
         CHECK(pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t) == 0);
+    /* meanwhile domain 0's thread drives the workers' domains: each
+     * ovl_barrier retires the one-sided transfers in flight on every
+     * domain (on a private domain, past its owner's gate) */
+    for (int k = 0; k < 3 * ROUNDS; k++)
+        CHECK_OK(ovl_barrier());
     for (int t = 0; t < T; t++)
         CHECK(pthread_join(th[t], NULL) == 0);
     CHECK_OK(ovl_barrier());
@@ -559,6 +564,67 @@ static void phase_rma(int mode)
     CHECK_OK(ovl_segment_free(&rseg[0]));
 }
 
+/* ---- foreign drivers ------------------------------------------------------------ */
+
+/* Each worker reads its slot of the right rank's segment over and over on
+ * its own domain (large reads: strips its engine issues one after another), while domain 0's thread takes and releases the right
+ * rank's lock, which retires every domain's transfers to that rank: it
+ * drives the workers' domains while they do (a private domain's gate with
+ * its owner inside). */
+#define FOREIGN_SLOT (1024 * 1024)
+static ovl_segment_t fseg;
+static atomic_int fdone;
+
+static void *foreign_worker(void *p)
+{
+    int t = (int)(intptr_t)p;
+    unsigned char *rb = malloc(FOREIGN_SLOT);
+    CHECK(rb != NULL);
+    CHECK_OK(ovl_domain_bind(tdom[t]));
+    for (int k = 0; k < 4 * ROUNDS; k++) {
+        size_t m = k % 2 ? FOREIGN_SLOT : 1000 + (size_t)k;
+        memset(rb, 0, m);
+        ovl_request_t g;
+        CHECK_OK(ovl_get(rb, right(), (size_t)t * FOREIGN_SLOT, m, fseg, NULL, &g));
+        if (k % 4 == 1)
+            th_sleep_ms(2); /* its strips left to domain 0's thread */
+        if (k % 4 == 0)
+            CHECK_OK(ovl_get_need(rb, m));
+        CHECK_OK(ovl_wait(&g, NULL));
+        CHECKF(bad_at(rb, m, right(), t, 77) == m, "thread %d round %d: byte %zu", t, k,
+               bad_at(rb, m, right(), t, 77));
+    }
+    CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
+    atomic_fetch_add(&fdone, 1);
+    free(rb);
+    return NULL;
+}
+
+static void phase_foreign(int mode)
+{
+    unsigned char *base;
+    CHECK_OK(ovl_segment_create((size_t)T * FOREIGN_SLOT, (void **)&base, &fseg));
+    for (int t = 0; t < T; t++)
+        fill(base + (size_t)t * FOREIGN_SLOT, FOREIGN_SLOT, th_rank, t, 77);
+    CHECK_OK(ovl_domains_create(T, mode, tdom));
+    CHECK_OK(ovl_barrier());
+    pthread_t th[T];
+    for (int t = 0; t < T; t++)
+        CHECK(pthread_create(&th[t], NULL, foreign_worker, (void *)(intptr_t)t) == 0);
+    int locks = 0;
+    while (atomic_load(&fdone) < T) {
+        CHECK_OK(ovl_lock(fseg, right()));
+        CHECK_OK(ovl_unlock(fseg, right()));
+        locks++;
+    }
+    CHECK(locks > 0);
+    for (int t = 0; t < T; t++)
+        CHECK(pthread_join(th[t], NULL) == 0);
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_domains_free(T, tdom));
+    CHECK_OK(ovl_segment_free(&fseg));
+}
+
 /* ---- env ---------------------------------------------------------------------- */
 
 static void phase_env(void)
@@ -594,6 +660,9 @@ int main(int argc, char **argv)
         phase_env();
     if (!strcmp(ph, "streams"))
         phase_streams();
+    if (!strcmp(ph, "foreign"))
+        phase_foreign(argc > 2 && !strcmp(argv[2], "shared") ? OVL_DOMAIN_SHARED
+                                                             : OVL_DOMAIN_PRIVATE);
     if (!strcmp(ph, "rma")) {
         const char *m = argc > 2 ? argv[2] : "shared";
         phase_rma(!strcmp(m, "private")      ? OVL_DOMAIN_PRIVATE
