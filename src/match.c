@@ -663,11 +663,31 @@ const struct ovl__source ovl__match_source = {
     .held = match_held,
 };
 
+int ovl__dt_common(MPI_Datatype dt)
+{
+    /* handle comparisons only: no MPI call, so no MPI lock */
+    static const MPI_Datatype common[] = {
+        MPI_BYTE,      MPI_DOUBLE,        MPI_INT,
+        MPI_CHAR,      MPI_FLOAT,         MPI_LONG,
+        MPI_UNSIGNED,  MPI_UNSIGNED_CHAR, MPI_UNSIGNED_LONG,
+        MPI_LONG_LONG, MPI_SHORT,         MPI_UNSIGNED_SHORT,
+        MPI_INT64_T,   MPI_UINT64_T,      MPI_INT32_T,
+        MPI_UINT32_T,  MPI_UINT8_T,       MPI_C_DOUBLE_COMPLEX,
+        MPI_PACKED,
+    };
+    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
+        if (dt == common[i])
+            return 1;
+    return 0;
+}
+
 int ovl__dt_keep(MPI_Datatype dt, MPI_Datatype *out, int *owned)
 {
     int ni, na, nd, comb;
     *owned = 0;
     *out = dt;
+    if (ovl__dt_common(dt))
+        return OVL_SUCCESS;
     if (MPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS)
         return OVL_ERR_ARG;
     if (comb == MPI_COMBINER_NAMED)

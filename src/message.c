@@ -244,6 +244,8 @@ static int check_buf(const char *fn, const void *buf, int count, MPI_Datatype dt
 static int check_recv_type(const char *fn, void *buf, int count, MPI_Datatype dt)
 {
     int ni, na, nd, comb;
+    if (ovl__dt_common(dt))
+        return OVL_SUCCESS;
     if (MPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_ARG, fn, "invalid datatype");
     if (comb == MPI_COMBINER_NAMED)

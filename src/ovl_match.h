@@ -47,5 +47,8 @@ static inline int ovl__delta_tag(int t);
 /* Helpers for receives matched by match.c: keep a derived datatype alive. */
 int ovl__dt_keep(MPI_Datatype dt, MPI_Datatype *out, int *owned);
 void ovl__dt_release(struct ovl__req *r);
+/* A predefined datatype among the common ones (1), by handle alone; 0 may
+ * still be predefined (MPI_Type_get_envelope says). */
+int ovl__dt_common(MPI_Datatype dt);
 
 #endif /* OVL_INTERNAL_MATCH_H */

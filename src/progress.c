@@ -73,6 +73,9 @@ struct ovl__engine {
     int bcap;
     struct ovl__req **deferred;
     int ndef, capdef;
+    /* deferred continuations and ready coroutines (ndef + the ready
+     * queue's length), for the driver's check without the lock */
+    atomic_int queued;
     struct ovl__coro *ready_head, *ready_tail;
     /* continuations waiting for their operation: ovl_continue on a request
      * not yet complete (ovl__req.cont_pending) and ovl_continue_mpi ops in
@@ -645,6 +648,7 @@ void ovl__engine_defer_callback(struct ovl__req *r)
         e->capdef = ncap;
     }
     e->deferred[e->ndef++] = r;
+    atomic_fetch_add_explicit(&e->queued, 1, memory_order_relaxed);
     ovl__engine_wake_locked();
 }
 
@@ -657,6 +661,7 @@ void ovl__engine_schedule_coro(struct ovl__coro *c)
     else
         e->ready_head = c;
     e->ready_tail = c;
+    atomic_fetch_add_explicit(&e->queued, 1, memory_order_relaxed);
     ovl__engine_wake_locked();
 }
 
@@ -912,22 +917,28 @@ int ovl__engine_drive(void)
                                   memory_order_relaxed);
 
     nb += matched;
-    /* Deferred continuations (registered after their operation completed). */
-    for (;;) {
+    /* Deferred continuations (registered after their operation completed),
+     * then marshal coroutines whose fragment arrived or whose buffer came
+     * free; none queued (the usual case) costs no lock. One queued while
+     * this is read is run by the next drive, as one queued just after the
+     * lock was released would be. */
+    int queued = atomic_load_explicit(&e->queued, memory_order_relaxed) > 0;
+    for (; queued;) {
         lock_engine(e);
         if (e->ndef == 0) {
             unlock_engine(e);
             break;
         }
+        atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed);
         run_continuation_and_publish(e, e->deferred[--e->ndef]);
         nb++;
     }
 
-    /* Marshal coroutines whose fragment arrived or whose buffer came free. */
-    for (;;) {
+    for (; queued;) {
         lock_engine(e);
         struct ovl__coro *c = e->ready_head;
         if (c) {
+            atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed);
             e->ready_head = *ovl__coro_next(c);
             if (!e->ready_head)
                 e->ready_tail = NULL;
@@ -1359,6 +1370,7 @@ int ovl__engine_start(void)
     e->n = 0;
     e->ndef = 0;
     e->ready_head = e->ready_tail = NULL;
+    atomic_store(&e->queued, 0);
     e->conts = 0;
     e->stop = 0;
     e->posted = 0;
@@ -1421,4 +1433,5 @@ static void free_tables(struct ovl__engine *e)
     e->batch_sts = NULL;
     e->deferred = NULL;
     e->n = e->cap = e->bcap = e->ndef = e->capdef = 0;
+    atomic_store(&e->queued, 0);
 }
