@@ -1191,7 +1191,9 @@ OVL_NODISCARD int ovl_domains_create(int n, int mode, ovl_domain_t out[]);
  * no thread owns makes the calling thread its owner; binding another
  * domain afterwards gives it up.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (no such domain),
- *         OVL_ERR_THREAD (a private domain another thread owns)
+ *         OVL_ERR_THREAD (a private domain another thread owns),
+ *         OVL_ERR_IN_CALLBACK (binding another domain from a continuation or
+ *         a marshal coroutine run by a private domain's owner)
  */
 OVL_NODISCARD int ovl_domain_bind(ovl_domain_t d);
 

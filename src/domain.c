@@ -614,6 +614,11 @@ int ovl_domain_bind(ovl_domain_t id)
     struct ovl__dom *was = ovl__dom_cur();
     if (was == d)
         return OVL_SUCCESS;
+    if (tls_gate)
+        return ovl__error(OVL_ERR_IN_CALLBACK, fn,
+                          "called from a continuation or coroutine that private domain %d runs; "
+                          "its owner keeps it until the callback returns",
+                          tls_gate->id);
     if (d->mode == OVL_DOMAIN_PRIVATE && !atomic_load(&d->owned)) {
         pthread_mutex_lock(&D.lock);
         if (!atomic_load(&d->owned)) {

@@ -307,6 +307,13 @@ static void *taker(void *unused)
     return NULL;
 }
 
+static void bind_in_callback(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    /* the owner runs this in its domain's drive: it keeps the domain */
+    atomic_store((atomic_int *)arg, ovl_domain_bind(OVL_DOMAIN_DEFAULT));
+}
+
 static void phase_private(void)
 {
     CHECK_OK(ovl_domains_create(1, OVL_DOMAIN_PRIVATE, &pdom));
@@ -325,6 +332,19 @@ static void phase_private(void)
     CHECK_OK(ovl_wait(&s, NULL));
     CHECK_OK(ovl_wait(&preq, NULL));
     CHECK(v == left());
+    atomic_int brc = 1;
+    v = -1;
+    CHECK_OK(ovl_irecv(&v, 1, MPI_INT, left(), 2, &preq));
+    CHECK_OK(ovl_continue(preq, bind_in_callback, &brc));
+    CHECK_OK(ovl_isend(&w, 1, MPI_INT, right(), 2, &s));
+    CHECK_OK(ovl_wait(&s, NULL));
+    while (atomic_load(&brc) == 1)
+        CHECK_OK(ovl_progress());
+    CHECKF(atomic_load(&brc) == OVL_ERR_IN_CALLBACK, "ovl_domain_bind in a callback: %d",
+           atomic_load(&brc));
+    ovl_domain_t cur;
+    CHECK_OK(ovl_domain_current(&cur));
+    CHECK(cur == pdom && v == left());
     CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT)); /* gives it up */
     pthread_t th2;
     CHECK(pthread_create(&th2, NULL, taker, NULL) == 0);
