@@ -1037,6 +1037,15 @@ static void test_rerank(void)
         for (int e = 2; e < 16; e++)
             execute_cell(pl, dst, RUNS, RUN, e);
         CHECK_OK(ovl_plan_query(pl, &in));
+        /* on a loaded machine the medians may need a few more executions
+         * to agree: 6 in a row without a switch mean it settled (a protocol
+         * on trial with 3 executions is kept for good) */
+        for (int e = 16, calm = 0; e < 40 && calm < 6; e++) {
+            const unsigned before = in.reranks;
+            execute_cell(pl, dst, RUNS, RUN, e);
+            CHECK_OK(ovl_plan_query(pl, &in));
+            calm = in.reranks == before ? calm + 1 : 0;
+        }
         /* RUNS (predicted 0.1 us) measured, then DATATYPE, then BBOX (and
          * PACK, from the formulas, if predicted below the best measured);
          * none is within its prediction: the least measured stays, once
