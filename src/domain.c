@@ -240,7 +240,7 @@ void ovl__gate_exit(struct ovl__dom *d)
 void ovl__dom_lock(pthread_mutex_t *m)
 {
     struct ovl__dom *d = ovl__dom_cur();
-    if (d->gated)
+    if (d->mode == OVL_DOMAIN_PRIVATE)
         ovl__gate_enter(d);
     else
         pthread_mutex_lock(m);
@@ -249,7 +249,7 @@ void ovl__dom_lock(pthread_mutex_t *m)
 void ovl__dom_unlock(pthread_mutex_t *m)
 {
     struct ovl__dom *d = ovl__dom_cur();
-    if (d->gated)
+    if (d->mode == OVL_DOMAIN_PRIVATE)
         ovl__gate_exit(d);
     else
         pthread_mutex_unlock(m);
@@ -360,11 +360,10 @@ static struct ovl__dom *dom_alloc(int id, int mode)
     d->stream = MPIX_STREAM_NULL;
 #endif
     size_t n = (size_t)ovl__g.size;
-    d->gated = mode == OVL_DOMAIN_PRIVATE;
-    if (d->gated)
+    if (mode == OVL_DOMAIN_PRIVATE)
         gate_asym_init();
     d->eng = ovl__engine_new();
-    if (d->eng && d->gated)
+    if (d->eng && mode == OVL_DOMAIN_PRIVATE)
         ovl__engine_set_gate(d->eng, d);
     int st = ovl__engine_sources_dom_new(d->state);
     d->sent_to = calloc(n, sizeof *d->sent_to);

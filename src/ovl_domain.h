@@ -23,7 +23,6 @@ struct ovl__dom {
     atomic_int owned;
     /* a private domain's gate, which stands for its engine's and matching
      * state's locks (ovl__gate_enter) */
-    int gated;
     atomic_int gate_inside;  /* the owner is in (written by the owner only) */
     atomic_int gate_foreign; /* another thread is in, or is getting in */
     pthread_mutex_t gate_x;  /* recursive: other threads, and the owner once one is in */

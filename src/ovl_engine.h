@@ -69,8 +69,8 @@ void ovl__engine_set_gate(struct ovl__engine *e, struct ovl__dom *d);
 /* Drive progress once if no other thread is; returns the number of
  * operations completed, or -1 when another thread was driving. */
 int ovl__engine_drive(void);
-/* Hold the drive lock: no thread of this process drives (calls MPI through
- * ovl) until ovl__engine_release. */
+/* Hold domain 0's drive lock: no thread of this process drives domain 0
+ * (calls MPI through it) until ovl__engine_release. */
 void ovl__engine_hold(void);
 void ovl__engine_release(void);
 /* The error handlers of the communicators in @which (OVL__ERRORS_ON_WORLD,

@@ -198,22 +198,6 @@ static int drive_try(struct ovl__engine *e)
     return 1;
 }
 
-static void drive_lock(struct ovl__engine *e)
-{
-    if (!e->gate) {
-        pthread_mutex_lock(&e->drive);
-        return;
-    }
-    for (;;) {
-        ovl__gate_enter(e->gate);
-        if (!e->in_drive)
-            break;
-        ovl__gate_exit(e->gate);
-        ovl__relax();
-    }
-    e->in_drive = 1;
-}
-
 static void drive_unlock(struct ovl__engine *e)
 {
     if (!e->gate) {
@@ -825,18 +809,17 @@ int ovl__engine_driving(void)
     return driving;
 }
 
-/* Keep every thread of this process from driving, and so from calling MPI
- * through ovl, until ovl__engine_release (segment.c's serving probe). */
+/* Keep every thread of this process from driving domain 0, and so from
+ * calling MPI through it, until ovl__engine_release (segment.c's serving
+ * probe). */
 void ovl__engine_hold(void)
 {
-    struct ovl__engine *e = cur();
-    drive_lock(e);
+    pthread_mutex_lock(&engine0.drive);
 }
 
 void ovl__engine_release(void)
 {
-    struct ovl__engine *e = cur();
-    drive_unlock(e);
+    pthread_mutex_unlock(&engine0.drive);
 }
 
 int ovl__engine_thread_on(void)
@@ -861,6 +844,40 @@ static int serve_domain0(struct ovl__engine *e)
     int n = ovl__engine_drive();
     ovl__dom_leave(prev);
     return n > 0 ? n : 0;
+}
+
+/* The drive's queues: deferred continuations, then the marshal coroutines
+ * made ready; how many ran. */
+static int run_queued(struct ovl__engine *e)
+{
+    int nb = 0;
+    for (;;) {
+        lock_engine(e);
+        if (e->ndef == 0) {
+            unlock_engine(e);
+            break;
+        }
+        atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed);
+        run_continuation_and_publish(e, e->deferred[--e->ndef]);
+        nb++;
+    }
+    for (;;) {
+        lock_engine(e);
+        struct ovl__coro *c = e->ready_head;
+        if (c) {
+            atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed);
+            e->ready_head = *ovl__coro_next(c);
+            if (!e->ready_head)
+                e->ready_tail = NULL;
+        }
+        unlock_engine(e);
+        if (!c)
+            break;
+        ovl__rt_leave(); /* marshalling outranks no computation */
+        ovl__coro_run(c);
+        nb++;
+    }
+    return nb;
 }
 
 int ovl__engine_drive(void)
@@ -922,34 +939,8 @@ int ovl__engine_drive(void)
      * free; none queued (the usual case) costs no lock. One queued while
      * this is read is run by the next drive, as one queued just after the
      * lock was released would be. */
-    int queued = atomic_load_explicit(&e->queued, memory_order_relaxed) > 0;
-    for (; queued;) {
-        lock_engine(e);
-        if (e->ndef == 0) {
-            unlock_engine(e);
-            break;
-        }
-        atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed);
-        run_continuation_and_publish(e, e->deferred[--e->ndef]);
-        nb++;
-    }
-
-    for (; queued;) {
-        lock_engine(e);
-        struct ovl__coro *c = e->ready_head;
-        if (c) {
-            atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed);
-            e->ready_head = *ovl__coro_next(c);
-            if (!e->ready_head)
-                e->ready_tail = NULL;
-        }
-        unlock_engine(e);
-        if (!c)
-            break;
-        ovl__rt_leave(); /* marshalling outranks no computation */
-        ovl__coro_run(c);
-        nb++;
-    }
+    if (atomic_load_explicit(&e->queued, memory_order_relaxed) > 0)
+        nb += run_queued(e);
 
     patient_got = npat;
     driving = 0;
