@@ -283,6 +283,7 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
     atomic_store(&ovl__g.st_faults, 0);
     atomic_store(&ovl__g.st_fault_waits, 0);
     atomic_store(&ovl__g.st_edge_steps, 0);
+    atomic_store(&ovl__g.st_edge_emulated, 0);
     atomic_store(&ovl__g.st_edge_bounces, 0);
     atomic_store(&ovl__g.st_deltas_sent, 0);
     atomic_store(&ovl__g.st_deltas_recv, 0);
@@ -412,7 +413,8 @@ static void print_stats(void)
         "fault %.2f us, M(1) %.2f us, copy %.0f MB/s, split from %zu B\n"
         "ovl stats [rank %d] transfers %llu, strips %llu, bytes %llu, waiting %.3f ms\n"
         "ovl stats [rank %d] faults %llu (waited %llu; neighbour accesses on shared edge pages "
-        "%llu, ovl's copies from them %llu), delta pieces sent %llu received %llu, "
+        "%llu, %llu of them done by ovl, ovl's copies from them %llu), delta pieces sent %llu "
+        "received %llu, "
         "fragments sent %llu (in %llu messages) received %llu\n"
         "ovl stats [rank %d] split decisions:%s\n"
         "ovl stats [rank %d] serving others' gets and puts while a segment lives: %s\n"
@@ -431,6 +433,7 @@ static void print_stats(void)
         (unsigned long long)atomic_load(&ovl__g.st_faults),
         (unsigned long long)atomic_load(&ovl__g.st_fault_waits),
         (unsigned long long)atomic_load(&ovl__g.st_edge_steps),
+        (unsigned long long)atomic_load(&ovl__g.st_edge_emulated),
         (unsigned long long)atomic_load(&ovl__g.st_edge_bounces),
         (unsigned long long)atomic_load(&ovl__g.st_deltas_sent),
         (unsigned long long)atomic_load(&ovl__g.st_deltas_recv),
@@ -644,6 +647,7 @@ int ovl_stats_get(ovl_stats_t *stats, size_t size)
     s->fault_waits = atomic_load(&ovl__g.st_fault_waits);
     s->edge_steps = atomic_load(&ovl__g.st_edge_steps);
     s->edge_bounces = atomic_load(&ovl__g.st_edge_bounces);
+    s->edge_emulated = atomic_load(&ovl__g.st_edge_emulated);
     s->deltas_sent = atomic_load(&ovl__g.st_deltas_sent);
     s->deltas_received = atomic_load(&ovl__g.st_deltas_recv);
     s->domains = (uint64_t)ovl__doms_count();

@@ -39,7 +39,7 @@ struct ovl__global {
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
         st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv, st_stream_msgs,
-        st_edge_steps, st_edge_bounces;
+        st_edge_steps, st_edge_emulated, st_edge_bounces;
     /* OVL_STATS: transfers of every front end, their strips, bytes, time
      * spent waiting, and the split decisions by reason */
     atomic_ullong st_transfers, st_strips, st_bytes, st_wait_ns;

@@ -382,8 +382,9 @@ static int edge_open_page(uintptr_t page)
 }
 
 /* Neighbour accesses on one guarded edge page during one transfer beyond
- * which the program is told, once, how to avoid them: each costs a trap
- * (two signals and two mprotect calls), so this many cost milliseconds. */
+ * which the program is told, once, how to avoid them: each costs a fault
+ * (and, unless watch_emulate.c made it, a trap and two mprotect calls), so
+ * this many cost hundreds of microseconds to milliseconds. */
 #define STEP_ADVICE 64
 
 static void advise_steps(uintptr_t page, unsigned long steps, const struct ovl__watch *w)
@@ -393,8 +394,8 @@ static void advise_steps(uintptr_t page, unsigned long steps, const struct ovl__
         return;
     fprintf(stderr,
             "ovl: rank %d: the program touched other data on page %p, which it shares with the "
-            "pending buffer [%p, +%zu), %lu times during one transfer; each such access is let "
-            "through one instruction at a time (OVL_STATS counts them as neighbour accesses). "
+            "pending buffer [%p, +%zu), %lu times during one transfer; each such access faults "
+            "(OVL_STATS counts them as neighbour accesses). "
             "Give the buffer pages of its own (ovl_alloc, posix_memalign to the page size with "
             "a size rounded up to pages) and these costs disappear (said once)\n",
             ovl__g.rank, (void *)page, w->base, w->len, steps);

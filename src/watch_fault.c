@@ -69,10 +69,11 @@ static struct ovl__watch *pending_buffer_of(uintptr_t addr)
 
 /* Neighbour data on a guarded edge page (malloc's own headers, other
  * variables) must not wait for a message: the access may come from inside
- * malloc or MPI, where driving progress would deadlock. It is let through
- * by opening the page for one instruction (x86-64 trap flag) and guarding
- * it again in the SIGTRAP that follows. Elsewhere it waits like the
- * buffer's own bytes. */
+ * malloc or MPI, where driving progress would deadlock. ovl does the
+ * access itself where it can (watch_emulate.c); else it is let through by
+ * opening the page for one instruction (x86-64 trap flag) and guarding it
+ * again in the SIGTRAP that follows. Elsewhere it waits like the buffer's
+ * own bytes. */
 #if defined(__x86_64__) && defined(__linux__)
 #define OVL_SINGLE_STEP 1
 /* Pages this thread opened for its current instruction (a string move
@@ -98,97 +99,6 @@ static int step_over(uintptr_t page, void *uc)
         return 0;
     step_pages[k] = page;
     u->uc_mcontext.gregs[REG_EFL] |= 0x100; /* TF */
-    return 1;
-}
-
-/* Is @page either no region's, or a guarded edge page (which ovl writes
- * and reads through /proc/self/mem whatever its protection)? */
-static int page_plain_or_edge(uintptr_t page)
-{
-    if (ovl__watch_edge_guarded(page))
-        return 1;
-    size_t ps = ovl__watch_page();
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
-        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
-        if (w && page >= w->p0 && page < w->p0 + w->npages * ps)
-            return 0;
-    }
-    return 1;
-}
-
-/* Does [lo, hi) hold a byte of a pending receive buffer? */
-static int range_pending(uintptr_t lo, uintptr_t hi)
-{
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
-        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
-        if (w && !w->is_send && lo < (uintptr_t)w->base + w->len && (uintptr_t)w->base < hi)
-            return 1;
-    }
-    return 0;
-}
-
-/* A string move or store (rep movs, rep stos: glibc's memcpy and memset
- * for a few KiB and more) single-stepped would trap once per element. Do
- * the part of it that stays on the pages it is on now through
- * /proc/self/mem, advance its registers, and let it run on: one trap per
- * page. Only forward moves whose bytes on these pages are no pending
- * buffer's; anything else is stepped. 1 if done. */
-static int string_move(void *uc)
-{
-    ucontext_t *u = uc;
-    greg_t *g = u->uc_mcontext.gregs;
-    const unsigned char *ip = (const unsigned char *)g[REG_RIP];
-    int rep = 0, osize = 0, rexw = 0, n = 0;
-    for (; n < 4; n++) {
-        if (ip[n] == 0xf3)
-            rep = 1;
-        else if (ip[n] == 0x66)
-            osize = 1;
-        else if (ip[n] != 0x2e && ip[n] != 0x3e && ip[n] != 0x26 && ip[n] != 0x36)
-            break;
-    }
-    if ((ip[n] & 0xf0) == 0x40) {
-        rexw = (ip[n] & 0x08) != 0;
-        n++;
-    }
-    unsigned char op = ip[n++];
-    if (!rep || ovl__watch_g.mem_fd < 0 || (g[REG_EFL] & 0x400) ||
-        (op != 0xa4 && op != 0xa5 && op != 0xaa && op != 0xab))
-        return 0;
-    size_t sz = (op == 0xa4 || op == 0xaa) ? 1 : rexw ? 8 : osize ? 2 : 4;
-    int move = op == 0xa4 || op == 0xa5;
-    size_t ps = ovl__watch_page();
-    uintptr_t dst = (uintptr_t)g[REG_RDI], src = move ? (uintptr_t)g[REG_RSI] : 0;
-    size_t count = (size_t)g[REG_RCX];
-    size_t k = count, room = (ps - (dst & (ps - 1))) / sz;
-    if (room < k)
-        k = room;
-    if (move && (room = (ps - (src & (ps - 1))) / sz) < k)
-        k = room;
-    size_t bytes = k * sz;
-    if (k == 0 || !page_plain_or_edge(dst & ~(uintptr_t)(ps - 1)) ||
-        range_pending(dst, dst + bytes))
-        return 0;
-    if (move && (!page_plain_or_edge(src & ~(uintptr_t)(ps - 1)) ||
-                 range_pending(src, src + bytes) || (dst > src && dst < src + bytes)))
-        return 0;
-    unsigned char b[4096];
-    if (move) {
-        if (pread(ovl__watch_g.mem_fd, b, bytes, (off_t)src) != (ssize_t)bytes)
-            return 0;
-    } else {
-        uint64_t v = (uint64_t)g[REG_RAX];
-        for (size_t i = 0; i < bytes; i++)
-            b[i] = (unsigned char)(v >> (8 * (i % sz)));
-    }
-    if (pwrite(ovl__watch_g.mem_fd, b, bytes, (off_t)dst) != (ssize_t)bytes)
-        return 0;
-    g[REG_RDI] = (greg_t)(dst + bytes);
-    if (move)
-        g[REG_RSI] = (greg_t)(src + bytes);
-    g[REG_RCX] = (greg_t)(count - k);
-    if (count == k)
-        g[REG_RIP] += n;
     return 1;
 }
 
@@ -328,8 +238,11 @@ static int handle(int sig, uintptr_t addr, void *uc)
             if (!ovl__watch_edge_guarded(page))
                 return 1; /* opened meanwhile: retry */
         }
-        if (string_move(uc) || step_over(page, uc)) {
+        int emulated = ovl__watch_emulate(uc, addr);
+        if (emulated || step_over(page, uc)) {
             int e = ovl__watch_edge_slot(page);
+            if (emulated)
+                atomic_fetch_add_explicit(&ovl__g.st_edge_emulated, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&ovl__g.st_edge_steps, 1, memory_order_relaxed);
             if (e >= 0)
                 atomic_fetch_add_explicit(&ovl__watch_g.edges[e].steps, 1, memory_order_relaxed);

@@ -101,6 +101,12 @@ int ovl__watch_edge_guarded(uintptr_t page);
  * OVL_ERR_MONITOR), and put back the handlers it replaced (finalize; does
  * nothing when not installed). */
 int ovl__watch_handler_install(void);
+/* watch_emulate.c: from the handler, do the program's access to neighbour
+ * data on a guarded edge page that faulted at @addr (a string move's part
+ * on its current pages, or a plain load or store) through /proc/self/mem
+ * and move the instruction pointer past it. 1 if done, 0 if the access is
+ * not one it does (x86-64 only). */
+int ovl__watch_emulate(void *uc, uintptr_t addr);
 void ovl__watch_handler_remove(void);
 
 int ovl__watch_mem_probe(uintptr_t addr);

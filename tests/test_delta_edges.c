@@ -57,18 +57,23 @@ static void token(int send, int tag)
 }
 
 /* The odd rank's side of a phase: wait for the token, then send R's data. */
-static void feed(int seed, int tag)
+static void feed_n(int seed, int tag, size_t n)
 {
-    unsigned char *src = malloc(rlen);
+    unsigned char *src = malloc(n);
     CHECK(src != NULL);
-    for (size_t i = 0; i < rlen; i++)
+    for (size_t i = 0; i < n; i++)
         src[i] = val(i, seed);
     token(0, tag);
     ovl_request_t q;
-    CHECK_OK(ovl_delta_send_begin(src, (int)rlen, MPI_BYTE, peer, tag, NULL, &q));
+    CHECK_OK(ovl_delta_send_begin(src, (int)n, MPI_BYTE, peer, tag, NULL, &q));
     CHECK_OK(ovl_delta_send_end(q, NULL));
     CHECK_OK(ovl_wait(&q, NULL));
     free(src);
+}
+
+static void feed(int seed, int tag)
+{
+    feed_n(seed, tag, rlen);
 }
 
 static void check_r(int seed)
@@ -121,6 +126,101 @@ static void rep_movsb(void *dst, const void *src, size_t n)
 static void rep_stosq(void *dst, unsigned long v, size_t n)
 {
     __asm__ volatile("rep stosq" : "+D"(dst), "+c"(n) : "a"(v) : "memory");
+}
+#endif
+
+#if defined(__x86_64__)
+/* One access each to memory at p (a neighbour of R on its guarded page,
+ * or an ordinary buffer for reference), with fixed register contents; a
+ * load returns what it loaded, merged into the register as the CPU does. */
+typedef uint64_t (*access_fn)(unsigned char *p);
+static const uint64_t X0[4] = { 0x1122334455667788ul, 0x99aabbccddeeff00ul, 0x0fedcba987654321ul,
+                                0x5a5aa5a5c3c33c3cul };
+#define A(name, body, ...)                                                                     \
+    static uint64_t name(unsigned char *p)                                                     \
+    {                                                                                          \
+        uint64_t r = 0xf0e1d2c3b4a59687ul;                                                     \
+        __asm__ volatile(body                                                                  \
+                         : "+&r"(r)                                                            \
+                         : "r"(p), "r"(X0), ##__VA_ARGS__                                      \
+                         : "memory", "rax", "rcx", "rdx", "r9", "r11", "xmm0", "xmm1", "xmm2", \
+                           "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",    \
+                           "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");                       \
+        return r;                                                                              \
+    }
+A(st8, "mov $0x1234, %%eax\n\tmovb %%al, 3(%1)")
+A(st8h, "mov $0x1234, %%eax\n\tmovb %%ah, 5(%1)")
+A(st16, "mov $0xbeef, %%eax\n\tmovw %%ax, 6(%1)")
+A(st32sib, "mov $3, %%ecx\n\tmov $0xcafef00d, %%eax\n\tmovl %%eax, 4(%1,%%rcx,4)")
+A(st64rex, "mov %1, %%r9\n\tmovq 8(%2), %%r11\n\tmovq %%r11, 40(%%r9)")
+A(stimm64, "movq $-5, 48(%1)")
+A(stimm8, "movb $0x7f, 1(%1)")
+A(stimm16, "movw $0x1234, 56(%1)")
+A(stnti, "movq 16(%2), %%rax\n\tmovnti %%rax, 64(%1)")
+A(stsd, "movdqu (%2), %%xmm0\n\tmovsd %%xmm0, 72(%1)")
+A(stss, "movdqu 8(%2), %%xmm1\n\tmovss %%xmm1, 84(%1)")
+A(stups, "movdqu (%2), %%xmm0\n\tmovups %%xmm0, 90(%1)")
+A(stlpd, "movdqu 8(%2), %%xmm0\n\tmovlpd %%xmm0, 110(%1)")
+A(sthpd, "movdqu 8(%2), %%xmm0\n\tmovhpd %%xmm0, 120(%1)")
+A(stq, "movdqu 16(%2), %%xmm1\n\tmovq %%xmm1, 130(%1)")
+A(std, "movdqu 16(%2), %%xmm1\n\tmovd %%xmm1, 140(%1)")
+A(stdqu9, "movdqu 4(%2), %%xmm9\n\tmovdqu %%xmm9, 150(%1)")
+A(stzero, "pxor %%xmm0, %%xmm0\n\tmovups %%xmm0, 170(%1)")
+A(ld64, "movq 3(%1), %0")
+A(ld32, "movq $-1, %0\n\tmovl 9(%1), %k0")
+A(ld16, "movq $-1, %0\n\tmovw 11(%1), %w0")
+A(ld8h, "mov %0, %%rax\n\tmovb 13(%1), %%ah\n\tmov %%rax, %0")
+A(ldzb, "movzbl 14(%1), %k0")
+A(ldsb, "movsbq 15(%1), %0")
+A(ldsw, "movswl 16(%1), %k0")
+A(ldsl, "movslq 17(%1), %0")
+A(ldr11, "movq $-1, %%r11\n\tmovl 18(%1,%%r11,1), %%r11d\n\tmov %%r11, %0")
+/* AVX (VEX-encoded) stores, run where the CPU has AVX */
+A(vupd, "vmovupd (%2), %%ymm0\n\tvmovupd %%ymm0, 8(%1)")
+A(vdqu9, "vmovdqu (%2), %%ymm9\n\tvmovdqu %%ymm9, 41(%1)")
+A(vsd, "vmovdqu 8(%2), %%xmm1\n\tvmovsd %%xmm1, 80(%1)")
+A(vups, "vmovdqu 4(%2), %%xmm9\n\tvmovups %%xmm9, 96(%1)")
+A(vhpd, "vmovdqu 8(%2), %%xmm0\n\tvmovhpd %%xmm0, 114(%1)")
+A(vq, "vmovdqu 16(%2), %%xmm1\n\tvmovq %%xmm1, 124(%1)")
+A(vdw, "vmovdqu 16(%2), %%xmm1\n\tvmovd %%xmm1, 134(%1)")
+A(vzero, "vzeroall\n\tvmovupd %%ymm0, 140(%1)")
+static const access_fn accesses_avx[] = { vupd, vdqu9, vsd, vups, vhpd, vq, vdw, vzero };
+#undef A
+static const access_fn accesses[] = { st8,     st8h,  st16,   st32sib, st64rex, stimm64, stimm8,
+                                      stimm16, stnti, stsd,   stss,    stups,   stlpd,   sthpd,
+                                      stq,     std,   stdqu9, stzero,  ld64,    ld32,    ld16,
+                                      ld8h,    ldzb,  ldsb,   ldsw,    ldsl,    ldr11 };
+#define NACCESS (sizeof accesses / sizeof accesses[0])
+
+/* Each access on a neighbour of pending R and on a plain copy of the same
+ * bytes: the same memory and the same registers after it, and ovl did
+ * every one of them itself (one fault each, no single step). */
+static void plain_accesses(unsigned char *nb, size_t room)
+{
+    size_t n = NACCESS,
+           navx = __builtin_cpu_supports("avx") ? sizeof accesses_avx / sizeof accesses_avx[0] : 0;
+    CHECK(room >= 256);
+    unsigned char *ref = malloc(room);
+    CHECK(ref != NULL);
+    for (size_t i = 0; i < room; i++)
+        nb[i] = ref[i] = (unsigned char)(i * 29 + 3);
+    unsigned long long emulated = 0, steps = 0;
+    for (size_t k = 0; k < n + navx; k++) {
+        access_fn f = k < n ? accesses[k] : accesses_avx[k - n];
+        uint64_t want = f(ref);
+        ovl_stats_t a = stats();
+        uint64_t got = f(nb);
+        ovl_stats_t b = stats();
+        emulated += b.edge_emulated - a.edge_emulated;
+        steps += b.edge_steps - a.edge_steps;
+        CHECKF(got == want, "access %zu loaded %#llx, want %#llx", k, (unsigned long long)got,
+               (unsigned long long)want);
+        CHECKF(memcmp(nb, ref, room) == 0, "access %zu left different memory", k);
+    }
+    CHECKF(emulated == n + navx && steps == n + navx,
+           "%zu plain accesses: %llu faults done by ovl, %llu neighbour accesses", n + navx,
+           emulated, steps);
+    free(ref);
 }
 #endif
 
@@ -194,6 +294,13 @@ static void neighbours(void)
     memset(ref_hi, 'x', nhi - 1);
     ref_hi[nhi - 1] = 0;
     memcpy(ref_hi, "neighbour", 10);
+#if defined(__x86_64__)
+    /* plain loads and stores next to R, below and above it */
+    plain_accesses(lo, nlo - 8);
+    plain_accesses(hi + 8, nhi - 8);
+    memcpy(lo, ref_lo, nlo);
+    memcpy(hi, ref_hi, nhi);
+#endif
     /* R is still pending: only now may the sender start */
     token(1, 4);
     check_r(3); /* faults, and waits for each page */
@@ -205,6 +312,57 @@ static void neighbours(void)
     free(ref_hi);
     free(tmp);
 }
+
+#if defined(__x86_64__)
+/* Phase 2b: RIP-relative accesses (a program's static data) next to a
+ * pending receive into a static block: G holds gblk[256, 256 + page),
+ * so gblk[0, 256) and the rest of its second page are neighbours. */
+static unsigned char gblk[3 * 65536] __attribute__((aligned(65536)));
+
+static void rip_relative(void)
+{
+    size_t glen = ps;
+    if (!even) {
+        feed_n(21, 6, glen);
+        return;
+    }
+    unsigned char *G = gblk + 256;
+    for (size_t i = 0; i < 256; i++)
+        gblk[i] = (unsigned char)(i + 1);
+    ovl_request_t r;
+    CHECK_OK(ovl_delta_recv(G, (int)glen, MPI_BYTE, peer, 6, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
+    ovl_stats_t a = stats();
+    uint64_t got, v = 0x0123456789abcdeful;
+    /* a load; stores of an immediate (the displacement is relative to the
+     * end of the immediate), of a register and of an xmm register */
+    __asm__ volatile("movq gblk+16(%%rip), %0" : "=r"(got) : : "memory");
+    __asm__ volatile("movl $0x7a6b5c4d, gblk+32(%%rip)" : : : "memory");
+    __asm__ volatile("movw $0x1122, gblk+37(%%rip)" : : : "memory");
+    __asm__ volatile("movq %0, gblk+48(%%rip)" : : "r"(v) : "memory");
+    __asm__ volatile("movdqu (%0), %%xmm3\n\tmovups %%xmm3, gblk+64(%%rip)"
+                     :
+                     : "r"(X0)
+                     : "memory", "xmm3");
+    ovl_stats_t b = stats();
+    CHECKF(b.edge_emulated - a.edge_emulated == 5, "5 RIP-relative accesses: %llu made by ovl",
+           (unsigned long long)(b.edge_emulated - a.edge_emulated));
+    token(1, 6);
+    CHECK_OK(ovl_wait(&r, NULL));
+    for (size_t i = 0; i < glen; i++)
+        CHECKF(G[i] == val(i, 21), "G[%zu] = %u", i, G[i]);
+    uint64_t want = 0;
+    memcpy(&want, (unsigned char[8]){ 17, 18, 19, 20, 21, 22, 23, 24 }, 8);
+    CHECKF(got == want, "RIP-relative load gave %#llx", (unsigned long long)got);
+    uint32_t i32;
+    uint16_t i16;
+    memcpy(&i32, gblk + 32, 4);
+    memcpy(&i16, gblk + 37, 2);
+    CHECK(i32 == 0x7a6b5c4du && i16 == 0x1122);
+    CHECK(gblk[36] == 37 && gblk[39] == 40);
+    CHECK(memcmp(gblk + 48, &v, 8) == 0 && memcmp(gblk + 64, X0, 16) == 0);
+    CHECK(gblk[47] == 48 && gblk[56] == 57 && gblk[63] == 64 && gblk[80] == 81);
+}
+#endif
 
 /* Phase 3: MPI transfers of buffers that start on R's guarded last page
  * (ovl_irecv into one, ovl_isend from one, ovl_get into one): MPI, or the
@@ -342,6 +500,9 @@ int main(int argc, char **argv)
     } else {
         own_copy();
         neighbours();
+#if defined(__x86_64__)
+        rip_relative();
+#endif
         mpi_neighbours();
     }
     free(blk);

@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * watch: the program's accesses to neighbour data on a guarded edge page,
+ * done by the fault handler instead of the faulting instruction (x86-64).
+ *
+ * A pending receive's partial first or last page stays guarded while other
+ * live data shares it. Single-stepping an access there costs two signals
+ * and two mprotect calls (18-27 us here, the second with a TLB shootdown
+ * once a second thread runs); doing the access through /proc/self/mem and
+ * moving the instruction pointer past it costs one signal and one pread or
+ * pwrite (3.3-3.5 us), and the page stays guarded throughout, so no other
+ * thread can read the buffer's pending bytes meanwhile. Done here:
+ *
+ *   - string moves and stores (rep movs, rep stos: glibc's memcpy and
+ *     memset of a few KiB and more): the part that stays on the current
+ *     pages, registers advanced, one trap per page;
+ *   - plain moves of one operand between memory and a register or an
+ *     immediate: mov, movzx, movsx, movsxd, movnti, and the SSE and AVX
+ *     stores of an xmm or ymm register (movups, movaps, movdqu, movdqa,
+ *     movss, movsd, movlps, movhps, movq, movd, movnt*, legacy or VEX).
+ *
+ * Anything else (another instruction, an access that would touch a byte
+ * of a pending buffer or a page that is not a guarded edge, a segment or
+ * address-size override) returns 0 and is single-stepped as before. Runs
+ * inside the signal handler: no allocation, no lock.
+ */
+
+#include "watch_internal.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+/* Is @page either no region's, or a guarded edge page (which ovl writes
+ * and reads through /proc/self/mem whatever its protection)? */
+static int page_plain_or_edge(uintptr_t page)
+{
+    if (ovl__watch_edge_guarded(page))
+        return 1;
+    size_t ps = ovl__watch_page();
+    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
+        if (w && page >= w->p0 && page < w->p0 + w->npages * ps)
+            return 0;
+    }
+    return 1;
+}
+
+/* Does [lo, hi) hold a byte of a pending receive buffer? */
+static int range_pending(uintptr_t lo, uintptr_t hi)
+{
+    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+        struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
+        if (w && !w->is_send && lo < (uintptr_t)w->base + w->len && (uintptr_t)w->base < hi)
+            return 1;
+    }
+    return 0;
+}
+
+/* A string move or store: do the part of it that stays on the pages it is
+ * on now, advance its registers, and let it run on. Only forward moves
+ * whose bytes on these pages are no pending buffer's. @n: bytes of
+ * prefixes before @op. */
+static int string_move(greg_t *g, int n, int rep, int osize, int rexw, unsigned char op)
+{
+    if (!rep || (g[REG_EFL] & 0x400) || (op != 0xa4 && op != 0xa5 && op != 0xaa && op != 0xab))
+        return 0;
+    size_t sz = (op == 0xa4 || op == 0xaa) ? 1 : rexw ? 8 : osize ? 2 : 4;
+    int move = op == 0xa4 || op == 0xa5;
+    size_t ps = ovl__watch_page();
+    uintptr_t dst = (uintptr_t)g[REG_RDI], src = move ? (uintptr_t)g[REG_RSI] : 0;
+    size_t count = (size_t)g[REG_RCX];
+    size_t k = count, room = (ps - (dst & (ps - 1))) / sz;
+    if (room < k)
+        k = room;
+    if (move && (room = (ps - (src & (ps - 1))) / sz) < k)
+        k = room;
+    size_t bytes = k * sz;
+    if (k == 0 || !page_plain_or_edge(dst & ~(uintptr_t)(ps - 1)) ||
+        range_pending(dst, dst + bytes))
+        return 0;
+    if (move && (!page_plain_or_edge(src & ~(uintptr_t)(ps - 1)) ||
+                 range_pending(src, src + bytes) || (dst > src && dst < src + bytes)))
+        return 0;
+    unsigned char b[4096];
+    if (bytes > sizeof b)
+        return 0;
+    if (move) {
+        if (pread(ovl__watch_g.mem_fd, b, bytes, (off_t)src) != (ssize_t)bytes)
+            return 0;
+    } else {
+        uint64_t v = (uint64_t)g[REG_RAX];
+        for (size_t i = 0; i < bytes; i++)
+            b[i] = (unsigned char)(v >> (8 * (i % sz)));
+    }
+    if (pwrite(ovl__watch_g.mem_fd, b, bytes, (off_t)dst) != (ssize_t)bytes)
+        return 0;
+    g[REG_RDI] = (greg_t)(dst + bytes);
+    if (move)
+        g[REG_RSI] = (greg_t)(src + bytes);
+    g[REG_RCX] = (greg_t)(count - k);
+    if (count == k)
+        g[REG_RIP] += n + 1;
+    return 1;
+}
+
+/* x86 register number (REX-extended) -> index in gregs */
+static const int gpr[16] = { REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP,
+                             REG_RSI, REG_RDI, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                             REG_R12, REG_R13, REG_R14, REG_R15 };
+
+/* What a decoded plain move does. */
+enum { M_NONE, M_STORE_GPR, M_STORE_IMM, M_STORE_XMM, M_LOAD_GPR };
+
+struct move {
+    int kind;
+    size_t size;   /* bytes of memory accessed */
+    int reg;       /* register operand (0-15) */
+    int byte_hi;   /* 8-bit register without REX: 4-7 are AH, CH, DH, BH */
+    int xmm_hi;    /* store the high quadword (movhps/movhpd) */
+    int aligned;   /* the instruction requires an aligned operand */
+    int sign;      /* load: sign-extend (movsx, movsxd) */
+    size_t dsize;  /* load: destination register width in bytes */
+    size_t immlen; /* immediate bytes after the ModRM operand */
+};
+
+/* The upper 128 bits of ymm @r from the signal frame's XSAVE area, or
+ * NULL (no such area: the state is not there to read). */
+static const unsigned char *ymm_high(const ucontext_t *u, int r)
+{
+    const unsigned char *fx = (const unsigned char *)u->uc_mcontext.fpregs;
+    uint32_t magic;
+    uint64_t bv;
+    memcpy(&magic, fx + 464, sizeof magic); /* sw_reserved: FP_XSTATE_MAGIC1 */
+    if (magic != 0x46505853U)
+        return NULL;
+    memcpy(&bv, fx + 512, sizeof bv); /* XSTATE_BV */
+    static const unsigned char zero[16];
+    if (!(bv & 4)) /* AVX state in its initial form: all zero */
+        return zero;
+    return fx + 576 + 16 * r;
+}
+
+/* Decode the plain move at @ip (after prefixes, at @op), its ModRM
+ * operand, and fill @m and the effective address; the instruction's
+ * length in @len. 0 if it is not one this file does. */
+static int decode(const ucontext_t *u, const unsigned char *ip, int *len, struct move *m,
+                  uintptr_t *ea)
+{
+    const greg_t *g = u->uc_mcontext.gregs;
+    int n = 0, osize = 0, rep = 0, rex = 0, vex = 0, vl = 0, vpp = 0, vw = 0, map = 0;
+    for (;; n++) {
+        unsigned char b = ip[n];
+        if (n >= 4)
+            return 0;
+        if (b == 0x66)
+            osize = 1;
+        else if (b == 0xf2 || b == 0xf3)
+            rep = b;
+        else if (b == 0x2e || b == 0x3e || b == 0x26 || b == 0x36)
+            continue;
+        else
+            break; /* 0x64/0x65 (fs, gs), 0x67 and lock are not done */
+    }
+    if ((ip[n] & 0xf0) == 0x40) {
+        rex = ip[n++];
+    } else if (ip[n] == 0xc5 || ip[n] == 0xc4) {
+        if (osize || rep)
+            return 0;
+        unsigned char b1 = ip[n + 1];
+        if (ip[n] == 0xc5) {
+            rex = 0x40 | (!(b1 & 0x80) << 2);
+            vl = (b1 >> 2) & 1;
+            vpp = b1 & 3;
+            map = 1;
+            n += 2;
+        } else {
+            unsigned char b2 = ip[n + 2];
+            if ((b1 & 0x1f) != 1)
+                return 0;
+            vw = b2 >> 7;
+            rex = 0x40 | (!(b1 & 0x80) << 2) | (!(b1 & 0x40) << 1) | !(b1 & 0x20) | (vw << 3);
+            vl = (b2 >> 2) & 1;
+            vpp = b2 & 3;
+            map = 1;
+            n += 3;
+        }
+        vex = 1;
+    }
+    int rexw = (rex >> 3) & 1, rexr = (rex >> 2) & 1, rexx = (rex >> 1) & 1, rexb = rex & 1;
+    unsigned char op = ip[n++];
+    if (!vex && op == 0x0f) {
+        map = 1;
+        op = ip[n++];
+    }
+    memset(m, 0, sizeof *m);
+    size_t wsize = rexw ? 8 : osize ? 2 : 4;
+    /* prefix class of an SSE op: 0 none, 1 66, 2 F3, 3 F2 */
+    int pp = vex ? vpp : rep == 0xf3 ? 2 : rep == 0xf2 ? 3 : osize ? 1 : 0;
+    size_t vsize = vex && vl ? 32 : 16;
+    if (!map) {
+        if (rep)
+            return 0;
+        switch (op) {
+        case 0x88: m->kind = M_STORE_GPR, m->size = 1; break;
+        case 0x89: m->kind = M_STORE_GPR, m->size = wsize; break;
+        case 0xc6: m->kind = M_STORE_IMM, m->size = 1, m->immlen = 1; break;
+        case 0xc7:
+            m->kind = M_STORE_IMM, m->size = wsize, m->immlen = wsize == 2 ? 2 : 4;
+            break;
+        case 0x8a: m->kind = M_LOAD_GPR, m->size = m->dsize = 1; break;
+        case 0x8b: m->kind = M_LOAD_GPR, m->size = m->dsize = wsize; break;
+        case 0x63:
+            if (!rexw)
+                return 0;
+            m->kind = M_LOAD_GPR, m->size = 4, m->dsize = 8, m->sign = 1;
+            break;
+        default: return 0;
+        }
+    } else if (!vex && (op == 0xb6 || op == 0xb7 || op == 0xbe || op == 0xbf || op == 0xc3)) {
+        if (rep)
+            return 0;
+        if (op == 0xc3) {
+            if (osize)
+                return 0;
+            m->kind = M_STORE_GPR, m->size = wsize;
+        } else {
+            m->kind = M_LOAD_GPR, m->size = (op & 1) ? 2 : 1, m->dsize = wsize;
+            m->sign = op >= 0xbe;
+        }
+    } else {
+        /* SSE/AVX stores of an xmm (ymm) register to memory */
+        m->kind = M_STORE_XMM;
+        switch (op) {
+        case 0x11:
+            m->size = pp == 2 ? 4 : pp == 3 ? 8 : vsize;
+            break;
+        case 0x29: /* movaps, movapd */
+        case 0x2b: /* movntps, movntpd */
+            if (pp > 1)
+                return 0;
+            m->size = vsize, m->aligned = 1;
+            break;
+        case 0x13: /* movlps, movlpd */
+        case 0x17: /* movhps, movhpd */
+            if (pp > 1 || (vex && vl))
+                return 0;
+            m->size = 8, m->xmm_hi = op == 0x17;
+            break;
+        case 0xd6: /* movq */
+            if (pp != 1 || (vex && vl))
+                return 0;
+            m->size = 8;
+            break;
+        case 0x7e: /* movd, movq */
+            if (pp != 1 || (vex && vl))
+                return 0;
+            m->size = (vex ? vw : rexw) ? 8 : 4;
+            break;
+        case 0x7f: /* movdqa, movdqu */
+            if (pp != 1 && pp != 2)
+                return 0;
+            m->size = vsize, m->aligned = pp == 1;
+            break;
+        case 0xe7: /* movntdq */
+            if (pp != 1)
+                return 0;
+            m->size = vsize, m->aligned = 1;
+            break;
+        default: return 0;
+        }
+    }
+    /* the ModRM operand: memory only */
+    unsigned char modrm = ip[n++];
+    int mod = modrm >> 6, reg = ((modrm >> 3) & 7) | (rexr << 3), rm = modrm & 7;
+    if (mod == 3)
+        return 0;
+    if (m->kind == M_STORE_IMM && (reg & 7) != 0)
+        return 0;
+    uintptr_t a = 0;
+    int riprel = 0;
+    if (rm == 4) {
+        unsigned char sib = ip[n++];
+        int scale = sib >> 6, index = ((sib >> 3) & 7) | (rexx << 3), base = sib & 7;
+        if (index != 4)
+            a += (uintptr_t)g[gpr[index]] << scale;
+        if (base == 5 && mod == 0) {
+            int32_t d;
+            memcpy(&d, ip + n, 4);
+            n += 4;
+            a += (uintptr_t)(intptr_t)d;
+        } else {
+            a += (uintptr_t)g[gpr[base | (rexb << 3)]];
+        }
+    } else if (rm == 5 && mod == 0) {
+        riprel = 1;
+        int32_t d;
+        memcpy(&d, ip + n, 4);
+        n += 4;
+        a = (uintptr_t)(intptr_t)d;
+    } else {
+        a = (uintptr_t)g[gpr[rm | (rexb << 3)]];
+    }
+    if (mod == 1) {
+        a += (uintptr_t)(intptr_t)(int8_t)ip[n++];
+    } else if (mod == 2) {
+        int32_t d;
+        memcpy(&d, ip + n, 4);
+        n += 4;
+        a += (uintptr_t)(intptr_t)d;
+    }
+    n += (int)m->immlen;
+    if (riprel)
+        a += (uintptr_t)g[REG_RIP] + (uintptr_t)n;
+    m->reg = reg;
+    if ((m->kind == M_STORE_GPR && m->size == 1) || (m->kind == M_LOAD_GPR && m->dsize == 1))
+        m->byte_hi = !rex && reg >= 4 && reg < 8;
+    *ea = a;
+    *len = n;
+    return 1;
+}
+
+/* Do the plain move that faulted at @addr. 1 if done. */
+static int plain_move(ucontext_t *u, uintptr_t addr)
+{
+    greg_t *g = u->uc_mcontext.gregs;
+    const unsigned char *ip = (const unsigned char *)g[REG_RIP];
+    struct move m;
+    uintptr_t ea;
+    int len;
+    if (!decode(u, ip, &len, &m, &ea))
+        return 0;
+    size_t ps = ovl__watch_page();
+    /* the access the fault was for, wholly on guarded edge pages, and no
+     * byte of it a pending buffer's */
+    if (addr < ea || addr >= ea + m.size || (m.aligned && (ea & (m.size - 1))))
+        return 0;
+    if (!ovl__watch_edge_guarded(ea & ~(uintptr_t)(ps - 1)) ||
+        !ovl__watch_edge_guarded((ea + m.size - 1) & ~(uintptr_t)(ps - 1)) ||
+        range_pending(ea, ea + m.size))
+        return 0;
+    unsigned char b[32];
+    if (m.kind == M_LOAD_GPR) {
+        if (pread(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)
+            return 0;
+        uint64_t v = 0;
+        memcpy(&v, b, m.size);
+        if (m.sign && m.size < 8) {
+            uint64_t top = (uint64_t)1 << (8 * m.size - 1);
+            v = (v ^ top) - top;
+        }
+        greg_t *r = &g[gpr[m.byte_hi ? m.reg - 4 : m.reg]];
+        uint64_t old = (uint64_t)*r;
+        switch (m.dsize) {
+        case 1:
+            old = m.byte_hi ? (old & ~(uint64_t)0xff00) | ((v & 0xff) << 8)
+                            : (old & ~(uint64_t)0xff) | (v & 0xff);
+            break;
+        case 2: old = (old & ~(uint64_t)0xffff) | (v & 0xffff); break;
+        case 4: old = v & 0xffffffffu; break;
+        default: old = v; break;
+        }
+        *r = (greg_t)old;
+    } else {
+        if (m.kind == M_STORE_GPR) {
+            uint64_t v = (uint64_t)g[gpr[m.byte_hi ? m.reg - 4 : m.reg]];
+            if (m.byte_hi)
+                v >>= 8;
+            memcpy(b, &v, m.size);
+        } else if (m.kind == M_STORE_IMM) {
+            const unsigned char *imm = ip + len - m.immlen;
+            int64_t v = 0;
+            if (m.immlen == 1)
+                v = (int8_t)imm[0];
+            else if (m.immlen == 2) {
+                int16_t s;
+                memcpy(&s, imm, 2);
+                v = s;
+            } else {
+                int32_t s;
+                memcpy(&s, imm, 4);
+                v = s;
+            }
+            memcpy(b, &v, m.size);
+        } else {
+            if (!u->uc_mcontext.fpregs || m.reg > 15)
+                return 0;
+            const unsigned char *x = (const unsigned char *)&u->uc_mcontext.fpregs->_xmm[m.reg];
+            memcpy(b, x + (m.xmm_hi ? 8 : 0), m.size < 16 ? m.size : 16);
+            if (m.size == 32) {
+                const unsigned char *h = ymm_high(u, m.reg);
+                if (!h)
+                    return 0;
+                memcpy(b + 16, h, 16);
+            }
+        }
+        if (pwrite(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)
+            return 0;
+    }
+    g[REG_RIP] += len;
+    return 1;
+}
+
+int ovl__watch_emulate(void *uc, uintptr_t addr)
+{
+    ucontext_t *u = uc;
+    if (!u || ovl__watch_g.mem_fd < 0)
+        return 0;
+    greg_t *g = u->uc_mcontext.gregs;
+    const unsigned char *ip = (const unsigned char *)g[REG_RIP];
+    int n = 0, rep = 0, osize = 0, rexw = 0;
+    for (; n < 4; n++) {
+        if (ip[n] == 0xf3)
+            rep = 1;
+        else if (ip[n] == 0x66)
+            osize = 1;
+        else if (ip[n] != 0x2e && ip[n] != 0x3e && ip[n] != 0x26 && ip[n] != 0x36)
+            break;
+    }
+    if ((ip[n] & 0xf0) == 0x40) {
+        rexw = (ip[n] & 0x08) != 0;
+        n++;
+    }
+    unsigned char op = ip[n];
+    if (op >= 0xa4 && op <= 0xab)
+        return string_move(g, n, rep, osize, rexw, op);
+    return plain_move(u, addr);
+}
+
+#else
+
+int ovl__watch_emulate(void *uc, uintptr_t addr)
+{
+    (void)uc;
+    (void)addr;
+    return 0;
+}
+
+#endif
