@@ -867,7 +867,8 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * guarded too, with whatever else lives there. Other data on them stays
  * usable by the program, but each access to it while the receive is
  * pending faults: on x86-64 ovl's handler makes a plain load or store
- * itself (mov, movzx, movsx, the SSE and AVX stores; about 3.5 us) and a
+ * itself (mov, movzx, movsx, the SSE and AVX stores, integer add, sub,
+ * and, or, xor, cmp, test, inc, dec on memory; about 3.5 us) and a
  * memcpy or memset's part on each page; any other instruction is let
  * through one at a time (a fault and a trap, 18-27 us). ovl_stats_t counts
  * these accesses as edge_steps (edge_emulated: those ovl made), and ovl

@@ -175,6 +175,26 @@ A(ldsb, "movsbq 15(%1), %0")
 A(ldsw, "movswl 16(%1), %k0")
 A(ldsl, "movslq 17(%1), %0")
 A(ldr11, "movq $-1, %%r11\n\tmovl 18(%1,%%r11,1), %%r11d\n\tmov %%r11, %0")
+/* integer operations on memory: the flags (and the register) they leave */
+#define FL "\n\tpushfq\n\tpop %0"
+A(cmpimm, "cmpl $5, 4(%1)" FL)
+A(cmpb, "mov $0x1234, %%eax\n\tcmpb %%al, 3(%1)" FL)
+A(cmpah, "mov $0x1234, %%eax\n\tcmpb %%ah, 5(%1)" FL)
+A(cmpr, "movq 8(%2), %%rax\n\tcmpq 8(%1), %%rax" FL)
+A(testimm, "testl $0x80, 12(%1)" FL)
+A(testb, "mov $0x41, %%eax\n\ttestb %%al, 13(%1)" FL)
+A(addimm, "addl $1, 20(%1)" FL)
+A(addbig, "addl $0x7ffffff0, 60(%1)" FL)
+A(subm, "movq (%2), %%rax\n\tsubq %%rax, 24(%1)" FL)
+A(addr16, "movq $-1, %%rax\n\taddw 28(%1), %%ax" FL "\n\txor %%rax, %0")
+A(subr32, "movq $-1, %%rax\n\tsubl 29(%1), %%eax" FL "\n\txor %%rax, %0")
+A(incm, "stc\n\tincl 32(%1)" FL)
+A(decb, "clc\n\tdecb 36(%1)" FL)
+A(orimm, "orb $0x81, 40(%1)" FL)
+A(xorm, "mov $0x5555aaaa, %%eax\n\txorl %%eax, 44(%1)" FL)
+A(andq, "andq $-16, 48(%1)" FL)
+A(andr8, "mov $0x1234, %%ecx\n\tandb 50(%1), %%ch" FL "\n\txor %%rcx, %0")
+#undef FL
 /* AVX (VEX-encoded) stores, run where the CPU has AVX */
 A(vupd, "vmovupd (%2), %%ymm0\n\tvmovupd %%ymm0, 8(%1)")
 A(vdqu9, "vmovdqu (%2), %%ymm9\n\tvmovdqu %%ymm9, 41(%1)")
@@ -186,10 +206,12 @@ A(vdw, "vmovdqu 16(%2), %%xmm1\n\tvmovd %%xmm1, 134(%1)")
 A(vzero, "vzeroall\n\tvmovupd %%ymm0, 140(%1)")
 static const access_fn accesses_avx[] = { vupd, vdqu9, vsd, vups, vhpd, vq, vdw, vzero };
 #undef A
-static const access_fn accesses[] = { st8,     st8h,  st16,   st32sib, st64rex, stimm64, stimm8,
-                                      stimm16, stnti, stsd,   stss,    stups,   stlpd,   sthpd,
-                                      stq,     std,   stdqu9, stzero,  ld64,    ld32,    ld16,
-                                      ld8h,    ldzb,  ldsb,   ldsw,    ldsl,    ldr11 };
+static const access_fn accesses[] = {
+    st8,    st8h,   st16,  st32sib, st64rex, stimm64, stimm8, stimm16, stnti, stsd,    stss,
+    stups,  stlpd,  sthpd, stq,     std,     stdqu9,  stzero, ld64,    ld32,  ld16,    ld8h,
+    ldzb,   ldsb,   ldsw,  ldsl,    ldr11,   cmpimm,  cmpb,   cmpah,   cmpr,  testimm, testb,
+    addimm, addbig, subm,  addr16,  subr32,  incm,    decb,   orimm,   xorm,  andq,    andr8
+};
 #define NACCESS (sizeof accesses / sizeof accesses[0])
 
 /* Each access on a neighbour of pending R and on a plain copy of the same
