@@ -874,8 +874,11 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * these accesses as edge_steps (edge_emulated: those ovl made), and ovl
  * reports once on stderr past 64 on one page in one transfer. ovl_isend, ovl_irecv, ovl_get and ovl_put of other buffers on
  * those pages work (ovl stages them). The kernel cannot reach that data
- * (a mutex or a read() buffer there fails), and with several threads
- * another thread may briefly see old bytes of the buffer on those pages.
+ * (a mutex or a read() buffer there fails; so does MPI's own data there:
+ * MPICH 5 between ranks of one node fails such a transfer with
+ * OVL_ERR_MPI, "process_vm_readv failed (errno 14)"), and with several
+ * threads another thread may briefly see old bytes of the buffer on those
+ * pages.
  * Give such a buffer pages of its own (ovl_alloc(), posix_memalign to the
  * page size with a whole number of pages), or, to keep a layout where it
  * shares pages with data written meanwhile, receive it with ovl_irecv()

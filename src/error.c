@@ -182,6 +182,18 @@ int ovl__mpi_error(int mpierr, const char *fn, const char *what)
     int cls = mpierr;
     MPI_Error_class(mpierr, &cls);
     int code = cls == MPI_ERR_TRUNCATE ? OVL_ERR_TRUNCATE : OVL_ERR_MPI;
+    /* The kernel could not reach an address MPI gave it while a pending
+     * fault-monitored receive guards a page it shares with other data:
+     * MPI's own heap data may be on that page (MPICH 5 passes heap iovec
+     * arrays to process_vm_readv). Say what to do. */
+    if (code == OVL_ERR_MPI && (strstr(msg, "errno 14") || strstr(msg, "Bad address")) &&
+        ovl__watch_edges_live())
+        return ovl__error(code, fn,
+                          "%s failed: %s (a pending fault-monitored receive guards a page it "
+                          "shares with other heap data, which MPI's own data can be on, and the "
+                          "kernel cannot reach a guarded page: give such receive buffers pages of "
+                          "their own, ovl_alloc or posix_memalign to the page size)",
+                          what, msg);
     return ovl__error(code, fn, "%s failed: %s", what, msg);
 }
 

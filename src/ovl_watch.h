@@ -87,6 +87,8 @@ int ovl__watch_idle(void);
 /* Does [p, +len) touch a page guarded as another pending receive's edge?
  * MPI, and the kernel on its behalf, cannot read or write such a page. */
 int ovl__watch_edge_touch(const void *p, size_t len);
+/* Does any pending receive guard a page it shares with other data now? */
+int ovl__watch_edges_live(void);
 /* memcpy from program memory that may share a guarded edge page, without
  * faulting (through /proc/self/mem when it does). */
 void ovl__watch_read(void *dst, const void *src, size_t len);

@@ -465,6 +465,14 @@ int ovl__watch_edge_slot(uintptr_t page)
     return -1;
 }
 
+int ovl__watch_edges_live(void)
+{
+    for (int i = 0; i < OVL__WATCH_MAX_EDGES; i++)
+        if (atomic_load(&ovl__watch_g.edges[i].refs) > 0)
+            return 1;
+    return 0;
+}
+
 int ovl__watch_edge_guarded(uintptr_t page)
 {
     return ovl__watch_edge_slot(page) >= 0;
