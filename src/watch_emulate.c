@@ -31,7 +31,9 @@
  * Anything else (another instruction, an access that would touch a byte
  * of a pending buffer or a page that is not a guarded edge, a segment or
  * address-size override) returns 0 and is single-stepped as before. Runs
- * inside the signal handler: no allocation, no lock.
+ * inside the signal handler: no allocation, no lock. An access made here
+ * is not single-copy atomic (the kernel copies its bytes): two threads
+ * sharing a plain 8-byte variable on such a page may see it torn.
  */
 
 #include "watch_internal.h"
@@ -39,6 +41,7 @@
 #if defined(__x86_64__) && defined(__linux__)
 
 #include <string.h>
+#include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -66,6 +69,25 @@ static int range_pending(uintptr_t lo, uintptr_t hi)
             return 1;
     }
     return 0;
+}
+
+/* Read or write @n bytes at @addr, all on one page: a guarded edge page
+ * through /proc/self/mem, any other page through process_vm_readv or
+ * process_vm_writev on this process, which honour the page's protection
+ * (a page the program itself protected fails, and the instruction is
+ * stepped into the fault it would take). 0 on success. */
+static int mem_rw(int write, uintptr_t addr, void *buf, size_t n)
+{
+    size_t ps = ovl__watch_page();
+    if (ovl__watch_edge_guarded(addr & ~(uintptr_t)(ps - 1))) {
+        ssize_t r = write ? pwrite(ovl__watch_g.mem_fd, buf, n, (off_t)addr)
+                          : pread(ovl__watch_g.mem_fd, buf, n, (off_t)addr);
+        return r == (ssize_t)n ? 0 : -1;
+    }
+    struct iovec local = { buf, n }, remote = { (void *)addr, n };
+    ssize_t r = write ? process_vm_writev(getpid(), &local, 1, &remote, 1, 0)
+                      : process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    return r == (ssize_t)n ? 0 : -1;
 }
 
 /* A string move or store: do the part of it that stays on the pages it is
@@ -97,14 +119,14 @@ static int string_move(greg_t *g, int n, int rep, int osize, int rexw, unsigned 
     if (bytes > sizeof b)
         return 0;
     if (move) {
-        if (pread(ovl__watch_g.mem_fd, b, bytes, (off_t)src) != (ssize_t)bytes)
+        if (mem_rw(0, src, b, bytes) != 0)
             return 0;
     } else {
         uint64_t v = (uint64_t)g[REG_RAX];
         for (size_t i = 0; i < bytes; i++)
             b[i] = (unsigned char)(v >> (8 * (i % sz)));
     }
-    if (pwrite(ovl__watch_g.mem_fd, b, bytes, (off_t)dst) != (ssize_t)bytes)
+    if (mem_rw(1, dst, b, bytes) != 0)
         return 0;
     g[REG_RDI] = (greg_t)(dst + bytes);
     if (move)
@@ -521,6 +543,10 @@ static int plain_move(ucontext_t *u, uintptr_t addr)
         range_pending(ea, ea + m.size))
         return 0;
     unsigned char b[32];
+    /* a read-modify-write is done whole or not at all: a pwrite cut short
+     * between two pages, then stepped, would apply it twice */
+    if (m.kind == M_ALU && ((ea ^ (ea + m.size - 1)) & ~(uintptr_t)(ps - 1)))
+        return 0;
     if (m.kind == M_ALU) {
         uint64_t mv = 0, other, flags, mask;
         if (pread(ovl__watch_g.mem_fd, &mv, m.size, (off_t)ea) != (ssize_t)m.size)
@@ -536,7 +562,7 @@ static int plain_move(ucontext_t *u, uintptr_t addr)
             else if (pwrite(ovl__watch_g.mem_fd, &r, m.size, (off_t)ea) != (ssize_t)m.size)
                 return 0;
         }
-        g[REG_EFL] = (greg_t)(((uint64_t)g[REG_EFL] & ~mask) | flags);
+        g[REG_EFL] = (greg_t)(((uint64_t)g[REG_EFL] & ~mask) | (flags & mask));
     } else if (m.kind == M_LOAD_GPR) {
         if (pread(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)
             return 0;
@@ -580,6 +606,11 @@ int ovl__watch_emulate(void *uc, uintptr_t addr)
         return 0;
     greg_t *g = u->uc_mcontext.gregs;
     const unsigned char *ip = (const unsigned char *)g[REG_RIP];
+    /* not while single-stepping (a debugger's, or ovl's own), whose trap
+     * must come after this very instruction; not an instruction fetch from
+     * a guarded page (its bytes cannot be read here) */
+    if ((g[REG_EFL] & 0x100) || (addr >= (uintptr_t)ip && addr - (uintptr_t)ip < 16))
+        return 0;
     int n = 0, rep = 0, osize = 0, rexw = 0;
     for (; n < 4; n++) {
         if (ip[n] == 0xf3)

@@ -190,6 +190,8 @@ A(addr16, "movq $-1, %%rax\n\taddw 28(%1), %%ax" FL "\n\txor %%rax, %0")
 A(subr32, "movq $-1, %%rax\n\tsubl 29(%1), %%eax" FL "\n\txor %%rax, %0")
 A(incm, "stc\n\tincl 32(%1)" FL)
 A(decb, "clc\n\tdecb 36(%1)" FL)
+A(incwrap, "clc\n\tincb 300(%1)" FL) /* 0xff: wraps, CF stays clear */
+A(decwrap, "clc\n\tdecb 353(%1)" FL) /* 0x00: wraps, CF stays clear */
 A(orimm, "orb $0x81, 40(%1)" FL)
 A(xorm, "mov $0x5555aaaa, %%eax\n\txorl %%eax, 44(%1)" FL)
 A(andq, "andq $-16, 48(%1)" FL)
@@ -207,10 +209,10 @@ A(vzero, "vzeroall\n\tvmovupd %%ymm0, 140(%1)")
 static const access_fn accesses_avx[] = { vupd, vdqu9, vsd, vups, vhpd, vq, vdw, vzero };
 #undef A
 static const access_fn accesses[] = {
-    st8,    st8h,   st16,  st32sib, st64rex, stimm64, stimm8, stimm16, stnti, stsd,    stss,
-    stups,  stlpd,  sthpd, stq,     std,     stdqu9,  stzero, ld64,    ld32,  ld16,    ld8h,
-    ldzb,   ldsb,   ldsw,  ldsl,    ldr11,   cmpimm,  cmpb,   cmpah,   cmpr,  testimm, testb,
-    addimm, addbig, subm,  addr16,  subr32,  incm,    decb,   orimm,   xorm,  andq,    andr8
+    st8,    st8h,   st16,  st32sib, st64rex, stimm64, stimm8, stimm16, stnti, stsd,   stss,   stups,
+    stlpd,  sthpd,  stq,   std,     stdqu9,  stzero,  ld64,   ld32,    ld16,  ld8h,   ldzb,   ldsb,
+    ldsw,   ldsl,   ldr11, cmpimm,  cmpb,    cmpah,   cmpr,   testimm, testb, addimm, addbig, subm,
+    addr16, subr32, incm,  decb,    incwrap, decwrap, orimm,  xorm,    andq,  andr8
 };
 #define NACCESS (sizeof accesses / sizeof accesses[0])
 
@@ -221,7 +223,7 @@ static void plain_accesses(unsigned char *nb, size_t room)
 {
     size_t n = NACCESS,
            navx = __builtin_cpu_supports("avx") ? sizeof accesses_avx / sizeof accesses_avx[0] : 0;
-    CHECK(room >= 256);
+    CHECK(room >= 512);
     unsigned char *ref = malloc(room);
     CHECK(ref != NULL);
     for (size_t i = 0; i < room; i++)
