@@ -872,8 +872,9 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * memcpy or memset's part on each page; any other instruction is let
  * through one at a time (a fault and a trap, 18-27 us). ovl_stats_t counts
  * these accesses as edge_steps (edge_emulated: those ovl made), and ovl
- * reports once on stderr past 64 on one page in one transfer. ovl_isend, ovl_irecv, ovl_get and ovl_put of other buffers on
- * those pages work (ovl stages them). The kernel cannot reach that data
+ * reports once on stderr past 64 on one page in one transfer. ovl_isend,
+ * ovl_irecv, ovl_get and ovl_put of other buffers on those pages work
+ * (ovl stages them). The kernel cannot reach that data
  * (a mutex or a read() buffer there fails; so does MPI's own data there:
  * MPICH 5 between ranks of one node fails such a transfer with
  * OVL_ERR_MPI, "process_vm_readv failed (errno 14)"), and with several
@@ -1329,8 +1330,9 @@ typedef struct {
         domains_on_streams; /**< of those, the ones whose communicators are on an MPIX stream of their own */
     uint64_t am_handled;    /**< active-message handlers run on this rank */
     uint64_t edge_emulated; /**< of edge_steps, the accesses ovl made itself through
-                                 /proc/self/mem (x86-64: plain loads and stores, string
-                                 moves), one fault each and the page kept guarded */
+                                 /proc/self/mem (x86-64: plain loads and stores, integer
+                                 operations on memory, string moves), one fault each and
+                                 the page kept guarded */
 } ovl_stats_t;
 
 /**
