@@ -188,30 +188,47 @@ static const unsigned char *ymm_high(const ucontext_t *u, int r)
     return fx + 576 + 16 * r;
 }
 
-/* Decode the plain move at @ip (after prefixes, at @op), its ModRM
- * operand, and fill @m and the effective address; the instruction's
- * length in @len. 0 if it is not one this file does. */
-static int decode(const ucontext_t *u, const unsigned char *ip, int *len, struct move *m,
-                  uintptr_t *ea)
+/* An instruction's legacy prefixes and REX byte. */
+struct prefixes {
+    int n;     /* bytes of them */
+    int osize; /* 0x66 */
+    int rep;   /* 0xf2 or 0xf3, else 0 */
+    int rex;   /* the REX byte, else 0 */
+};
+
+/* Read the prefixes at @ip into @p: 0 if there are more than 3 legacy
+ * prefixes or one this file does not do (0x64/0x65 fs and gs, 0x67,
+ * lock), which then stays the instruction's first byte and fails its
+ * decoding. */
+static int read_prefixes(const unsigned char *ip, struct prefixes *p)
 {
-    const greg_t *g = u->uc_mcontext.gregs;
-    int n = 0, osize = 0, rep = 0, rex = 0, vex = 0, vl = 0, vpp = 0, vw = 0, map = 0;
-    for (;; n++) {
-        unsigned char b = ip[n];
-        if (n >= 4)
+    memset(p, 0, sizeof *p);
+    for (;; p->n++) {
+        unsigned char b = ip[p->n];
+        if (p->n >= 4)
             return 0;
         if (b == 0x66)
-            osize = 1;
+            p->osize = 1;
         else if (b == 0xf2 || b == 0xf3)
-            rep = b;
-        else if (b == 0x2e || b == 0x3e || b == 0x26 || b == 0x36)
-            continue;
-        else
-            break; /* 0x64/0x65 (fs, gs), 0x67 and lock are not done */
+            p->rep = b;
+        else if (b != 0x2e && b != 0x3e && b != 0x26 && b != 0x36)
+            break;
     }
-    if ((ip[n] & 0xf0) == 0x40) {
-        rex = ip[n++];
-    } else if (ip[n] == 0xc5 || ip[n] == 0xc4) {
+    if ((ip[p->n] & 0xf0) == 0x40)
+        p->rex = ip[p->n++];
+    return 1;
+}
+
+/* Decode the plain move at @ip, whose prefixes @p has read, its ModRM
+ * operand, and fill @m and the effective address; the instruction's
+ * length in @len. 0 if it is not one this file does. */
+static int decode(const ucontext_t *u, const unsigned char *ip, const struct prefixes *p, int *len,
+                  struct move *m, uintptr_t *ea)
+{
+    const greg_t *g = u->uc_mcontext.gregs;
+    int n = p->n, osize = p->osize, rep = p->rep, rex = p->rex;
+    int vex = 0, vl = 0, vpp = 0, vw = 0, map = 0;
+    if (!rex && (ip[n] == 0xc5 || ip[n] == 0xc4)) {
         if (osize || rep)
             return 0;
         unsigned char b1 = ip[n + 1];
@@ -524,14 +541,14 @@ static uint64_t alu(int op, size_t size, uint64_t a, uint64_t b, uint64_t *flags
 }
 
 /* Do the plain move that faulted at @addr. 1 if done. */
-static int plain_move(ucontext_t *u, uintptr_t addr)
+static int plain_move(ucontext_t *u, uintptr_t addr, const struct prefixes *p)
 {
     greg_t *g = u->uc_mcontext.gregs;
     const unsigned char *ip = (const unsigned char *)g[REG_RIP];
     struct move m;
     uintptr_t ea;
     int len;
-    if (!decode(u, ip, &len, &m, &ea))
+    if (!decode(u, ip, p, &len, &m, &ea))
         return 0;
     size_t ps = ovl__watch_page();
     /* the access the fault was for, wholly on guarded edge pages, and no
@@ -611,23 +628,13 @@ int ovl__watch_emulate(void *uc, uintptr_t addr)
      * a guarded page (its bytes cannot be read here) */
     if ((g[REG_EFL] & 0x100) || (addr >= (uintptr_t)ip && addr - (uintptr_t)ip < 16))
         return 0;
-    int n = 0, rep = 0, osize = 0, rexw = 0;
-    for (; n < 4; n++) {
-        if (ip[n] == 0xf3)
-            rep = 1;
-        else if (ip[n] == 0x66)
-            osize = 1;
-        else if (ip[n] != 0x2e && ip[n] != 0x3e && ip[n] != 0x26 && ip[n] != 0x36)
-            break;
-    }
-    if ((ip[n] & 0xf0) == 0x40) {
-        rexw = (ip[n] & 0x08) != 0;
-        n++;
-    }
-    unsigned char op = ip[n];
+    struct prefixes p;
+    if (!read_prefixes(ip, &p))
+        return 0;
+    unsigned char op = ip[p.n];
     if (op >= 0xa4 && op <= 0xab)
-        return string_move(g, n, rep, osize, rexw, op);
-    return plain_move(u, addr);
+        return string_move(g, p.n, p.rep == 0xf3, p.osize, (p.rex >> 3) & 1, op);
+    return plain_move(u, addr, &p);
 }
 
 #else
