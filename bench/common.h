@@ -32,6 +32,7 @@ int bench_delta(int argc, char **argv);
 int bench_delta_sweep(int argc, char **argv);
 int bench_alloc(int argc, char **argv);
 int bench_layouts(int argc, char **argv);
+int bench_edges(int argc, char **argv);
 /* The layouts benchmark's transpose (ovl initialised by the caller). */
 void bench_layouts_transpose(int order, int iters, int reps);
 int bench_dds(int argc, char **argv);

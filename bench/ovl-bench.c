@@ -21,6 +21,7 @@ static const struct bench_cmd cmds[] = {
     { "delta-sweep", "pair kernel: delta size x message size, both monitors, auto size",
       bench_delta_sweep },
     { "layouts", "real codes' memory layouts (transpose, halo): plain MPI vs ovl", bench_layouts },
+    { "edges", "data sharing a page with a pending receive: cost per access kind", bench_edges },
     { "alloc", "receive into ovl_alloc memory vs private memory, per monitor", bench_alloc },
     { "dds", "one-sided: cost of demand-driven synchronisation (HUNT Table 2)", bench_dds },
     { "decomposition", "one-sided: get + use, strip-mined or not, vs MPI (HUNT Figs 8-9)",

@@ -867,8 +867,9 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * guarded too, with whatever else lives there. Other data on them stays
  * usable by the program, but each access to it while the receive is
  * pending faults: on x86-64 ovl's handler makes a plain load or store
- * itself (mov, movzx, movsx, the SSE and AVX stores, integer add, sub,
- * and, or, xor, cmp, test, inc, dec on memory; about 3.5 us) and a
+ * itself (mov, movzx, movsx, vector loads and stores of xmm, ymm and zmm
+ * registers, integer add, sub, and, or, xor, cmp, test, inc, dec on
+ * memory; about 3.5-4 us) and a
  * memcpy or memset's part on each page; any other instruction is let
  * through one at a time (a fault and a trap, 18-27 us). ovl_stats_t counts
  * these accesses as edge_steps (edge_emulated: those ovl made), and ovl
@@ -1330,9 +1331,9 @@ typedef struct {
         domains_on_streams; /**< of those, the ones whose communicators are on an MPIX stream of their own */
     uint64_t am_handled;    /**< active-message handlers run on this rank */
     uint64_t edge_emulated; /**< of edge_steps, the accesses ovl made itself through
-                                 /proc/self/mem (x86-64: plain loads and stores, integer
-                                 operations on memory, string moves), one fault each and
-                                 the page kept guarded */
+                                 /proc/self/mem (x86-64: plain loads and stores, vector
+                                 ones included, integer operations on memory, string moves),
+                                 one fault each and the page kept guarded */
 } ovl_stats_t;
 
 /**

@@ -15,18 +15,21 @@
  *     memset of a few KiB and more): the part that stays on the current
  *     pages, registers advanced, one trap per page;
  *   - plain moves of one operand between memory and a register or an
- *     immediate: mov, movzx, movsx, movsxd, movnti, and the SSE and AVX
- *     stores of an xmm or ymm register (movups, movaps, movdqu, movdqa,
- *     movss, movsd, movlps, movhps, movq, movd, movnt*, legacy or VEX);
+ *     immediate: mov, movzx, movsx, movsxd, movnti, and the vector loads
+ *     and stores of an xmm, ymm or zmm register (movups, movaps, movdqu,
+ *     movdqa, movss, movsd, movlps, movhps, movq, movd, lddqu, movnt*;
+ *     legacy SSE, VEX, and EVEX without a mask or broadcast, which is
+ *     what glibc's memcpy uses on AVX-512 machines), the register's other
+ *     bytes kept or zeroed as the encoding does;
  *   - integer operations with a memory operand, without lock: add, sub,
  *     and, or, xor, cmp, test, inc, dec (not adc, sbb: they read CF),
  *     their arithmetic flags computed as the CPU sets them.
  *
- * Not done, so stepped: loads into xmm registers, arithmetic on them,
- * AVX-512 (EVEX) accesses, locked and exchanging operations, calls and
- * jumps through memory. In a halo exchange's layout with MPI's own heap
- * objects next to the buffer, 95 % of the neighbour accesses were done
- * here.
+ * Not done, so stepped: vector arithmetic with a memory operand, masked
+ * or broadcasting EVEX accesses, three-operand loads (vmovlps, vmovhps),
+ * locked and exchanging operations, calls and jumps through memory. In a
+ * halo exchange's layout with MPI's own heap objects next to the buffer,
+ * 95 % of the neighbour accesses were done here.
  *
  * Anything else (another instruction, an access that would touch a byte
  * of a pending buffer or a page that is not a guarded edge, a segment or
@@ -40,6 +43,7 @@
 
 #if defined(__x86_64__) && defined(__linux__)
 
+#include <cpuid.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <ucontext.h>
@@ -144,7 +148,7 @@ static const int gpr[16] = {
 };
 
 /* What a decoded plain move does. */
-enum { M_NONE, M_STORE_GPR, M_STORE_IMM, M_STORE_XMM, M_LOAD_GPR, M_ALU };
+enum { M_NONE, M_STORE_GPR, M_STORE_IMM, M_STORE_XMM, M_LOAD_GPR, M_LOAD_XMM, M_ALU };
 
 /* The integer operations done on a memory operand (M_ALU), and what
  * their second operand is. */
@@ -157,9 +161,11 @@ static const int alu_row[8] = { A_ADD, A_OR, A_NONE, A_NONE, A_AND, A_SUB, A_XOR
 struct move {
     int kind;
     size_t size;   /* bytes of memory accessed */
-    int reg;       /* register operand (0-15) */
+    int reg;       /* register operand (0-15; vector registers 0-31) */
     int byte_hi;   /* 8-bit register without REX: 4-7 are AH, CH, DH, BH */
-    int xmm_hi;    /* store the high quadword (movhps/movhpd) */
+    int xmm_hi;    /* the high quadword of the xmm register (movhps, movhpd) */
+    size_t zext;   /* M_LOAD_XMM: register bytes the load defines, zero beyond
+                      its data (0: it merges, as movlps and movhps do) */
     int aligned;   /* the instruction requires an aligned operand */
     int sign;      /* load: sign-extend (movsx, movsxd) */
     size_t dsize;  /* load: destination register width in bytes */
@@ -171,21 +177,130 @@ struct move {
                       selects the operation */
 };
 
-/* The upper 128 bits of ymm @r from the signal frame's XSAVE area, or
- * NULL (no such area: the state is not there to read). */
-static const unsigned char *ymm_high(const ucontext_t *u, int r)
+/* The vector registers in the signal frame's XSAVE area. Component 1
+ * holds xmm0-15 (the FXSAVE area), 2 the upper halves of ymm0-15, 6 the
+ * upper halves of zmm0-15, 7 the whole of zmm16-31; where 2, 6 and 7 sit
+ * is the CPU's (CPUID leaf 0xd), asked once. */
+static _Atomic int xcomp_off[8], xcomp_len[8], xcomp_known;
+
+static void xcomp_learn(void)
 {
-    const unsigned char *fx = (const unsigned char *)u->uc_mcontext.fpregs;
-    uint32_t magic;
-    uint64_t bv;
-    memcpy(&magic, fx + 464, sizeof magic); /* sw_reserved: FP_XSTATE_MAGIC1 */
-    if (magic != 0x46505853U)
+    if (atomic_load_explicit(&xcomp_known, memory_order_acquire))
+        return;
+    for (unsigned c = 2; c < 8; c++) {
+        unsigned a = 0, b = 0, cx = 0, d = 0;
+        if (__get_cpuid_max(0, NULL) >= 0xd)
+            __cpuid_count(0xd, c, a, b, cx, d);
+        atomic_store_explicit(&xcomp_off[c], (int)b, memory_order_relaxed);
+        atomic_store_explicit(&xcomp_len[c], (int)a, memory_order_relaxed);
+    }
+    atomic_store_explicit(&xcomp_off[1], 160, memory_order_relaxed);
+    atomic_store_explicit(&xcomp_len[1], 256, memory_order_relaxed);
+    atomic_store_explicit(&xcomp_known, 1, memory_order_release);
+}
+
+/* Component @c of the frame's state, or NULL (not in the frame); @bv
+ * points to XSTATE_BV, or is NULL in a frame without XSAVE state (an
+ * FXSAVE area: component 1 alone, always in use). */
+static unsigned char *xcomp(const ucontext_t *u, int c, uint64_t **bv)
+{
+    unsigned char *fx = (unsigned char *)u->uc_mcontext.fpregs;
+    uint32_t magic, size;
+    uint64_t feat;
+    *bv = NULL;
+    if (!fx)
         return NULL;
-    memcpy(&bv, fx + 512, sizeof bv); /* XSTATE_BV */
-    static const unsigned char zero[16];
-    if (!(bv & 4)) /* AVX state in its initial form: all zero */
-        return zero;
-    return fx + 576 + 16 * r;
+    memcpy(&magic, fx + 464, sizeof magic); /* struct _fpx_sw_bytes */
+    memcpy(&feat, fx + 472, sizeof feat);
+    memcpy(&size, fx + 480, sizeof size);
+    if (magic == 0x46505853U)
+        *bv = (uint64_t *)(void *)(fx + 512);
+    if (c == 1)
+        return fx + 160;
+    int off = atomic_load_explicit(&xcomp_off[c], memory_order_relaxed),
+        len = atomic_load_explicit(&xcomp_len[c], memory_order_relaxed);
+    if (magic != 0x46505853U || !((feat >> c) & 1) || off <= 0 || len <= 0 ||
+        (uint32_t)(off + len) > size)
+        return NULL;
+    return fx + off;
+}
+
+/* Where bytes [16k, 16k + 16) of vector register @r are kept: the
+ * component in @c and the offset in it. */
+static size_t vpart(int r, int k, int *c)
+{
+    if (r >= 16) {
+        *c = 7;
+        return (size_t)(64 * (r - 16) + 16 * k);
+    }
+    *c = k == 0 ? 1 : k == 1 ? 2 : 6;
+    return k == 0 ? (size_t)(16 * r) : k == 1 ? (size_t)(16 * r) : (size_t)(32 * r + 16 * (k - 2));
+}
+
+/* The first @n bytes (16, 32 or 64) of vector register @r into @out. 0
+ * if the frame does not hold them. A component in its initial state
+ * (its XSTATE_BV bit clear) reads as zeros. */
+static int vreg_get(const ucontext_t *u, int r, unsigned char *out, size_t n)
+{
+    if (r >= 16 || n > 16)
+        xcomp_learn();
+    for (int k = 0; k < (int)(n / 16); k++) {
+        int c;
+        size_t off = vpart(r, k, &c);
+        uint64_t *bv;
+        unsigned char *base = xcomp(u, c, &bv);
+        if (!base)
+            return 0;
+        if (!bv || ((*bv >> c) & 1))
+            memcpy(out + 16 * k, base + off, 16);
+        else
+            memset(out + 16 * k, 0, 16);
+    }
+    return 1;
+}
+
+/* Write bytes [0, @n) of vector register @r from @in (@n a multiple of
+ * 16, at most 64), as the return from the handler will load them. Zeros
+ * for a component in its initial state leave it so (the CPU would
+ * otherwise carry upper state it does not need); a component brought out
+ * of it is zeroed first, so its other registers stay zero. 0 if the frame
+ * cannot hold them (nothing then written). */
+static int vreg_put(ucontext_t *u, int r, const unsigned char *in, size_t n)
+{
+    unsigned char *base[4];
+    uint64_t *bv = NULL;
+    int comp[4];
+    xcomp_learn();
+    for (int k = 0; k < (int)(n / 16); k++) {
+        size_t off = vpart(r, k, &comp[k]);
+        if (!(base[k] = xcomp(u, comp[k], &bv)))
+            return 0;
+        base[k] += off;
+    }
+    for (int k = 0; k < (int)(n / 16); k++) {
+        int c = comp[k];
+        static const unsigned char zero[16];
+        if (bv && !((*bv >> c) & 1) && !memcmp(in + 16 * k, zero, 16))
+            continue;
+        if (bv && !((*bv >> c) & 1)) {
+            memset(xcomp(u, c, &bv), 0,
+                   (size_t)atomic_load_explicit(&xcomp_len[c], memory_order_relaxed));
+            *bv |= (uint64_t)1 << c;
+        }
+        memcpy(base[k], in + 16 * k, 16);
+    }
+    return 1;
+}
+
+/* How many bytes of a vector register this frame can show: 64 with
+ * AVX-512 state, 32 with AVX, 16 otherwise. */
+static size_t vreg_max(const ucontext_t *u)
+{
+    uint64_t *bv;
+    xcomp_learn();
+    if (xcomp(u, 6, &bv) && xcomp(u, 7, &bv))
+        return 64;
+    return xcomp(u, 2, &bv) ? 32 : 16;
 }
 
 /* An instruction's legacy prefixes and REX byte. */
@@ -227,8 +342,23 @@ static int decode(const ucontext_t *u, const unsigned char *ip, const struct pre
 {
     const greg_t *g = u->uc_mcontext.gregs;
     int n = p->n, osize = p->osize, rep = p->rep, rex = p->rex;
-    int vex = 0, vl = 0, vpp = 0, vw = 0, map = 0;
-    if (!rex && (ip[n] == 0xc5 || ip[n] == 0xc4)) {
+    int vex = 0, evex = 0, vl = 0, vpp = 0, vw = 0, map = 0, rexr2 = 0;
+    if (!rex && ip[n] == 0x62) {
+        /* EVEX (0x62 is no instruction of its own in 64-bit mode): map 0f
+         * only, no mask, no zeroing, no broadcast, vvvv and V' unused */
+        unsigned char p0 = ip[n + 1], p1 = ip[n + 2], p2 = ip[n + 3];
+        if (osize || rep || (p0 & 0x0f) != 1 || (p1 & 0x7c) != 0x7c || (p2 & 0x9f) != 0x08 ||
+            ((p2 >> 5) & 3) == 3)
+            return 0;
+        vw = p1 >> 7;
+        rex = 0x40 | (!(p0 & 0x80) << 2) | (!(p0 & 0x40) << 1) | !(p0 & 0x20) | (vw << 3);
+        rexr2 = !(p0 & 0x10);
+        vl = (p2 >> 5) & 3;
+        vpp = p1 & 3;
+        map = 1;
+        n += 4;
+        vex = evex = 1;
+    } else if (!rex && (ip[n] == 0xc5 || ip[n] == 0xc4)) {
         if (osize || rep)
             return 0;
         unsigned char b1 = ip[n + 1];
@@ -261,7 +391,10 @@ static int decode(const ucontext_t *u, const unsigned char *ip, const struct pre
     size_t wsize = rexw ? 8 : osize ? 2 : 4;
     /* prefix class of an SSE op: 0 none, 1 66, 2 F3, 3 F2 */
     int pp = vex ? vpp : rep == 0xf3 ? 2 : rep == 0xf2 ? 3 : osize ? 1 : 0;
-    size_t vsize = vex && vl ? 32 : 16;
+    size_t vsize = vex ? (size_t)16 << vl : 16;
+    /* bytes of the register a load defines: a legacy SSE load keeps the
+     * bits above 128, a VEX or EVEX load zeroes them */
+    size_t zfull = vex ? 64 : 16;
     if (!map) {
         if (rep)
             return 0;
@@ -332,43 +465,70 @@ static int decode(const ucontext_t *u, const unsigned char *ip, const struct pre
             m->sign = op >= 0xbe;
         }
     } else {
-        /* SSE/AVX stores of an xmm (ymm) register to memory */
+        /* SSE, AVX and AVX-512 moves between a vector register and memory */
         m->kind = M_STORE_XMM;
         switch (op) {
-        case 0x11:
+        case 0x10: /* movups, movupd, movss, movsd: loads */
+        case 0x11: /* and stores */
             m->size = pp == 2 ? 4 : pp == 3 ? 8 : vsize;
+            if (op == 0x10)
+                m->kind = M_LOAD_XMM, m->zext = zfull;
             break;
-        case 0x29: /* movaps, movapd */
+        case 0x28: /* movaps, movapd */
+        case 0x29:
         case 0x2b: /* movntps, movntpd */
             if (pp > 1)
                 return 0;
             m->size = vsize, m->aligned = 1;
+            if (op == 0x28)
+                m->kind = M_LOAD_XMM, m->zext = zfull;
             break;
-        case 0x13: /* movlps, movlpd */
-        case 0x17: /* movhps, movhpd */
-            if (pp > 1 || (vex && vl))
+        case 0x12: /* movlps, movlpd, movhps, movhpd: legacy loads merge */
+        case 0x16: /* (VEX and EVEX forms take a third operand) */
+            if (pp > 1 || vex)
+                return 0;
+            m->kind = M_LOAD_XMM, m->size = 8, m->xmm_hi = op == 0x16;
+            break;
+        case 0x13:
+        case 0x17:
+            if (pp > 1 || vl)
                 return 0;
             m->size = 8, m->xmm_hi = op == 0x17;
             break;
         case 0xd6: /* movq */
-            if (pp != 1 || (vex && vl))
+            if (pp != 1 || vl)
                 return 0;
             m->size = 8;
             break;
-        case 0x7e: /* movd, movq */
-            if (pp != 1 || (vex && vl))
+        case 0x7e: /* movd, movq (66) stores; movq (F3) load */
+            if ((pp != 1 && pp != 2) || vl || (pp == 2 && evex && !vw))
                 return 0;
-            m->size = (vex ? vw : rexw) ? 8 : 4;
+            m->size = pp == 2 || (vex ? vw : rexw) ? 8 : 4;
+            if (pp == 2)
+                m->kind = M_LOAD_XMM, m->zext = zfull;
             break;
-        case 0x7f: /* movdqa, movdqu */
-            if (pp != 1 && pp != 2)
+        case 0x6e: /* movd, movq loads */
+            if (pp != 1 || vl)
+                return 0;
+            m->kind = M_LOAD_XMM, m->size = (vex ? vw : rexw) ? 8 : 4, m->zext = zfull;
+            break;
+        case 0x6f: /* movdqa, movdqu (EVEX: vmovdqa32/64, vmovdqu8/16/32/64) */
+        case 0x7f:
+            if (pp == 0 || (pp == 3 && !evex))
                 return 0;
             m->size = vsize, m->aligned = pp == 1;
+            if (op == 0x6f)
+                m->kind = M_LOAD_XMM, m->zext = zfull;
             break;
         case 0xe7: /* movntdq */
             if (pp != 1)
                 return 0;
             m->size = vsize, m->aligned = 1;
+            break;
+        case 0xf0: /* lddqu */
+            if (pp != 3 || evex)
+                return 0;
+            m->kind = M_LOAD_XMM, m->size = vsize, m->zext = zfull;
             break;
         default:
             return 0;
@@ -376,7 +536,7 @@ static int decode(const ucontext_t *u, const unsigned char *ip, const struct pre
     }
     /* the ModRM operand: memory only */
     unsigned char modrm = ip[n++];
-    int mod = modrm >> 6, reg = ((modrm >> 3) & 7) | (rexr << 3), rm = modrm & 7;
+    int mod = modrm >> 6, reg = ((modrm >> 3) & 7) | (rexr << 3) | (rexr2 << 4), rm = modrm & 7;
     if (mod == 3)
         return 0;
     if (m->kind == M_STORE_IMM && (reg & 7) != 0)
@@ -414,8 +574,8 @@ static int decode(const ucontext_t *u, const unsigned char *ip, const struct pre
     } else {
         a = (uintptr_t)g[gpr[rm | (rexb << 3)]];
     }
-    if (mod == 1) {
-        a += (uintptr_t)(intptr_t)(int8_t)ip[n++];
+    if (mod == 1) { /* EVEX scales an 8-bit displacement by the operand's size */
+        a += (uintptr_t)((intptr_t)(int8_t)ip[n++] * (evex ? (intptr_t)m->size : 1));
     } else if (mod == 2) {
         int32_t d;
         memcpy(&d, ip + n, 4);
@@ -559,7 +719,7 @@ static int plain_move(ucontext_t *u, uintptr_t addr, const struct prefixes *p)
         !ovl__watch_edge_guarded((ea + m.size - 1) & ~(uintptr_t)(ps - 1)) ||
         range_pending(ea, ea + m.size))
         return 0;
-    unsigned char b[32];
+    unsigned char b[64];
     /* a read-modify-write is done whole or not at all: a pwrite cut short
      * between two pages, then stepped, would apply it twice */
     if (m.kind == M_ALU && ((ea ^ (ea + m.size - 1)) & ~(uintptr_t)(ps - 1)))
@@ -580,6 +740,21 @@ static int plain_move(ucontext_t *u, uintptr_t addr, const struct prefixes *p)
                 return 0;
         }
         g[REG_EFL] = (greg_t)(((uint64_t)g[REG_EFL] & ~mask) | (flags & mask));
+    } else if (m.kind == M_LOAD_XMM) {
+        /* the register as the load leaves it: the data at its place, then
+         * zeros up to what the load defines, the rest kept */
+        unsigned char v[64];
+        size_t top = m.zext > vreg_max(u) ? vreg_max(u) : m.zext, at = m.xmm_hi ? 8 : 0;
+        size_t whole = top > 16 ? top : 16;
+        if (!vreg_get(u, m.reg, v, whole))
+            return 0;
+        if (pread(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)
+            return 0;
+        if (m.zext)
+            memset(v, 0, top);
+        memcpy(v + at, b, m.size);
+        if (!vreg_put(u, m.reg, v, whole))
+            return 0;
     } else if (m.kind == M_LOAD_GPR) {
         if (pread(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)
             return 0;
@@ -598,16 +773,11 @@ static int plain_move(ucontext_t *u, uintptr_t addr, const struct prefixes *p)
             uint64_t v = imm_get(ip + len - m.immlen, m.immlen);
             memcpy(b, &v, m.size);
         } else {
-            if (!u->uc_mcontext.fpregs || m.reg > 15)
+            unsigned char v[64];
+            size_t at = m.xmm_hi ? 8 : 0;
+            if (!vreg_get(u, m.reg, v, m.size + at > 16 ? m.size + at : 16))
                 return 0;
-            const unsigned char *x = (const unsigned char *)&u->uc_mcontext.fpregs->_xmm[m.reg];
-            memcpy(b, x + (m.xmm_hi ? 8 : 0), m.size < 16 ? m.size : 16);
-            if (m.size == 32) {
-                const unsigned char *h = ymm_high(u, m.reg);
-                if (!h)
-                    return 0;
-                memcpy(b + 16, h, 16);
-            }
+            memcpy(b, v + at, m.size);
         }
         if (pwrite(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)
             return 0;
