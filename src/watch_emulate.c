@@ -746,6 +746,8 @@ static int plain_move(ucontext_t *u, uintptr_t addr, const struct prefixes *p)
         unsigned char v[64];
         size_t top = m.zext > vreg_max(u) ? vreg_max(u) : m.zext, at = m.xmm_hi ? 8 : 0;
         size_t whole = top > 16 ? top : 16;
+        if (at + m.size > whole) /* a register wider than the frame holds */
+            return 0;
         if (!vreg_get(u, m.reg, v, whole))
             return 0;
         if (pread(ovl__watch_g.mem_fd, b, m.size, (off_t)ea) != (ssize_t)m.size)

@@ -209,9 +209,18 @@ A(vzero, "vzeroall\n\tvmovupd %%ymm0, 140(%1)")
 static const access_fn accesses_avx[] = { vupd, vdqu9, vsd, vups, vhpd, vq, vdw, vzero };
 #undef A
 /* Loads into vector registers, and stores from them: the register is
- * first filled from X1, then loaded, then dumped whole (VW bytes) into
- * VD, which the returned hash covers, so kept and zeroed bytes above the
- * loaded ones are compared too. */
+ * first filled from X1, then loaded, then dumped (16, 32 or 64 bytes, as
+ * its list's instructions allow) into VD, which the returned hash covers,
+ * so kept and zeroed bytes above the loaded ones are compared too. The
+ * AVX-512 list uses registers 16-31, which a compiler without -mavx512f
+ * never allocates; with it they are clobbers too. */
+#if defined(__AVX512F__)
+#define V_HI                                                                                    \
+    , "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", \
+        "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31"
+#else
+#define V_HI
+#endif
 static const uint64_t X1[8] = { 0x0102030405060708ul, 0x1112131415161718ul, 0x2122232425262728ul,
                                 0x3132333435363738ul, 0x4142434445464748ul, 0x5152535455565758ul,
                                 0x6162636465666768ul, 0x7172737475767778ul };
@@ -226,7 +235,7 @@ static unsigned char VD[64] __attribute__((aligned(64)));
                          : "r"(p), "r"(X0), "r"(X1), "r"(VD)                                       \
                          : "memory", "rax", "rcx", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", \
                            "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",     \
-                           "xmm14", "xmm15");                                                      \
+                           "xmm14", "xmm15" V_HI);                                                 \
         for (size_t i = 0; i < sizeof VD; i++)                                                     \
             h = h * 1099511628211ul + VD[i];                                                       \
         return r ^ h;                                                                              \
@@ -243,6 +252,8 @@ V(ldqr,
   "movdqu (%3), %%xmm13\n\tmov %1, %%rcx\n\t.byte 0x66, 0x4c, 0x0f, 0x6e, 0x69, 0x0f" D16("xmm13"))
 V(ldlps, "movdqu (%3), %%xmm7\n\tmovlps 17(%1), %%xmm7" D16("xmm7"))
 V(ldhpd, "movdqu (%3), %%xmm8\n\tmovhpd 19(%1), %%xmm8" D16("xmm8"))
+V(ldhps, "movdqu (%3), %%xmm1\n\tmovhps 20(%1), %%xmm1" D16("xmm1"))
+V(ldlpd, "movdqu (%3), %%xmm2\n\tmovlpd 22(%1), %%xmm2" D16("xmm2"))
 V(ldaps,
   "movdqu (%3), %%xmm9\n\tlea 79(%1), %%rax\n\tand $-64, %%rax\n\tmovaps 16(%%rax), %%xmm9" D16(
       "xmm9"))
@@ -261,11 +272,13 @@ V(vldq, "vmovdqu (%3), %%ymm14\n\tvmovq 35(%1), %%xmm14" D32("ymm14"))
 V(vldapd, "lea 79(%1), %%rax\n\tand $-64, %%rax\n\tvmovapd (%%rax), %%ymm7" D32("ymm7"))
 V(vlddqu, "vmovdqu (%3), %%ymm8\n\tvlddqu 37(%1), %%ymm8" D32("ymm8"))
 /* from the initial upper state (vzeroupper): the other registers' upper halves stay zero */
-V(vinit, "vzeroupper\n\tvmovdqu (%3), %%xmm3\n\tvmovups 27(%1), %%xmm4" D32("ymm3"))
-V(vinit2, "vzeroupper\n\tvmovdqu (%3), %%xmm3\n\tvmovups 27(%1), %%ymm4" D32("ymm3"))
+V(vinit, "vzeroupper\n\tvmovdqu (%3), %%xmm3\n\tvmovups 27(%1), %%xmm4" D32(
+             "ymm3") "\n\tvmovdqu %%ymm4, 32(%4)")
+V(vinit2, "vzeroupper\n\tvmovdqu (%3), %%xmm3\n\tvmovups 27(%1), %%ymm4" D32(
+              "ymm3") "\n\tvmovdqu %%ymm4, 32(%4)")
 #undef D32
-static const access_fn vloads[] = { ldups, ldss,  ldsd,  ldq,   ldd,  ldqr,
-                                    ldlps, ldhpd, ldaps, lddqa, lddqu };
+static const access_fn vloads[] = { ldhps, ldlpd, ldups, ldss,  ldsd,  ldq,  ldd,
+                                    ldqr,  ldlps, ldhpd, ldaps, lddqa, lddqu };
 static const access_fn vloads_avx[] = { vkeep, vkeepq, vldx,   vldy,  vldsd, vldd,
                                         vldq,  vldapd, vlddqu, vinit, vinit2 };
 /* AVX-512 (EVEX), as glibc's memcpy uses it: zmm and ymm 0-31, scaled
@@ -283,8 +296,19 @@ V(esdst, "vmovdqu64 (%3), %%zmm22\n\tvmovsd %%xmm22, 320(%1)")
 V(eqld, "vmovdqu64 (%3), %%zmm23\n\tvmovq 48(%1), %%xmm23" D64("zmm23"))
 V(eaps, "lea 79(%1), %%rax\n\tand $-64, %%rax\n\tvmovaps 64(%%rax), %%zmm24" D64("zmm24"))
 V(ehps, "vmovdqu64 (%3), %%zmm25\n\tvmovhps %%xmm25, 336(%1)")
+V(e256d8, "vmovdqu64 (%3), %%zmm26\n\tvmovdqu64 96(%1), %%ymm26" D64("zmm26"))
+V(e128d8, "vmovdqu64 (%3), %%zmm27\n\tvmovdqu32 48(%1), %%xmm27" D64("zmm27"))
+V(edld, "vmovdqu64 (%3), %%zmm28\n\tvmovd 44(%1), %%xmm28" D64("zmm28"))
+V(edst, "vmovdqu64 (%3), %%zmm29\n\tvmovd %%xmm29, 352(%1)")
+V(entdq,
+  "vmovdqu64 (%3), %%zmm30\n\tlea 79(%1), %%rax\n\tand $-64, %%rax\n\tvmovntdq %%zmm30, 64(%%rax)")
+/* with AVX-512 state, legacy loads keep bytes 16-63 and VEX loads zero them */
+V(zkeep, "vmovdqu64 (%3), %%zmm3\n\tmovups 23(%1), %%xmm3" D64("zmm3"))
+V(zvexx, "vmovdqu64 (%3), %%zmm5\n\tvmovups 27(%1), %%xmm5" D64("zmm5"))
+V(zvexy, "vmovdqu64 (%3), %%zmm6\n\tvmovdqu 29(%1), %%ymm6" D64("zmm6"))
 #undef D64
-static const access_fn vloads_512[] = { e512ld, e512st, e256ld, e256st, e128ld, e128st,
+static const access_fn vloads_512[] = { e256d8, e128d8, edld,   edst,   entdq,  zkeep,  zvexx,
+                                        zvexy,  e512ld, e512st, e256ld, e256st, e128ld, e128st,
                                         esdld,  esdst,  eqld,   eaps,   ehps };
 #undef V
 static const access_fn accesses[] = {
@@ -319,7 +343,8 @@ static void plain_accesses(unsigned char *nb, size_t room)
     if (__builtin_cpu_supports("avx")) {
         n +=
             sizeof accesses_avx / sizeof accesses_avx[0] + sizeof vloads_avx / sizeof vloads_avx[0];
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl"))
             n += sizeof vloads_512 / sizeof vloads_512[0];
     }
     CHECK(room >= 512);
