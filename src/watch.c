@@ -222,6 +222,8 @@ static int reg_add(struct ovl__watch *w)
 {
     for (int i = 0; i < OVL__WATCH_MAX_REGIONS; i++) {
         if (!atomic_load(&ovl__watch_g.regs[i])) {
+            if (i >= atomic_load(&ovl__watch_g.regs_hi))
+                atomic_store(&ovl__watch_g.regs_hi, i + 1);
             atomic_store(&ovl__watch_g.regs[i], w);
             w->slot = i;
             atomic_fetch_add(&ovl__watch_g.nregs, 1);
@@ -345,8 +347,8 @@ int ovl__watch_protect_probed(void *a, size_t len, uintptr_t probe)
  * or 0 when ovl writes the page through an alias (ovl_alloc memory). */
 static int edge_get_locked(uintptr_t page, uintptr_t probe)
 {
-    int free_slot = -1;
-    for (int i = 0; i < OVL__WATCH_MAX_EDGES; i++) {
+    int free_slot = -1, hi = ovl__watch_edges_hi();
+    for (int i = 0; i < hi; i++) {
         uintptr_t p = atomic_load(&ovl__watch_g.edges[i].page);
         if (p == page && atomic_load(&ovl__watch_g.edges[i].refs) > 0) {
             atomic_fetch_add(&ovl__watch_g.edges[i].refs, 1);
@@ -355,11 +357,15 @@ static int edge_get_locked(uintptr_t page, uintptr_t probe)
         if (free_slot < 0 && atomic_load(&ovl__watch_g.edges[i].refs) == 0)
             free_slot = i;
     }
+    if (free_slot < 0 && hi < OVL__WATCH_MAX_EDGES)
+        free_slot = hi;
     if (free_slot < 0)
         return ENOSPC;
     int err = ovl__watch_protect_probed((void *)page, ovl__watch_page(), probe);
     if (err)
         return err;
+    if (free_slot >= hi)
+        atomic_store(&ovl__watch_g.edges_hi, free_slot + 1);
     atomic_store(&ovl__watch_g.edges[free_slot].steps, 0);
     atomic_store(&ovl__watch_g.edges[free_slot].page, page);
     atomic_store(&ovl__watch_g.edges[free_slot].refs, 1);
@@ -407,7 +413,7 @@ static void advise_steps(uintptr_t page, unsigned long steps, const struct ovl__
  * guarded and the reference kept. */
 static int edge_put_locked(uintptr_t page, int open, const struct ovl__watch *w)
 {
-    for (int i = 0; i < OVL__WATCH_MAX_EDGES; i++) {
+    for (int i = 0, hi = ovl__watch_edges_hi(); i < hi; i++) {
         if (atomic_load(&ovl__watch_g.edges[i].page) == page &&
             atomic_load(&ovl__watch_g.edges[i].refs) > 0) {
             ovl__spin_lock(&ovl__watch_g.edges[i].busy);
@@ -458,7 +464,7 @@ static void edges_release_locked(struct ovl__watch *w)
 /* From the handler: the slot of a guarded edge page, or -1. */
 int ovl__watch_edge_slot(uintptr_t page)
 {
-    for (int i = 0; i < OVL__WATCH_MAX_EDGES; i++)
+    for (int i = 0, hi = ovl__watch_edges_hi(); i < hi; i++)
         if (atomic_load(&ovl__watch_g.edges[i].page) == page &&
             atomic_load(&ovl__watch_g.edges[i].refs) > 0)
             return i;
@@ -467,7 +473,7 @@ int ovl__watch_edge_slot(uintptr_t page)
 
 int ovl__watch_edges_live(void)
 {
-    for (int i = 0; i < OVL__WATCH_MAX_EDGES; i++)
+    for (int i = 0, hi = ovl__watch_edges_hi(); i < hi; i++)
         if (atomic_load(&ovl__watch_g.edges[i].refs) > 0)
             return 1;
     return 0;
@@ -535,7 +541,7 @@ int ovl__watch_pending(const void *p, size_t len, int missing)
     if (len == 0 || ovl__watch_idle())
         return 0;
     pthread_mutex_lock(&ovl__watch_g.lock);
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS && !hit; k++) {
+    for (int k = 0, rhi = ovl__watch_regs_hi(); k < rhi && !hit; k++) {
         struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
         uintptr_t b = w ? (uintptr_t)w->base : 0, e = w ? b + w->len : 0;
         if (!w || b >= hi || e <= lo)

@@ -56,7 +56,7 @@ static int page_plain_or_edge(uintptr_t page)
     if (ovl__watch_edge_guarded(page))
         return 1;
     size_t ps = ovl__watch_page();
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+    for (int k = 0, rhi = ovl__watch_regs_hi(); k < rhi; k++) {
         struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
         if (w && page >= w->p0 && page < w->p0 + w->npages * ps)
             return 0;
@@ -67,7 +67,7 @@ static int page_plain_or_edge(uintptr_t page)
 /* Does [lo, hi) hold a byte of a pending receive buffer? */
 static int range_pending(uintptr_t lo, uintptr_t hi)
 {
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+    for (int k = 0, rhi = ovl__watch_regs_hi(); k < rhi; k++) {
         struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
         if (w && !w->is_send && lo < (uintptr_t)w->base + w->len && (uintptr_t)w->base < hi)
             return 1;

@@ -59,7 +59,7 @@ static __thread unsigned long last_recent_gen __attribute__((tls_model("initial-
 /* The pending receive whose buffer holds @addr, or NULL. */
 static struct ovl__watch *pending_buffer_of(uintptr_t addr)
 {
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+    for (int k = 0, rhi = ovl__watch_regs_hi(); k < rhi; k++) {
         struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
         if (w && !w->is_send && addr >= (uintptr_t)w->base && addr < (uintptr_t)w->base + w->len)
             return w;
@@ -254,7 +254,7 @@ static int handle(int sig, uintptr_t addr, void *uc)
         wait_for(NULL, edge_open, (const void *)page, 0, addr);
         return 1;
     }
-    for (int k = 0; k < OVL__WATCH_MAX_REGIONS; k++) {
+    for (int k = 0, rhi = ovl__watch_regs_hi(); k < rhi; k++) {
         struct ovl__watch *w = atomic_load(&ovl__watch_g.regs[k]);
         if (!w || page < w->p0 || page >= w->p0 + w->npages * ps)
             continue;

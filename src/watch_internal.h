@@ -64,6 +64,11 @@ struct ovl__watch_state {
     pthread_mutex_t lock; /* registry, edges, zombies (never taken by the handler) */
     struct ovl__watch *_Atomic regs[OVL__WATCH_MAX_REGIONS];
     atomic_int nregs; /* registered regions (ovl__watch_idle) */
+    /* one past the highest slot of regs and of edges ever used: scans stop
+     * there (slots are taken lowest first, so this is the most ever live at
+     * once, not the table's size). Raised before a slot is filled, never
+     * lowered, so a lock-free scan never misses a live slot. */
+    atomic_int regs_hi, edges_hi;
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
@@ -91,6 +96,16 @@ struct ovl__watch_state {
     double fault_us[4];
 };
 extern struct ovl__watch_state ovl__watch_g;
+
+/* The bounds of the scans of ovl__watch_g.regs and .edges. */
+static inline int ovl__watch_regs_hi(void)
+{
+    return atomic_load(&ovl__watch_g.regs_hi);
+}
+static inline int ovl__watch_edges_hi(void)
+{
+    return atomic_load(&ovl__watch_g.edges_hi);
+}
 
 /* watch.c: a guarded edge page's slot in ovl__watch_g.edges, or -1; and
  * whether @page is one. Safe in the fault handler. */
