@@ -234,7 +234,7 @@ static size_t vpart(int r, int k, int *c)
         return (size_t)(64 * (r - 16) + 16 * k);
     }
     *c = k == 0 ? 1 : k == 1 ? 2 : 6;
-    return k == 0 ? (size_t)(16 * r) : k == 1 ? (size_t)(16 * r) : (size_t)(32 * r + 16 * (k - 2));
+    return k < 2 ? (size_t)(16 * r) : (size_t)(32 * r + 16 * (k - 2));
 }
 
 /* The first @n bytes (16, 32 or 64) of vector register @r into @out. 0
@@ -242,8 +242,7 @@ static size_t vpart(int r, int k, int *c)
  * (its XSTATE_BV bit clear) reads as zeros. */
 static int vreg_get(const ucontext_t *u, int r, unsigned char *out, size_t n)
 {
-    if (r >= 16 || n > 16)
-        xcomp_learn();
+    xcomp_learn();
     for (int k = 0; k < (int)(n / 16); k++) {
         int c;
         size_t off = vpart(r, k, &c);
@@ -267,27 +266,26 @@ static int vreg_get(const ucontext_t *u, int r, unsigned char *out, size_t n)
  * cannot hold them (nothing then written). */
 static int vreg_put(ucontext_t *u, int r, const unsigned char *in, size_t n)
 {
+    static const unsigned char zero[16];
     unsigned char *base[4];
+    size_t off[4];
     uint64_t *bv = NULL;
     int comp[4];
     xcomp_learn();
     for (int k = 0; k < (int)(n / 16); k++) {
-        size_t off = vpart(r, k, &comp[k]);
+        off[k] = vpart(r, k, &comp[k]);
         if (!(base[k] = xcomp(u, comp[k], &bv)))
             return 0;
-        base[k] += off;
     }
     for (int k = 0; k < (int)(n / 16); k++) {
         int c = comp[k];
-        static const unsigned char zero[16];
-        if (bv && !((*bv >> c) & 1) && !memcmp(in + 16 * k, zero, 16))
-            continue;
-        if (bv && !((*bv >> c) & 1)) {
-            memset(xcomp(u, c, &bv), 0,
-                   (size_t)atomic_load_explicit(&xcomp_len[c], memory_order_relaxed));
+        if (bv && !((*bv >> c) & 1)) { /* initial */
+            if (!memcmp(in + 16 * k, zero, 16))
+                continue;
+            memset(base[k], 0, (size_t)atomic_load_explicit(&xcomp_len[c], memory_order_relaxed));
             *bv |= (uint64_t)1 << c;
         }
-        memcpy(base[k], in + 16 * k, 16);
+        memcpy(base[k] + off[k], in + 16 * k, 16);
     }
     return 1;
 }
@@ -744,7 +742,7 @@ static int plain_move(ucontext_t *u, uintptr_t addr, const struct prefixes *p)
         /* the register as the load leaves it: the data at its place, then
          * zeros up to what the load defines, the rest kept */
         unsigned char v[64];
-        size_t top = m.zext > vreg_max(u) ? vreg_max(u) : m.zext, at = m.xmm_hi ? 8 : 0;
+        size_t vmax = vreg_max(u), top = m.zext > vmax ? vmax : m.zext, at = m.xmm_hi ? 8 : 0;
         size_t whole = top > 16 ? top : 16;
         if (at + m.size > whole) /* a register wider than the frame holds */
             return 0;
