@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct ovl__global ovl__g;
 
@@ -154,7 +155,17 @@ static int find_nodes(void)
     MPI_Comm_free(&node);
     if (rc == MPI_SUCCESS)
         rc = MPI_Allgather(&lead, 1, MPI_INT, ovl__g.node_of, 1, MPI_INT, ovl__g.comm_msg);
-    return rc == MPI_SUCCESS ? OVL_SUCCESS : ovl__mpi_error(rc, "ovl_init", "finding nodes");
+    if (rc != MPI_SUCCESS)
+        return ovl__mpi_error(rc, "ovl_init", "finding nodes");
+    int node_ranks = 0, affinity = 0;
+    for (int r = 0; r < ovl__g.size; r++)
+        node_ranks += ovl__g.node_of[r] == ovl__g.node_of[ovl__g.rank];
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        affinity = CPU_COUNT(&set);
+    ovl__g.cpus_per_rank =
+        ovl__sched_cpus_per_rank(affinity, sysconf(_SC_NPROCESSORS_ONLN), node_ranks);
+    return OVL_SUCCESS;
 }
 
 int ovl__peer_on_node(int peer)
@@ -339,10 +350,10 @@ int ovl_init(MPI_Comm comm, const ovl_config_t *cfg)
         atomic_store(&ovl__g.initialized, 0);
         goto fail_table;
     }
-    ovl__info("initialised: %d ranks, progress %s, fragment %zu B, window %u; MPI raises a "
-              "request's error on %s",
+    ovl__info("initialised: %d ranks, progress %s, %d CPU(s) this rank's own, fragment %zu B, "
+              "window %u; MPI raises a request's error on %s",
               ovl__g.size, c.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline",
-              ovl__g.cfg.stream.fragment_size, c.stream.window,
+              ovl__g.cpus_per_rank, ovl__g.cfg.stream.fragment_size, c.stream.window,
               ovl__g.errors_on_world == OVL__ERRORS_ON_WORLD
                   ? "MPI_COMM_WORLD's handler (swapped around each poll)"
               : ovl__g.errors_on_world == OVL__ERRORS_ON_SELF

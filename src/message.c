@@ -364,7 +364,9 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->match.source = peer;
         r->match.tag = tag;
         r->match.matched = irecv_matched;
-        r->match.patient = 0;
+        /* from a peer whose bytes this rank's CPU moves anyway, matched
+         * when the program's calls drive (progress.c, op_patient_locked) */
+        r->match.patient = ovl__model_cpu_bound(peer);
         /* Derived datatypes stay with ovl's matching: MPICH 4.0 leaks a
          * cancelled receive of one (demotion cancels). */
         r->match.prepost = r->dt_owned ? NULL : prepost_recv;

@@ -192,6 +192,11 @@ int ovl__model_direct(int peer)
     return ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer);
 }
 
+int ovl__model_cpu_bound(int peer)
+{
+    return ovl__g.cpus_per_rank < 2 && ovl__model_direct(peer);
+}
+
 /* The quick estimate at ovl_init: the link between rank 0 and
  * measuring_peer() (ovl__measure_link: 1 byte, page multiples below the
  * eager limit for a protocol switch, 128 KiB and 256 KiB for the

@@ -196,6 +196,11 @@ unsigned ovl__sched_cap(const struct ovl__sched_in *in, const struct ovl__sched_
 /* The rule's fixed budgets: the usual pace, and the longest sleep. */
 unsigned ovl__sched_poll_us(void);
 unsigned ovl__sched_longest_us(void);
+/* CPUs a rank may count as its own: the @affinity CPUs it may run on, but
+ * no more than its share of the node's @online CPUs among its @node_ranks
+ * ranks (unbound ranks all may run everywhere); either figure unknown
+ * (0 or less): the other. At least 1. */
+int ovl__sched_cpus_per_rank(int affinity, long online, int node_ranks);
 
 /* OVL_ERR_NOMEM past OVL__MAX_SOURCES. */
 #define OVL__MAX_SOURCES 8

@@ -136,6 +136,11 @@ int ovl__model_link_peer(void);
 /* A get/put with @peer completes inside the call, unsplit and unguarded:
  * @peer is on this rank's node and OVL_RMA_LOCAL=direct (rma.c). */
 int ovl__model_direct(int peer);
+/* MPI moves bytes between this rank and @peer with this rank's own CPU
+ * (ovl__model_direct), and the progress thread has no CPU of its own
+ * (ovl__g.cpus_per_rank): polling such a transfer early only takes that
+ * CPU from the computation, so it waits for the program's own calls. */
+int ovl__model_cpu_bound(int peer);
 /* Size of strip @k (0-based) of a split @bytes transfer. */
 size_t ovl__model_strip_size(const struct ovl__split *s, size_t bytes, int k);
 /* Transfers smaller than this, posted while others are outstanding, are

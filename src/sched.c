@@ -53,6 +53,17 @@ unsigned ovl__sched_longest_us(void)
     return (unsigned)OVL__SCHED_LONGEST_US;
 }
 
+int ovl__sched_cpus_per_rank(int affinity, long online, int node_ranks)
+{
+    long n = affinity > 0 ? affinity : 0;
+    if (online > 0) {
+        long share = online / (node_ranks > 0 ? node_ranks : 1);
+        share = share < 1 ? 1 : share;
+        n = n > 0 && n < share ? n : share;
+    }
+    return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
+}
+
 /* The earliest time an op may complete by, as the rule reads it. */
 static double by_when(const struct ovl__sched_op *op, double now)
 {

@@ -24,9 +24,15 @@
  *  - MPI_PROC_NULL peers, as in a non-periodic halo exchange: the end
  *    ranks' requests complete at once (source MPI_PROC_NULL, tag
  *    MPI_ANY_TAG, 0 bytes, buffer untouched, stream functions never run),
- *    a continuation on one runs, the inner exchanges are byte-checked.
+ *    a continuation on one runs, the inner exchanges are byte-checked;
+ *  - on one node, a rank's CPU moving its on-node transfers itself
+ *    (OVL_RMA_LOCAL=direct, one CPU per rank: white-box, ovl__g): a send
+ *    and a receive pending for 0.3 s while the peer sleeps cost the
+ *    progress thread its patient pace (1 ms), not its usual one (50 us),
+ *    and both deliver their bytes.
  */
 #include "harness.h"
+#include "ovl_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -526,6 +532,75 @@ static void proc_null(void)
     EXPECT_ERR(ovl_isend(mine, 1, MPI_DOUBLE, MPI_PROC_NULL, 0, NULL), OVL_ERR_ARG);
 }
 
+/* Ranks pair up (0-1, 2-3): the even one posts a send and two receives
+ * of 1 MiB at once (one of MPI_BYTE, which goes to MPI at once, one of a
+ * derived type, which ovl's matching holds), the odd one sleeps 0.3 s
+ * before its matching calls. */
+static void on_node_pace(void)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int peer = rank ^ 1;
+    if (peer >= size)
+        return;
+    const size_t n = (size_t)1 << 20;
+    unsigned char *out = malloc(n), *in[2] = { malloc(n), malloc(n) };
+    CHECK(out && in[0] && in[1]);
+    th_fill(out, n, msg_key(7, rank, peer, 1), 0);
+    memset(in[0], 0, n);
+    memset(in[1], 0, n);
+    MPI_Datatype mib;
+    CHECK_MPI(MPI_Type_contiguous((int)n, MPI_BYTE, &mib));
+    CHECK_MPI(MPI_Type_commit(&mib));
+    ovl_request_t rq[4];
+    if (!(rank & 1)) {
+        CHECK_OK(ovl_irecv(in[0], (int)n, MPI_BYTE, peer, 1, &rq[0]));
+        CHECK_OK(ovl_irecv(in[1], 1, mib, peer, 2, &rq[1]));
+        CHECK_OK(ovl_isend(out, (int)n, MPI_BYTE, peer, 1, &rq[2]));
+        th_sleep_ms(30); /* the posts' first polls */
+        ovl_stats_t a, b;
+        CHECK_OK(ovl_stats_get(&a, sizeof a));
+        th_sleep_ms(250);
+        CHECK_OK(ovl_stats_get(&b, sizeof b));
+        unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
+        ovl_config_t c;
+        CHECK_OK(ovl_config_get(&c));
+        if (c.progress.mode == OVL_PROGRESS_THREAD && ovl__g.cpus_per_rank < 2 &&
+            ovl__peer_on_node(peer) && c.mpi.rma_local == OVL_RMA_LOCAL_DIRECT)
+            CHECKF(w <= 400,
+                   "%llu progress-thread wake-ups in 0.25 s for an on-node send and receives "
+                   "(patient pace: about 250)",
+                   w);
+        CHECK_OK(ovl_isend(out, 0, MPI_BYTE, peer, 3, &rq[3]));
+    } else {
+        th_sleep_ms(300);
+        CHECK_OK(ovl_isend(out, (int)n, MPI_BYTE, peer, 1, &rq[2]));
+        CHECK_OK(ovl_isend(out, (int)n, MPI_BYTE, peer, 2, &rq[3]));
+        CHECK_OK(ovl_wait(&rq[3], OVL_STATUS_IGNORE));
+        CHECK_OK(ovl_irecv(in[0], (int)n, MPI_BYTE, peer, 1, &rq[0]));
+        CHECK_OK(ovl_irecv(in[1], 0, MPI_BYTE, peer, 3, &rq[1]));
+    }
+    for (int k = 0; k < 2; k++) {
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&rq[k], &st));
+        size_t want = (rank & 1) && k ? 0 : n;
+        CHECKF(st.error == OVL_SUCCESS && st.bytes == want && st.source == peer,
+               "on-node receive %d: error %d, %zu bytes from %d", k, st.error, st.bytes, st.source);
+        if (want) {
+            size_t bad = th_verify(in[k], n, msg_key(7, peer, rank, 1), 0);
+            CHECKF(bad == TH_OK, "on-node message %d from %d: byte %zu wrong", k, peer, bad);
+        }
+    }
+    CHECK_OK(ovl_wait(&rq[2], OVL_STATUS_IGNORE));
+    if (!(rank & 1))
+        CHECK_OK(ovl_wait(&rq[3], OVL_STATUS_IGNORE));
+    MPI_Type_free(&mib);
+    free(out);
+    free(in[0]);
+    free(in[1]);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_message", NULL);
@@ -539,5 +614,6 @@ int main(int argc, char **argv)
     waitall_many();
     concurrent_threads();
     proc_null();
+    on_node_pace();
     return th_finish();
 }

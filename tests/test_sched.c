@@ -144,6 +144,33 @@ int main(void)
     in = (struct ovl__sched_in){ .serving = 1, .n = 1, .ops = close };
     expect("serving leaves a short one", &in, now, 50, 0);
 
+    /* the CPUs a rank counts as its own (whether the progress thread has
+     * one: on-node work is polled at the patient pace without) */
+    static const struct {
+        int affinity;
+        long online;
+        int ranks, want;
+        const char *what;
+    } cpus[] = {
+        { 2, 2, 2, 1, "2 unbound ranks on 2 CPUs: one each" },
+        { 1, 2, 2, 1, "bound to one CPU" },
+        { 64, 64, 8, 8, "8 unbound ranks on 64 CPUs" },
+        { 4, 64, 8, 4, "bound to 4 of 64" },
+        { 2, 2, 4, 1, "more ranks than CPUs: still one" },
+        { 0, 16, 1, 16, "affinity unknown: the share" },
+        { 8, -1, 1, 8, "online unknown: the affinity" },
+        { 8, 16, 0, 8, "no rank count: the node's CPUs, capped by the affinity" },
+        { 0, 0, 2, 1, "nothing known: one" },
+    };
+    for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; i++) {
+        int got = ovl__sched_cpus_per_rank(cpus[i].affinity, cpus[i].online, cpus[i].ranks);
+        checks++;
+        if (got != cpus[i].want) {
+            printf("FAIL cpus per rank, %s: %d, want %d\n", cpus[i].what, got, cpus[i].want);
+            failed++;
+        }
+    }
+
     printf("test_sched: %d checks, %d failed\n", checks, failed);
     return failed ? 1 : 0;
 }

@@ -55,7 +55,7 @@ def port_main(src):
         "  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &ovl_port_provided);\n"
         "  ovl_config_t ovl_port_cfg = ovl_config_t();\n"
         "  ovl_port_cfg.field_mask = OVL_CONFIG_FIELD_ERRORS;\n"
-        "  ovl_port_cfg.errors = OVL_ERRORS_FATAL;\n"
+        "  ovl_port_cfg.report.errors = OVL_ERRORS_FATAL;\n"
         "  ovl_init(MPI_COMM_WORLD, &ovl_port_cfg);\n",
         1, "MPI_Init")
     src.replace(
