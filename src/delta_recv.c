@@ -130,22 +130,35 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
     maybe_finish(d);
 }
 
+/* Whether sends forward @d onward as it arrives (engine lock held). */
+static int forwarded(const struct ovl__delta *d)
+{
+    for (int k = 0; k < NFWD; k++)
+        if (d->fwd_dst[k])
+            return 1;
+    return 0;
+}
+
 /* A piece receive may be polled slowly (struct ovl__op, `patient`) while
  * only the program waits for this message and it waits by touching the
  * buffer or calling ovl_delta_need, both of which drive progress. Not for
- * an ovl_irecv of a delta message, a message with a continuation or one
- * forwarded onward as it arrives (their callbacks and sends must not lag),
- * nor for pieces above the eager limit: the sender's rendezvous would wait
- * for this rank's polls. Engine lock held (fwd_dst, cont_registered). */
+ * a message with a continuation or one forwarded onward as it arrives
+ * (their callbacks and sends must not lag); nor, unless this rank's CPU
+ * moves the bytes anyway, for an ovl_irecv of a delta message or pieces
+ * above the eager limit: the sender's rendezvous would wait for this
+ * rank's polls. Engine lock held (fwd_dst, cont_registered). */
 static int slot_patient(const struct ovl__op *op)
 {
     const struct slot *s = op->ctx;
     const struct ovl__delta *d = s->d;
-    if (d->plain || d->req->cont_registered)
+    if (d->req->cont_registered || forwarded(d))
         return 0;
-    for (int k = 0; k < NFWD; k++)
-        if (d->fwd_dst[k])
-            return 0;
+    /* this rank's CPU moves the bytes anyway: the program's calls move
+     * them, as plain MPI's do (msg_patient in message.c) */
+    if (ovl__model_cpu_bound(op->peer))
+        return 1;
+    if (d->plain)
+        return 0;
     return ovl__m.eager == 0 ||
            atomic_load(&d->max_piece) + sizeof(struct piece_hdr) <= ovl__m.eager;
 }

@@ -163,15 +163,22 @@ static void piece_sent(struct ovl__op *op, MPI_Status *st)
  * program is still producing its message: the program's next fault,
  * ovl_delta_produced or ovl_delta_send_end comes soon and drives progress,
  * and a poll by the progress thread in between would only take the CPU the
- * production runs on. Not once the send has ended (send_end wakes the
- * thread), not for a send with a continuation or one forwarding a receive
- * (arrivals drive it), nor for pieces above the eager limit, whose
- * rendezvous waits for polls. Engine lock held (cont_registered). */
+ * production runs on. Not for a send with a continuation or one
+ * forwarding a receive (arrivals drive it); nor, unless this rank's CPU
+ * moves the bytes anyway, once the send has ended (send_end wakes the
+ * thread) or for pieces above the eager limit, whose rendezvous waits for
+ * polls. Engine lock held (cont_registered). */
 static int piece_patient(const struct ovl__op *op)
 {
     const struct send_piece *p = op->ctx;
     const struct ovl__delta *d = p->d;
-    if (atomic_load(&d->ended) || d->req->cont_registered || d->forwarding)
+    if (d->req->cont_registered || d->forwarding)
+        return 0;
+    /* this rank's CPU moves the bytes anyway, ended or not: the program's
+     * calls move them, as plain MPI's do (msg_patient in message.c) */
+    if (ovl__model_cpu_bound(op->peer))
+        return 1;
+    if (atomic_load(&d->ended))
         return 0;
     return ovl__m.eager == 0 || sizeof p->h + p->h.len <= ovl__m.eager;
 }

@@ -106,8 +106,9 @@ void ovl__relax(void);
 void ovl__engine_lock(void);
 void ovl__engine_unlock(void);
 void ovl__engine_wake(void);
-/* Ops in flight now need the usual poll pace (they were patient): wake the
- * progress thread if it is in a longer sleep. */
+/* Ops in flight may now need the usual poll pace (they were patient): wake
+ * the progress thread if it is in a longer sleep and any op is not
+ * patient now. */
 void ovl__engine_hurry(void);
 /* Patient work was posted: wake the progress thread only if it waits for
  * work, so that it starts its slow polls. */

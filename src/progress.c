@@ -440,6 +440,13 @@ static void count_kind_locked(struct ovl__engine *e, const struct ovl__op *op, i
         e->conts += d;
 }
 
+/* Whether the progress thread may poll @op at the patient pace now (engine
+ * lock held): the op's own rule (struct ovl__op, `patient`). */
+static int op_patient_locked(const struct ovl__op *op)
+{
+    return op->patient && op->patient(op);
+}
+
 /* engine lock held */
 static int add_locked(struct ovl__engine *e, struct ovl__op *op, const struct ovl__post *how)
 {
@@ -510,11 +517,14 @@ static void wake_for_remote_locked(struct ovl__engine *e)
     wake_unless_polled_by_locked(e, 0);
 }
 
+static int urgent_work_locked(struct ovl__engine *e);
+
 void ovl__engine_hurry(void)
 {
     struct ovl__engine *e = cur();
     lock_engine(e);
-    wake_for_remote_locked(e);
+    if (urgent_work_locked(e))
+        wake_for_remote_locked(e);
     unlock_engine(e);
 }
 
@@ -950,25 +960,6 @@ int ovl__engine_drive(void)
     return nb;
 }
 
-/* Whether the progress thread may poll @op at the patient pace (engine
- * lock held): its own rule says so (struct ovl__op, `patient`), or, while
- * no continuation waits, MPI moves its bytes with this rank's CPU anyway
- * (ovl__model_cpu_bound: a peer on this node, and no CPU for the thread):
- * then the program's own calls move it, as plain MPI's do, and early polls
- * only take that CPU (a context switch each: PRK's Transpose on one node
- * took 1.20x its time with them). Messages, delta pieces and get/put
- * strips only: a stream's fragments and checkpoints, an active message's
- * payload (its requester waits for the handler) and a request of the
- * program's keep their pace. */
-static int op_patient_locked(const struct ovl__engine *e, const struct ovl__op *op)
-{
-    if (op->patient && op->patient(op))
-        return 1;
-    return e->conts == 0 && !op->quiet && op->slack_us <= 0 &&
-           (op->kind == OVL__OP_SEND || op->kind == OVL__OP_RECV || op->kind == OVL__OP_RMA) &&
-           ovl__model_cpu_bound(op->peer);
-}
-
 /* Work that must be polled at the usual pace (engine lock held): anything
  * but patient ops. */
 static int urgent_work_locked(struct ovl__engine *e)
@@ -977,7 +968,7 @@ static int urgent_work_locked(struct ovl__engine *e)
         sources_serving(e))
         return 1;
     for (int i = 0; i < e->n; i++)
-        if (!op_patient_locked(e, e->ops[i]))
+        if (!op_patient_locked(e->ops[i]))
             return 1;
     return 0;
 }
@@ -1086,7 +1077,7 @@ static unsigned sleep_cap_locked(struct ovl__engine *e, const struct ovl__sched_
         const struct ovl__op *op = e->ops[i];
         struct ovl__sched_op *so = &e->sched_ops[i];
         *so = (struct ovl__sched_op){ .pace = OVL__PACE_SOON, .due_us = op->due_us };
-        if (op_patient_locked(e, op))
+        if (op_patient_locked(op))
             so->pace = OVL__PACE_PATIENT, so->due_us = 0;
         else if (op->hs_until > e->polls) /* a rendezvous in its handshake */
             so->due_us = 0;

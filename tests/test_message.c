@@ -29,7 +29,9 @@
  *    (OVL_RMA_LOCAL=direct, one CPU per rank: white-box, ovl__g): a send
  *    and a receive pending for 0.3 s while the peer sleeps cost the
  *    progress thread its patient pace (1 ms), not its usual one (50 us),
- *    and both deliver their bytes.
+ *    and both deliver their bytes; so do a delta receive whose pieces wait
+ *    for their sender's end, a delta send whose receiver comes late, and
+ *    the late ovl_irecv of that delta message.
  */
 #include "harness.h"
 #include "ovl_internal.h"
@@ -532,6 +534,8 @@ static void proc_null(void)
     EXPECT_ERR(ovl_isend(mine, 1, MPI_DOUBLE, MPI_PROC_NULL, 0, NULL), OVL_ERR_ARG);
 }
 
+static int pace_checked(int peer);
+
 /* Ranks pair up (0-1, 2-3): the even one posts a send and two receives
  * of 1 MiB at once (one of MPI_BYTE, which goes to MPI at once, one of a
  * derived type, which ovl's matching holds), the odd one sleeps 0.3 s
@@ -564,10 +568,7 @@ static void on_node_pace(void)
         th_sleep_ms(250);
         CHECK_OK(ovl_stats_get(&b, sizeof b));
         unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
-        ovl_config_t c;
-        CHECK_OK(ovl_config_get(&c));
-        if (c.progress.mode == OVL_PROGRESS_THREAD && ovl__g.cpus_per_rank < 2 &&
-            ovl__peer_on_node(peer) && c.mpi.rma_local == OVL_RMA_LOCAL_DIRECT)
+        if (pace_checked(peer))
             CHECKF(w <= 400,
                    "%llu progress-thread wake-ups in 0.25 s for an on-node send and receives "
                    "(patient pace: about 250)",
@@ -601,6 +602,66 @@ static void on_node_pace(void)
     free(in[1]);
 }
 
+/* Whether the progress thread polls on-node work at its patient pace
+ * here (and how many wake-ups in 0.25 s are too many for it). */
+static int pace_checked(int peer)
+{
+    ovl_config_t c;
+    CHECK_OK(ovl_config_get(&c));
+    return c.progress.mode == OVL_PROGRESS_THREAD && ovl__g.cpus_per_rank < 2 &&
+           ovl__peer_on_node(peer) && c.mpi.rma_local == OVL_RMA_LOCAL_DIRECT;
+}
+
+/* The same with delta transfers: the odd rank begins a delta send at once
+ * (its header arrives, the even rank's delta receive posts its pieces)
+ * and ends it 0.3 s later, then receives the even rank's delta message
+ * with ovl_irecv; the even rank ends its delta send at once. */
+static void on_node_pace_delta(void)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int peer = rank ^ 1;
+    if (peer >= size)
+        return;
+    const size_t n = (size_t)1 << 20;
+    unsigned char *out = aligned_alloc(4096, n), *in = aligned_alloc(4096, n);
+    CHECK(out && in);
+    th_fill(out, n, msg_key(8, rank, peer, 1), 0);
+    memset(in, 0, n);
+    ovl_request_t rr, sr;
+    if (!(rank & 1)) {
+        CHECK_OK(ovl_delta_recv(in, (int)n, MPI_BYTE, peer, 4, NULL, &rr));
+        CHECK_OK(ovl_delta_send_begin(out, (int)n, MPI_BYTE, peer, 5, NULL, &sr));
+        CHECK_OK(ovl_delta_send_end(sr, NULL));
+        th_sleep_ms(30);
+        ovl_stats_t a, b;
+        CHECK_OK(ovl_stats_get(&a, sizeof a));
+        th_sleep_ms(250);
+        CHECK_OK(ovl_stats_get(&b, sizeof b));
+        unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
+        if (pace_checked(peer))
+            CHECKF(w <= 400,
+                   "%llu progress-thread wake-ups in 0.25 s for on-node delta transfers "
+                   "(patient pace: about 250)",
+                   w);
+    } else {
+        CHECK_OK(ovl_delta_send_begin(out, (int)n, MPI_BYTE, peer, 4, NULL, &sr));
+        th_sleep_ms(300);
+        CHECK_OK(ovl_delta_send_end(sr, NULL));
+        CHECK_OK(ovl_irecv(in, (int)n, MPI_BYTE, peer, 5, &rr));
+    }
+    ovl_status_t st;
+    CHECK_OK(ovl_wait(&rr, &st));
+    CHECKF(st.error == OVL_SUCCESS && st.bytes == n && st.source == peer,
+           "on-node delta message: error %d, %zu bytes from %d", st.error, st.bytes, st.source);
+    size_t bad = th_verify(in, n, msg_key(8, peer, rank, 1), 0);
+    CHECKF(bad == TH_OK, "on-node delta message from %d: byte %zu wrong", peer, bad);
+    CHECK_OK(ovl_wait(&sr, OVL_STATUS_IGNORE));
+    free(out);
+    free(in);
+}
+
 int main(int argc, char **argv)
 {
     th_init(&argc, &argv, "test_message", NULL);
@@ -615,5 +676,6 @@ int main(int argc, char **argv)
     concurrent_threads();
     proc_null();
     on_node_pace();
+    on_node_pace_delta();
     return th_finish();
 }
