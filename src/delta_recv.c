@@ -154,7 +154,7 @@ static int slot_patient(const struct ovl__op *op)
     if (d->req->cont_registered || forwarded(d))
         return 0;
     /* this rank's CPU moves the bytes anyway: the program's calls move
-     * them, as plain MPI's do (msg_patient in message.c) */
+     * them, and the thread's slow polls (msg_patient in message.c) */
     if (ovl__model_cpu_bound(op->peer))
         return 1;
     if (d->plain)

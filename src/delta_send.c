@@ -175,7 +175,7 @@ static int piece_patient(const struct ovl__op *op)
     if (d->req->cont_registered || d->forwarding)
         return 0;
     /* this rank's CPU moves the bytes anyway, ended or not: the program's
-     * calls move them, as plain MPI's do (msg_patient in message.c) */
+     * calls move them, and the thread's slow polls (msg_patient in message.c) */
     if (ovl__model_cpu_bound(op->peer))
         return 1;
     if (atomic_load(&d->ended))

@@ -52,13 +52,20 @@ static void unbounce(struct ovl__req *r, int copy)
 /* A message may be polled slowly (struct ovl__op, `patient`) when this
  * rank's CPU moves its bytes anyway (ovl__model_cpu_bound: a peer on this
  * node, and no CPU for the progress thread) and no continuation waits for
- * it: the program's own calls then move it, as plain MPI's do. Engine
- * lock held (cont_registered). */
+ * it: the program's own ovl calls then move it, and the thread's slow
+ * polls. Engine lock held (cont_registered). */
 static int msg_patient(const struct ovl__op *op)
 {
     const struct ovl__req *r = op->ctx;
-    return !r->cont_registered &&
-           ovl__model_cpu_bound(r->kind == OVL__REQ_RECV ? r->status.source : op->peer);
+    return !r->cont_registered;
+}
+
+/* The rule for a message with @peer, given only where it can hold: any
+ * other message is posted as urgent work (a wake-up, or the grace of a
+ * pre-posted receive). */
+static int (*msg_patience(int peer))(const struct ovl__op *)
+{
+    return ovl__model_cpu_bound(peer) ? msg_patient : NULL;
 }
 
 static void msg_done(struct ovl__op *op, MPI_Status *st)
@@ -124,8 +131,8 @@ static void irecv_matched(struct ovl__match *m, MPI_Message msg, MPI_Status *st,
     ovl__dt_release(r); /* MPI keeps what it needs of the type */
     if (rc == MPI_SUCCESS &&
         (rc = ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = bytes > 0 ? (size_t)bytes : 0,
-                                                            .patient = msg_patient })) ==
-            OVL_SUCCESS)
+                                                            .patient = msg_patience(
+                                                                st->MPI_SOURCE) })) == OVL_SUCCESS)
         return;
     if (r->op.mreq != MPI_REQUEST_NULL)
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
@@ -166,7 +173,8 @@ static int prepost_recv(struct ovl__match *m)
      * that predicted time has passed */
     if (ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = (size_t)r->count * (size_t)tsize,
                                                       .wake = OVL__WAKE_GRACE,
-                                                      .patient = msg_patient }) != OVL_SUCCESS) {
+                                                      .patient = msg_patience(m->source) }) !=
+        OVL_SUCCESS) {
         MPI_Cancel(&r->op.mreq);
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
         return -1;
@@ -379,7 +387,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->match.tag = tag;
         r->match.matched = irecv_matched;
         /* from a peer whose bytes this rank's CPU moves anyway, matched
-         * when the program's calls drive (msg_patient) */
+         * when the program's ovl calls drive (msg_patient) */
         r->match.patient = ovl__model_cpu_bound(peer);
         /* Derived datatypes stay with ovl's matching: MPICH 4.0 leaks a
          * cancelled receive of one (demotion cancels). */
@@ -396,8 +404,8 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
     }
     if (kind == OVL__REQ_SEND)
         atomic_fetch_add(&ovl__dom_cur()->sent_to[peer], 1);
-    if ((rc = ovl__engine_post(
-             &r->op, &(struct ovl__post){ .bytes = r->status.bytes, .patient = msg_patient })) !=
+    if ((rc = ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = r->status.bytes,
+                                                            .patient = msg_patience(peer) })) !=
         OVL_SUCCESS) {
         /* The MPI request exists: finish it here rather than leak it. */
         MPI_Wait(&r->op.mreq, MPI_STATUS_IGNORE);
