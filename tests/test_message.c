@@ -534,7 +534,31 @@ static void proc_null(void)
     EXPECT_ERR(ovl_isend(mine, 1, MPI_DOUBLE, MPI_PROC_NULL, 0, NULL), OVL_ERR_ARG);
 }
 
-static int pace_checked(int peer);
+/* Whether the progress thread polls on-node work at its patient pace
+ * here (and how many wake-ups in 0.25 s are too many for it). */
+static int pace_checked(int peer)
+{
+    ovl_config_t c;
+    CHECK_OK(ovl_config_get(&c));
+    return c.progress.mode == OVL_PROGRESS_THREAD && ovl__g.cpus_per_rank < 2 &&
+           ovl__peer_on_node(peer) && c.mpi.rma_local == OVL_RMA_LOCAL_DIRECT;
+}
+
+/* After the posts' first polls, the progress thread's wake-ups over 0.25
+ * s, with @what pending towards @peer: at its patient pace (1 ms) where
+ * pace_checked says so. */
+static void check_patient_pace(int peer, const char *what)
+{
+    th_sleep_ms(30);
+    ovl_stats_t a, b;
+    CHECK_OK(ovl_stats_get(&a, sizeof a));
+    th_sleep_ms(250);
+    CHECK_OK(ovl_stats_get(&b, sizeof b));
+    unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
+    if (pace_checked(peer))
+        CHECKF(w <= 400, "%llu progress-thread wake-ups in 0.25 s for %s (patient pace: about 250)",
+               w, what);
+}
 
 /* Ranks pair up (0-1, 2-3): the even one posts a send and two receives
  * of 1 MiB at once (one of MPI_BYTE, which goes to MPI at once, one of a
@@ -562,17 +586,7 @@ static void on_node_pace(void)
         CHECK_OK(ovl_irecv(in[0], (int)n, MPI_BYTE, peer, 1, &rq[0]));
         CHECK_OK(ovl_irecv(in[1], 1, mib, peer, 2, &rq[1]));
         CHECK_OK(ovl_isend(out, (int)n, MPI_BYTE, peer, 1, &rq[2]));
-        th_sleep_ms(30); /* the posts' first polls */
-        ovl_stats_t a, b;
-        CHECK_OK(ovl_stats_get(&a, sizeof a));
-        th_sleep_ms(250);
-        CHECK_OK(ovl_stats_get(&b, sizeof b));
-        unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
-        if (pace_checked(peer))
-            CHECKF(w <= 400,
-                   "%llu progress-thread wake-ups in 0.25 s for an on-node send and receives "
-                   "(patient pace: about 250)",
-                   w);
+        check_patient_pace(peer, "an on-node send and receives");
         CHECK_OK(ovl_isend(out, 0, MPI_BYTE, peer, 3, &rq[3]));
     } else {
         th_sleep_ms(300);
@@ -602,16 +616,6 @@ static void on_node_pace(void)
     free(in[1]);
 }
 
-/* Whether the progress thread polls on-node work at its patient pace
- * here (and how many wake-ups in 0.25 s are too many for it). */
-static int pace_checked(int peer)
-{
-    ovl_config_t c;
-    CHECK_OK(ovl_config_get(&c));
-    return c.progress.mode == OVL_PROGRESS_THREAD && ovl__g.cpus_per_rank < 2 &&
-           ovl__peer_on_node(peer) && c.mpi.rma_local == OVL_RMA_LOCAL_DIRECT;
-}
-
 /* The same with delta transfers: the odd rank begins a delta send at once
  * (its header arrives, the even rank's delta receive posts its pieces)
  * and ends it 0.3 s later, then receives the even rank's delta message
@@ -634,17 +638,7 @@ static void on_node_pace_delta(void)
         CHECK_OK(ovl_delta_recv(in, (int)n, MPI_BYTE, peer, 4, NULL, &rr));
         CHECK_OK(ovl_delta_send_begin(out, (int)n, MPI_BYTE, peer, 5, NULL, &sr));
         CHECK_OK(ovl_delta_send_end(sr, NULL));
-        th_sleep_ms(30);
-        ovl_stats_t a, b;
-        CHECK_OK(ovl_stats_get(&a, sizeof a));
-        th_sleep_ms(250);
-        CHECK_OK(ovl_stats_get(&b, sizeof b));
-        unsigned long long w = (unsigned long long)(b.thread_wakeups - a.thread_wakeups);
-        if (pace_checked(peer))
-            CHECKF(w <= 400,
-                   "%llu progress-thread wake-ups in 0.25 s for on-node delta transfers "
-                   "(patient pace: about 250)",
-                   w);
+        check_patient_pace(peer, "on-node delta transfers");
     } else {
         CHECK_OK(ovl_delta_send_begin(out, (int)n, MPI_BYTE, peer, 4, NULL, &sr));
         th_sleep_ms(300);
