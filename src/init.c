@@ -143,7 +143,8 @@ static void free_comms(void)
 }
 
 /* Which node each rank runs on (ovl__g.node_of: the lowest rank sharing its
- * MPI_COMM_TYPE_SHARED communicator). Collective. */
+ * MPI_COMM_TYPE_SHARED communicator), and so the CPUs this rank may count
+ * as its own (ovl__g.cpus_per_rank). Collective. */
 static int find_nodes(void)
 {
     MPI_Comm node;

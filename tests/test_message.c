@@ -560,17 +560,24 @@ static void check_patient_pace(int peer, const char *what)
                w, what);
 }
 
+/* This rank (in *@rank) and its partner in the pace checks: ranks pair up
+ * 0-1, 2-3; -1 for a last odd rank out. */
+static int pace_partner(int *rank)
+{
+    int size;
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return (*rank ^ 1) < size ? *rank ^ 1 : -1;
+}
+
 /* Ranks pair up (0-1, 2-3): the even one posts a send and two receives
  * of 1 MiB at once (one of MPI_BYTE, which goes to MPI at once, one of a
  * derived type, which ovl's matching holds), the odd one sleeps 0.3 s
  * before its matching calls. */
 static void on_node_pace(void)
 {
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int peer = rank ^ 1;
-    if (peer >= size)
+    int rank, peer = pace_partner(&rank);
+    if (peer < 0)
         return;
     const size_t n = (size_t)1 << 20;
     unsigned char *out = malloc(n), *in[2] = { malloc(n), malloc(n) };
@@ -622,11 +629,8 @@ static void on_node_pace(void)
  * with ovl_irecv; the even rank ends its delta send at once. */
 static void on_node_pace_delta(void)
 {
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int peer = rank ^ 1;
-    if (peer >= size)
+    int rank, peer = pace_partner(&rank);
+    if (peer < 0)
         return;
     const size_t n = (size_t)1 << 20;
     unsigned char *out = aligned_alloc(4096, n), *in = aligned_alloc(4096, n);
