@@ -31,6 +31,10 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(default)
+#endif
+
 #define OVL_VERSION_MAJOR 0
 #define OVL_VERSION_MINOR 1
 #define OVL_VERSION_PATCH 0
@@ -1968,6 +1972,10 @@ OVL_NODISCARD int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info);
  *         (begun and not ended: nothing freed)
  */
 OVL_NODISCARD int ovl_plan_free(ovl_plan_t *plan);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

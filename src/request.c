@@ -408,7 +408,7 @@ static int wait_entered(const char *fn, ovl_request_t *req, ovl_status_t *status
 static int wait_one(const char *fn, ovl_request_t *req, ovl_status_t *status)
 {
     int rc;
-    struct ovl__req *r;
+    struct ovl__req *r = NULL;
     if ((rc = ovl__check_init(fn)))
         return rc;
     if (!req)
@@ -551,7 +551,7 @@ int ovl_request_free(ovl_request_t *req)
 {
     static const char *fn = "ovl_request_free";
     int rc;
-    struct ovl__req *r;
+    struct ovl__req *r = NULL;
     if ((rc = ovl__check_init(fn)))
         return rc;
     if (!req)
