@@ -96,7 +96,6 @@ static struct ovl__match_state *match_cur(void)
     struct ovl__match_state *m = ovl__dom_state(slot);
     return m ? m : &M0;
 }
-#define M (*match_cur())
 
 /* Append @x to the singly linked list @head..@tail (each has `next`). */
 #define LIST_APPEND(head, tail, x) \
@@ -169,61 +168,66 @@ static void match_dom_free(void *p)
 
 static int match_held(void)
 {
+    struct ovl__match_state *const ms = match_cur();
     int n = 0;
-    ovl__dom_lock(&M.lock);
-    for (struct unexp *u = M.unexp; u; u = u->next)
+    ovl__dom_lock(&ms->lock);
+    for (struct unexp *u = ms->unexp; u; u = u->next)
         n++;
-    ovl__dom_unlock(&M.lock);
+    ovl__dom_unlock(&ms->lock);
     return n;
 }
 
-static int held(int src)
+static int held(const struct ovl__match_state *ms, int src)
 {
-    return src >= 0 && src < M.size && M.hold[src] > 0;
+    return src >= 0 && src < ms->size && ms->hold[src] > 0;
 }
 
-static void hold_add(int src, int d)
+static void hold_add(struct ovl__match_state *ms, int src, int d)
 {
-    M.hold[src] += d;
-    atomic_fetch_add(&M.nheld, d);
+    ms->hold[src] += d;
+    atomic_fetch_add(&ms->nheld, d);
 }
 
 /* Messages probed from @source that no receive has taken yet: finalize
  * counts them as arrived (the program sent what nobody receives). */
 int ovl__match_unexpected_from(int source)
 {
+    struct ovl__match_state *const ms = match_cur();
     int n = 0;
-    ovl__dom_lock(&M.lock);
-    for (struct unexp *u = M.unexp; u; u = u->next)
+    ovl__dom_lock(&ms->lock);
+    for (struct unexp *u = ms->unexp; u; u = u->next)
         if (u->st.MPI_SOURCE == source)
             n++;
-    ovl__dom_unlock(&M.lock);
+    ovl__dom_unlock(&ms->lock);
     return n;
 }
 
 int ovl__match_posted(void)
 {
-    return atomic_load_explicit(&M.nposted, memory_order_relaxed);
+    struct ovl__match_state *const ms = match_cur();
+    return atomic_load_explicit(&ms->nposted, memory_order_relaxed);
 }
 
 void ovl__match_hurry(struct ovl__match *m)
 {
-    ovl__dom_lock(&M.lock);
+    struct ovl__match_state *const ms = match_cur();
+    ovl__dom_lock(&ms->lock);
     if (m->patient) {
         m->patient = 0;
-        for (const struct ovl__match *p = M.posted; p; p = p->next)
+        for (const struct ovl__match *p = ms->posted; p; p = p->next)
             if (p == m) {
-                atomic_fetch_sub(&M.npatient, 1);
+                atomic_fetch_sub(&ms->npatient, 1);
                 break;
             }
     }
-    ovl__dom_unlock(&M.lock);
+    ovl__dom_unlock(&ms->lock);
 }
 
 int ovl__match_urgent(void)
 {
-    return atomic_load_explicit(&M.nposted, memory_order_relaxed) -
-           atomic_load_explicit(&M.npatient, memory_order_relaxed);
+    struct ovl__match_state *const ms = match_cur();
+    return atomic_load_explicit(&ms->nposted, memory_order_relaxed) -
+           atomic_load_explicit(&ms->npatient, memory_order_relaxed);
 }
 
 /* Decode an MPI tag on comm_msg: the user's tag, and whether it marks a
@@ -260,10 +264,11 @@ static void deliver(struct ovl__match *m, MPI_Message msg, MPI_Status *st)
 /* Whether @m may be handed to MPI now (lock held; see the file comment). */
 static int can_prepost_locked(const struct ovl__match *m)
 {
-    if (!m->prepost || m->source < 0 || m->source >= M.size || m->tag < 0 || M.mixed[m->source] ||
-        held(m->source))
+    struct ovl__match_state *const ms = match_cur();
+    if (!m->prepost || m->source < 0 || m->source >= ms->size || m->tag < 0 ||
+        ms->mixed[m->source] || held(ms, m->source))
         return 0;
-    for (const struct ovl__match *p = M.posted; p; p = p->next)
+    for (const struct ovl__match *p = ms->posted; p; p = p->next)
         if ((p->source == MPI_ANY_SOURCE || p->source == m->source) &&
             (p->tag == MPI_ANY_TAG || p->tag == m->tag))
             return 0;
@@ -274,53 +279,55 @@ static int can_prepost_locked(const struct ovl__match *m)
  * held). 0 without memory. */
 static int make_ready_locked(struct ovl__match *m, struct unexp *u)
 {
+    struct ovl__match_state *const ms = match_cur();
     struct ready *rd = malloc(sizeof *rd);
     if (!rd)
         return 0;
     rd->m = m;
     rd->u = u;
-    LIST_APPEND(M.ready, M.ready_tail, rd);
-    atomic_store(&M.has_ready, 1);
-    atomic_fetch_add(&M.nposted, 1);
+    LIST_APPEND(ms->ready, ms->ready_tail, rd);
+    atomic_store(&ms->has_ready, 1);
+    atomic_fetch_add(&ms->nposted, 1);
     return 1;
 }
 
 void ovl__match_post(struct ovl__match *m)
 {
+    struct ovl__match_state *const ms = match_cur();
     m->next = NULL;
     m->demoting = 0;
-    ovl__dom_lock(&M.lock);
-    m->seq = ++M.seq;
-    struct unexp **pp = &M.unexp, *prev = NULL;
-    for (struct unexp *u = M.unexp; u; prev = u, pp = &u->next, u = u->next) {
-        if (u->body_pending || held(u->st.MPI_SOURCE) || !matches(m, &u->st))
+    ovl__dom_lock(&ms->lock);
+    m->seq = ++ms->seq;
+    struct unexp **pp = &ms->unexp, *prev = NULL;
+    for (struct unexp *u = ms->unexp; u; prev = u, pp = &u->next, u = u->next) {
+        if (u->body_pending || held(ms, u->st.MPI_SOURCE) || !matches(m, &u->st))
             continue;
         *pp = u->next;
-        if (M.unexp_tail == u)
-            M.unexp_tail = prev;
+        if (ms->unexp_tail == u)
+            ms->unexp_tail = prev;
         if (!make_ready_locked(m, u)) { /* no memory to defer it: match it here */
-            ovl__dom_unlock(&M.lock);
+            ovl__dom_unlock(&ms->lock);
             deliver(m, u->msg, &u->st);
             free(u);
             return;
         }
-        ovl__dom_unlock(&M.lock);
+        ovl__dom_unlock(&ms->lock);
         ovl__engine_wake();
         return;
     }
     if (can_prepost_locked(m) && m->prepost(m) == 0) {
-        m->next = M.pre;
-        M.pre = m;
-        atomic_fetch_add(&M.npre, 1);
-        ovl__dom_unlock(&M.lock);
+        m->next = ms->pre;
+        ms->pre = m;
+        atomic_fetch_add(&ms->npre, 1);
+        ovl__dom_unlock(&ms->lock);
         return; /* the engine was woken when the receive was added */
     }
-    LIST_APPEND(M.posted, M.posted_tail, m);
+    LIST_APPEND(ms->posted, ms->posted_tail, m);
     int patient = m->patient;
     if (patient)
-        atomic_fetch_add(&M.npatient, 1);
-    atomic_fetch_add(&M.nposted, 1);
-    ovl__dom_unlock(&M.lock);
+        atomic_fetch_add(&ms->npatient, 1);
+    atomic_fetch_add(&ms->nposted, 1);
+    ovl__dom_unlock(&ms->lock);
     if (patient)
         ovl__engine_start_polls();
     else
@@ -330,7 +337,8 @@ void ovl__match_post(struct ovl__match *m)
 /* Queue @m again in posting order (lock held). */
 static void insert_posted_locked(struct ovl__match *m)
 {
-    struct ovl__match *prev = NULL, *p = M.posted;
+    struct ovl__match_state *const ms = match_cur();
+    struct ovl__match *prev = NULL, *p = ms->posted;
     while (p && p->seq < m->seq) {
         prev = p;
         p = p->next;
@@ -339,12 +347,12 @@ static void insert_posted_locked(struct ovl__match *m)
     if (prev)
         prev->next = m;
     else
-        M.posted = m;
+        ms->posted = m;
     if (!p)
-        M.posted_tail = m;
+        ms->posted_tail = m;
     if (m->patient)
-        atomic_fetch_add(&M.npatient, 1);
-    atomic_fetch_add(&M.nposted, 1);
+        atomic_fetch_add(&ms->npatient, 1);
+    atomic_fetch_add(&ms->nposted, 1);
 }
 
 static struct ovl__match *take_posted(const MPI_Status *st);
@@ -353,11 +361,12 @@ static struct ovl__match *take_posted(const MPI_Status *st);
  * receives, in arrival order (lock held); the driver delivers them. */
 static void rescan_locked(void)
 {
-    struct unexp *prev = NULL, *u = M.unexp;
+    struct ovl__match_state *const ms = match_cur();
+    struct unexp *prev = NULL, *u = ms->unexp;
     while (u) {
         struct unexp *next = u->next;
         struct ovl__match *m = NULL;
-        if (!u->body_pending && !held(u->st.MPI_SOURCE) && (m = take_posted(&u->st)) != NULL) {
+        if (!u->body_pending && !held(ms, u->st.MPI_SOURCE) && (m = take_posted(&u->st)) != NULL) {
             if (!make_ready_locked(m, u)) {
                 insert_posted_locked(m); /* no memory: try again at the next rescan */
                 break;
@@ -365,9 +374,9 @@ static void rescan_locked(void)
             if (prev)
                 prev->next = next;
             else
-                M.unexp = next;
-            if (M.unexp_tail == u)
-                M.unexp_tail = prev;
+                ms->unexp = next;
+            if (ms->unexp_tail == u)
+                ms->unexp_tail = prev;
             u->next = NULL;
         } else {
             prev = u;
@@ -380,23 +389,25 @@ static void rescan_locked(void)
  * and hold the source until they are back in the queue (lock held). */
 static void demote_locked(int src)
 {
-    M.mixed[src] = 1;
-    for (struct ovl__match *m = M.pre; m; m = m->next)
+    struct ovl__match_state *const ms = match_cur();
+    ms->mixed[src] = 1;
+    for (struct ovl__match *m = ms->pre; m; m = m->next)
         if (m->source == src && !m->demoting) {
             m->demoting = 1;
-            hold_add(src, 1);
+            hold_add(ms, src, 1);
             m->cancel(m);
         }
 }
 
 int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
 {
+    struct ovl__match_state *const ms = match_cur();
     int again = 0;
-    ovl__dom_lock(&M.lock);
-    for (struct ovl__match **pp = &M.pre; *pp; pp = &(*pp)->next)
+    ovl__dom_lock(&ms->lock);
+    for (struct ovl__match **pp = &ms->pre; *pp; pp = &(*pp)->next)
         if (*pp == m) {
             *pp = m->next;
-            atomic_fetch_sub(&M.npre, 1);
+            atomic_fetch_sub(&ms->npre, 1);
             break;
         }
     m->next = NULL;
@@ -404,16 +415,16 @@ int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
         count_received(m->source);
     if (m->demoting) {
         m->demoting = 0;
-        hold_add(m->source, -1);
-        if (cancelled && !atomic_load(&M.closing)) {
+        hold_add(ms, m->source, -1);
+        if (cancelled && !atomic_load(&ms->closing)) {
             insert_posted_locked(m);
             again = 1;
         }
-        if (!held(m->source))
+        if (!held(ms, m->source))
             rescan_locked();
     }
-    ovl__dom_unlock(&M.lock);
-    if (again || atomic_load(&M.has_ready))
+    ovl__dom_unlock(&ms->lock);
+    if (again || atomic_load(&ms->has_ready))
         ovl__engine_wake();
     return again;
 }
@@ -421,19 +432,20 @@ int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
 /* Remove and return the first posted receive matching @st (lock held). */
 static struct ovl__match *take_posted(const MPI_Status *st)
 {
+    struct ovl__match_state *const ms = match_cur();
     struct ovl__match *prev = NULL;
-    for (struct ovl__match *m = M.posted; m; prev = m, m = m->next) {
+    for (struct ovl__match *m = ms->posted; m; prev = m, m = m->next) {
         if (!matches(m, st))
             continue;
         if (prev)
             prev->next = m->next;
         else
-            M.posted = m->next;
-        if (M.posted_tail == m)
-            M.posted_tail = prev;
+            ms->posted = m->next;
+        if (ms->posted_tail == m)
+            ms->posted_tail = prev;
         if (m->patient)
-            atomic_fetch_sub(&M.npatient, 1);
-        atomic_fetch_sub(&M.nposted, 1);
+            atomic_fetch_sub(&ms->npatient, 1);
+        atomic_fetch_sub(&ms->nposted, 1);
         return m;
     }
     return NULL;
@@ -441,18 +453,19 @@ static struct ovl__match *take_posted(const MPI_Status *st)
 
 static int cancel_posted(void)
 {
-    ovl__dom_lock(&M.lock);
-    struct ovl__match *m = M.posted;
-    M.posted = M.posted_tail = NULL;
+    struct ovl__match_state *const ms = match_cur();
+    ovl__dom_lock(&ms->lock);
+    struct ovl__match *m = ms->posted;
+    ms->posted = ms->posted_tail = NULL;
     int np = 0, npat = 0;
     for (struct ovl__match *x = m; x; x = x->next) {
         np++;
         npat += x->patient != 0;
     }
-    atomic_fetch_sub(&M.npatient, npat);
-    atomic_fetch_sub(&M.nposted, np);
-    atomic_store(&M.cancel, 0);
-    ovl__dom_unlock(&M.lock);
+    atomic_fetch_sub(&ms->npatient, npat);
+    atomic_fetch_sub(&ms->nposted, np);
+    atomic_store(&ms->cancel, 0);
+    ovl__dom_unlock(&ms->lock);
     int n = 0;
     while (m) {
         struct ovl__match *next = m->next;
@@ -466,15 +479,16 @@ static int cancel_posted(void)
 /* Run the receives matched at posting time (driver). */
 static int run_ready(void)
 {
-    ovl__dom_lock(&M.lock);
-    struct ready *rd = M.ready;
-    M.ready = M.ready_tail = NULL;
-    atomic_store(&M.has_ready, 0);
-    ovl__dom_unlock(&M.lock);
+    struct ovl__match_state *const ms = match_cur();
+    ovl__dom_lock(&ms->lock);
+    struct ready *rd = ms->ready;
+    ms->ready = ms->ready_tail = NULL;
+    atomic_store(&ms->has_ready, 0);
+    ovl__dom_unlock(&ms->lock);
     int n = 0;
     while (rd) {
         struct ready *next = rd->next;
-        atomic_fetch_sub(&M.nposted, 1);
+        atomic_fetch_sub(&ms->nposted, 1);
         deliver(rd->m, rd->u->msg, &rd->u->st);
         free(rd->u);
         free(rd);
@@ -487,7 +501,7 @@ static int run_ready(void)
 /* Look for the body of a header + body message (lock held). When it is
  * there, the entry becomes that body, with the header's source and user
  * tag, and the source's hold is released: 1. */
-static int try_body_locked(struct unexp *u)
+static int try_body_locked(struct ovl__match_state *ms, struct unexp *u)
 {
     int flag = 0, src = u->st.MPI_SOURCE;
     MPI_Message msg;
@@ -501,13 +515,14 @@ static int try_body_locked(struct unexp *u)
     u->st.MPI_SOURCE = src;
     u->st.MPI_TAG = u->utag;
     u->body_pending = 0;
-    hold_add(src, -1);
+    hold_add(ms, src, -1);
     return 1;
 }
 
 /* A probed header + body header: receive the header, hold the source until
  * the body is probed (lock held). NULL if it cannot be parked. */
-static struct unexp *plain_header_locked(MPI_Message msg, const MPI_Status *st)
+static struct unexp *plain_header_locked(struct ovl__match_state *ms, MPI_Message msg,
+                                         const MPI_Status *st)
 {
     struct ovl__plain_hdr h;
     int delta;
@@ -528,19 +543,20 @@ static struct unexp *plain_header_locked(MPI_Message msg, const MPI_Status *st)
     u->utag = user_tag(st->MPI_TAG, &delta);
     u->sid = h.sid;
     u->body_pending = 1;
-    hold_add(st->MPI_SOURCE, 1);
-    try_body_locked(u);
+    hold_add(ms, st->MPI_SOURCE, 1);
+    try_body_locked(ms, u);
     return u;
 }
 
 int ovl__match_poll(void)
 {
-    if (!ovl__match_posted() && !atomic_load(&M.npre) && !atomic_load(&M.nheld))
+    struct ovl__match_state *const ms = match_cur();
+    if (!ovl__match_posted() && !atomic_load(&ms->npre) && !atomic_load(&ms->nheld))
         return 0;
-    /* M.ready itself is M.lock's: read without the lock it races with a
+    /* ms->ready itself is ms->lock's: read without the lock it races with a
      * receive posted on another thread (TSan) */
-    int nready = atomic_load(&M.has_ready) ? run_ready() : 0;
-    if (atomic_load(&M.cancel))
+    int nready = atomic_load(&ms->has_ready) ? run_ready() : 0;
+    if (atomic_load(&ms->cancel))
         return nready + cancel_posted();
     struct hit {
         struct ovl__match *m;
@@ -548,16 +564,16 @@ int ovl__match_poll(void)
         MPI_Status st;
     } hits[16];
     int n = 0, rescan = 0;
-    ovl__dom_lock(&M.lock);
+    ovl__dom_lock(&ms->lock);
     /* A source whose hold ends has its parked messages paired at once,
      * before any newer message of it is probed. */
-    if (atomic_load(&M.nheld))
-        for (struct unexp *u = M.unexp; u; u = u->next)
-            if (u->body_pending && try_body_locked(u) && !held(u->st.MPI_SOURCE))
+    if (atomic_load(&ms->nheld))
+        for (struct unexp *u = ms->unexp; u; u = u->next)
+            if (u->body_pending && try_body_locked(ms, u) && !held(ms, u->st.MPI_SOURCE))
                 rescan = 1;
     if (rescan)
         rescan_locked();
-    while (n < 16 && (M.posted || M.pre || atomic_load(&M.nheld))) {
+    while (n < 16 && (ms->posted || ms->pre || atomic_load(&ms->nheld))) {
         int flag = 0;
         MPI_Message msg;
         MPI_Status st;
@@ -568,16 +584,16 @@ int ovl__match_poll(void)
         const int src = st.MPI_SOURCE;
         int delta;
         user_tag(st.MPI_TAG, &delta);
-        if (delta && src >= 0 && src < M.size) {
-            if (!M.mixed[src])
+        if (delta && src >= 0 && src < ms->size) {
+            if (!ms->mixed[src])
                 demote_locked(src);
             int bytes = 0;
             MPI_Get_count(&st, MPI_BYTE, &bytes);
             if (bytes == (int)sizeof(struct ovl__plain_hdr)) {
-                struct unexp *u = plain_header_locked(msg, &st);
+                struct unexp *u = plain_header_locked(ms, msg, &st);
                 if (u) {
-                    LIST_APPEND(M.unexp, M.unexp_tail, u);
-                    if (!held(src)) {
+                    LIST_APPEND(ms->unexp, ms->unexp_tail, u);
+                    if (!held(ms, src)) {
                         rescan = 1;
                         rescan_locked();
                     }
@@ -585,7 +601,7 @@ int ovl__match_poll(void)
                 continue;
             }
         }
-        struct ovl__match *m = held(src) ? NULL : take_posted(&st);
+        struct ovl__match *m = held(ms, src) ? NULL : take_posted(&st);
         if (m) {
             hits[n].m = m;
             hits[n].msg = msg;
@@ -602,12 +618,12 @@ int ovl__match_poll(void)
         }
         u->msg = msg;
         u->st = st;
-        LIST_APPEND(M.unexp, M.unexp_tail, u);
+        LIST_APPEND(ms->unexp, ms->unexp_tail, u);
     }
-    ovl__dom_unlock(&M.lock);
+    ovl__dom_unlock(&ms->lock);
     for (int i = 0; i < n; i++)
         deliver(hits[i].m, hits[i].msg, &hits[i].st);
-    if (rescan && atomic_load(&M.has_ready))
+    if (rescan && atomic_load(&ms->has_ready))
         nready += run_ready();
     return n + nready;
 }
@@ -616,19 +632,21 @@ int ovl__match_poll(void)
  * the work to the next ovl__match_poll. */
 static void cancel_all(void)
 {
-    atomic_store(&M.closing, 1);
-    atomic_store(&M.cancel, 1);
+    struct ovl__match_state *const ms = match_cur();
+    atomic_store(&ms->closing, 1);
+    atomic_store(&ms->cancel, 1);
     ovl__engine_wake();
 }
 
 static void drop_unexpected(void)
 {
-    ovl__dom_lock(&M.lock);
-    atomic_store(&M.cancel, 0); /* not to cancel the next ovl_init's receives */
-    atomic_store(&M.closing, 0);
-    struct unexp *u = M.unexp;
-    M.unexp = M.unexp_tail = NULL;
-    ovl__dom_unlock(&M.lock);
+    struct ovl__match_state *const ms = match_cur();
+    ovl__dom_lock(&ms->lock);
+    atomic_store(&ms->cancel, 0); /* not to cancel the next ovl_init's receives */
+    atomic_store(&ms->closing, 0);
+    struct unexp *u = ms->unexp;
+    ms->unexp = ms->unexp_tail = NULL;
+    ovl__dom_unlock(&ms->lock);
     while (u) {
         struct unexp *next = u->next;
         if (u->body_pending) { /* its sender has sent the body: take it */

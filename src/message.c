@@ -362,13 +362,14 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         r->t_post_us = ovl__now_us();
     r->op.done = msg_done;
     r->op.peer = peer;
+    struct ovl__dom *dom = ovl__dom_cur();
     if (kind == OVL__REQ_SEND) {
         r->op.kind = OVL__OP_SEND;
         r->status.source = ovl__g.rank;
         r->status.bytes = (size_t)count * (size_t)tsize;
         buf = bounce(r, buf, count, dt, 0);
-        if (!atomic_load(&ovl__dom_cur()->headed_to[peer])) {
-            rc = MPI_Isend(buf, count, dt, peer, tag, ovl__dom_cur()->comm_msg, &r->op.mreq);
+        if (!atomic_load(&dom->headed_to[peer])) {
+            rc = MPI_Isend(buf, count, dt, peer, tag, dom->comm_msg, &r->op.mreq);
         } else if ((rc = send_header_body(fn, r, buf, count, dt, peer, tag)) != OVL_SUCCESS) {
             unbounce(r, 0);
             ovl__req_release(r);
@@ -403,7 +404,7 @@ static int post(const char *fn, int kind, void *buf, int count, MPI_Datatype dt,
         return ovl__mpi_error(rc, fn, kind == OVL__REQ_SEND ? "MPI_Isend" : "MPI_Irecv");
     }
     if (kind == OVL__REQ_SEND)
-        atomic_fetch_add(&ovl__dom_cur()->sent_to[peer], 1);
+        atomic_fetch_add(&dom->sent_to[peer], 1);
     if ((rc = ovl__engine_post(&r->op, &(struct ovl__post){ .bytes = r->status.bytes,
                                                             .patient = msg_patience(peer) })) !=
         OVL_SUCCESS) {
