@@ -721,12 +721,20 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
     if (d->fwd_src) {
         struct ovl__delta *src = d->fwd_src;
         int k = 0;
-        ovl__engine_lock(); /* fwd_dst is read by the driver */
+        /* fwd_dst is read by the driver of the receive's domain, under its
+         * engine lock, and the receive is in that domain's matching: it
+         * may not be this send's */
+        struct ovl__dom *sprev = ovl__dom_enter(src->req->dom);
+        ovl__engine_lock();
         while (k < NFWD && src->fwd_dst[k])
             k++;
         if (k < NFWD)
             src->fwd_dst[k] = d;
         ovl__engine_unlock();
+        /* its arrivals now drive this send: match it at the usual pace */
+        if (k < NFWD)
+            ovl__match_hurry(&src->req->match);
+        ovl__dom_leave(sprev);
         if (k == NFWD) {
             ovl__delta_return_sid(d->sid);
             r->delta = NULL;
@@ -735,8 +743,6 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
             return ovl__error(OVL_ERR_NOMEM, fn,
                               "more than %d sends forward the same arriving buffer", NFWD);
         }
-        /* its arrivals now drive this send: match it at the usual pace */
-        ovl__match_hurry(&src->req->match);
         d->mon = OVL_MONITOR_EXPLICIT; /* arrivals drive it, not writes */
     } else if (d->mon == OVL_MONITOR_EXPLICIT || local ||
                (d->dsize >= cap && ovl__model_copy_piece(sizeof(struct piece_hdr) + cap))) {
@@ -780,11 +786,13 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
         if (d->w)
             ovl__watch_send_finish(d->w);
         if (d->fwd_src) {
+            struct ovl__dom *sprev = ovl__dom_enter(d->fwd_src->req->dom);
             ovl__engine_lock();
             for (int k = 0; k < NFWD; k++)
                 if (d->fwd_src->fwd_dst[k] == d)
                     d->fwd_src->fwd_dst[k] = NULL;
             ovl__engine_unlock();
+            ovl__dom_leave(sprev);
         }
         ovl__req_release(r);
         return rc != MPI_SUCCESS ? ovl__mpi_error(rc, fn, "MPI_Isend of the header")

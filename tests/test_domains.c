@@ -20,6 +20,8 @@
  *              counting exactly over every domain, domains freed while
  *              segments live
  *   env      - OVL_DOMAINS=3 (set by the test's environment)
+ *   forward  - a delta receive on domain 0 forwarded, while it arrives,
+ *              by a send on domain 1
  */
 #include "harness.h"
 
@@ -645,6 +647,54 @@ static void phase_foreign(int mode)
     CHECK_OK(ovl_segment_free(&fseg));
 }
 
+/* ---- forward ------------------------------------------------------------------ */
+
+/* A delta receive posted on domain 0 forwarded, while it arrives, by a send
+ * on domain 1 (the send's pieces go on its domain, the receive's
+ * forwarding list and matching stay its own): around the ring, each rank's
+ * buffer reaches its right neighbour on domain 0 and, forwarded, the one
+ * after on domain 1. */
+static void phase_forward(void)
+{
+    enum { N = 256 * 1024 };
+    ovl_domain_t d;
+    CHECK_OK(ovl_domains_create(1, OVL_DOMAIN_SHARED, &d));
+    unsigned char *a = aligned_alloc(4096, N), *b = aligned_alloc(4096, N),
+                  *s = aligned_alloc(4096, N);
+    CHECK(a && b && s);
+    for (int k = 0; k < 3; k++) {
+        memset(a, 0, N);
+        memset(b, 0, N);
+        ovl_request_t ra, rf, rb, rs;
+        CHECK_OK(ovl_delta_recv(a, N, MPI_BYTE, left(), 5, NULL, &ra));
+        /* forwarded before anything has been sent to it: still arriving */
+        CHECK_OK(ovl_domain_bind(d));
+        CHECK_OK(ovl_delta_send_begin(a, N, MPI_BYTE, right(), 6, NULL, &rf));
+        CHECK_OK(ovl_delta_send_end(rf, NULL));
+        CHECK_OK(ovl_irecv(b, N, MPI_BYTE, left(), 6, &rb));
+        CHECK_OK(ovl_domain_bind(OVL_DOMAIN_DEFAULT));
+        fill(s, N, th_rank, 0, k);
+        CHECK_OK(ovl_delta_send_begin(s, N, MPI_BYTE, right(), 5, NULL, &rs));
+        CHECK_OK(ovl_delta_send_end(rs, NULL));
+        CHECK_OK(ovl_wait(&ra, NULL));
+        CHECK_OK(ovl_wait(&rs, NULL));
+        CHECK_OK(ovl_wait(&rf, NULL));
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&rb, &st));
+        CHECKF(st.bytes == N, "round %d: the forwarded message has %zu bytes", k, st.bytes);
+        size_t at = bad_at(a, N, left(), 0, k);
+        CHECKF(at == N, "round %d: byte %zu of the received buffer is wrong", k, at);
+        int ll = (th_rank - 2 + 2 * th_size) % th_size;
+        at = bad_at(b, N, ll, 0, k);
+        CHECKF(at == N, "round %d: byte %zu of the forwarded buffer is wrong", k, at);
+        CHECK_OK(ovl_barrier());
+    }
+    free(a);
+    free(b);
+    free(s);
+    CHECK_OK(ovl_domains_free(1, &d));
+}
+
 /* ---- env ---------------------------------------------------------------------- */
 
 static void phase_env(void)
@@ -678,6 +728,8 @@ int main(int argc, char **argv)
         phase_exhaust();
     if (!strcmp(ph, "env"))
         phase_env();
+    if (!strcmp(ph, "forward"))
+        phase_forward();
     if (!strcmp(ph, "streams"))
         phase_streams();
     if (!strcmp(ph, "foreign"))
