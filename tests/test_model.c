@@ -1049,8 +1049,12 @@ static void test_rerank(void)
         /* RUNS (predicted 0.1 us) measured, then DATATYPE, then BBOX (and
          * PACK, from the formulas, if predicted below the best measured);
          * none is within its prediction: the least measured stays, once
-         * its median of 3 says so (a switch back and forth or two) */
-        CHECKF(in.reranks >= 1 && in.reranks <= 8, "reranks %u", in.reranks);
+         * its median of 3 says so. Bounded: at most 3 trials, then moves
+         * to the best measured, each giving it one more execution, at most
+         * 2 per protocol while it has fewer than 3 (4 protocols), and the
+         * move to one that has 3 settles it: 3 + 8 + 1 (9 seen on a
+         * loaded machine) */
+        CHECKF(in.reranks >= 1 && in.reranks <= 12, "reranks %u", in.reranks);
         double best = 1e300;
         for (int q = 1; q < OVL_PLAN_PROTOCOLS; q++) {
             CHECKF(q == OVL_PLAN_PACK || in.measured_us[q] > 0, "protocol %d not measured", q);
