@@ -262,9 +262,8 @@ static void deliver(struct ovl__match *m, MPI_Message msg, MPI_Status *st)
 }
 
 /* Whether @m may be handed to MPI now (lock held; see the file comment). */
-static int can_prepost_locked(const struct ovl__match *m)
+static int can_prepost_locked(struct ovl__match_state *ms, const struct ovl__match *m)
 {
-    struct ovl__match_state *const ms = match_cur();
     if (!m->prepost || m->source < 0 || m->source >= ms->size || m->tag < 0 ||
         ms->mixed[m->source] || held(ms, m->source))
         return 0;
@@ -277,9 +276,8 @@ static int can_prepost_locked(const struct ovl__match *m)
 
 /* Queue @m for a message of the unexpected entry @u, for the driver (lock
  * held). 0 without memory. */
-static int make_ready_locked(struct ovl__match *m, struct unexp *u)
+static int make_ready_locked(struct ovl__match_state *ms, struct ovl__match *m, struct unexp *u)
 {
-    struct ovl__match_state *const ms = match_cur();
     struct ready *rd = malloc(sizeof *rd);
     if (!rd)
         return 0;
@@ -305,7 +303,7 @@ void ovl__match_post(struct ovl__match *m)
         *pp = u->next;
         if (ms->unexp_tail == u)
             ms->unexp_tail = prev;
-        if (!make_ready_locked(m, u)) { /* no memory to defer it: match it here */
+        if (!make_ready_locked(ms, m, u)) { /* no memory to defer it: match it here */
             ovl__dom_unlock(&ms->lock);
             deliver(m, u->msg, &u->st);
             free(u);
@@ -315,7 +313,7 @@ void ovl__match_post(struct ovl__match *m)
         ovl__engine_wake();
         return;
     }
-    if (can_prepost_locked(m) && m->prepost(m) == 0) {
+    if (can_prepost_locked(ms, m) && m->prepost(m) == 0) {
         m->next = ms->pre;
         ms->pre = m;
         atomic_fetch_add(&ms->npre, 1);
@@ -335,9 +333,8 @@ void ovl__match_post(struct ovl__match *m)
 }
 
 /* Queue @m again in posting order (lock held). */
-static void insert_posted_locked(struct ovl__match *m)
+static void insert_posted_locked(struct ovl__match_state *ms, struct ovl__match *m)
 {
-    struct ovl__match_state *const ms = match_cur();
     struct ovl__match *prev = NULL, *p = ms->posted;
     while (p && p->seq < m->seq) {
         prev = p;
@@ -355,20 +352,20 @@ static void insert_posted_locked(struct ovl__match *m)
     atomic_fetch_add(&ms->nposted, 1);
 }
 
-static struct ovl__match *take_posted(const MPI_Status *st);
+static struct ovl__match *take_posted(struct ovl__match_state *ms, const MPI_Status *st);
 
 /* Pair unexpected messages of sources no longer held with queued
  * receives, in arrival order (lock held); the driver delivers them. */
-static void rescan_locked(void)
+static void rescan_locked(struct ovl__match_state *ms)
 {
-    struct ovl__match_state *const ms = match_cur();
     struct unexp *prev = NULL, *u = ms->unexp;
     while (u) {
         struct unexp *next = u->next;
         struct ovl__match *m = NULL;
-        if (!u->body_pending && !held(ms, u->st.MPI_SOURCE) && (m = take_posted(&u->st)) != NULL) {
-            if (!make_ready_locked(m, u)) {
-                insert_posted_locked(m); /* no memory: try again at the next rescan */
+        if (!u->body_pending && !held(ms, u->st.MPI_SOURCE) &&
+            (m = take_posted(ms, &u->st)) != NULL) {
+            if (!make_ready_locked(ms, m, u)) {
+                insert_posted_locked(ms, m); /* no memory: try again at the next rescan */
                 break;
             }
             if (prev)
@@ -387,9 +384,8 @@ static void rescan_locked(void)
 
 /* The first delta header from @src: cancel its receives still pre-posted,
  * and hold the source until they are back in the queue (lock held). */
-static void demote_locked(int src)
+static void demote_locked(struct ovl__match_state *ms, int src)
 {
-    struct ovl__match_state *const ms = match_cur();
     ms->mixed[src] = 1;
     for (struct ovl__match *m = ms->pre; m; m = m->next)
         if (m->source == src && !m->demoting) {
@@ -417,11 +413,11 @@ int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
         m->demoting = 0;
         hold_add(ms, m->source, -1);
         if (cancelled && !atomic_load(&ms->closing)) {
-            insert_posted_locked(m);
+            insert_posted_locked(ms, m);
             again = 1;
         }
         if (!held(ms, m->source))
-            rescan_locked();
+            rescan_locked(ms);
     }
     ovl__dom_unlock(&ms->lock);
     if (again || atomic_load(&ms->has_ready))
@@ -430,9 +426,8 @@ int ovl__match_prepost_done(struct ovl__match *m, int cancelled)
 }
 
 /* Remove and return the first posted receive matching @st (lock held). */
-static struct ovl__match *take_posted(const MPI_Status *st)
+static struct ovl__match *take_posted(struct ovl__match_state *ms, const MPI_Status *st)
 {
-    struct ovl__match_state *const ms = match_cur();
     struct ovl__match *prev = NULL;
     for (struct ovl__match *m = ms->posted; m; prev = m, m = m->next) {
         if (!matches(m, st))
@@ -451,9 +446,8 @@ static struct ovl__match *take_posted(const MPI_Status *st)
     return NULL;
 }
 
-static int cancel_posted(void)
+static int cancel_posted(struct ovl__match_state *ms)
 {
-    struct ovl__match_state *const ms = match_cur();
     ovl__dom_lock(&ms->lock);
     struct ovl__match *m = ms->posted;
     ms->posted = ms->posted_tail = NULL;
@@ -477,9 +471,8 @@ static int cancel_posted(void)
 }
 
 /* Run the receives matched at posting time (driver). */
-static int run_ready(void)
+static int run_ready(struct ovl__match_state *ms)
 {
-    struct ovl__match_state *const ms = match_cur();
     ovl__dom_lock(&ms->lock);
     struct ready *rd = ms->ready;
     ms->ready = ms->ready_tail = NULL;
@@ -551,13 +544,14 @@ static struct unexp *plain_header_locked(struct ovl__match_state *ms, MPI_Messag
 int ovl__match_poll(void)
 {
     struct ovl__match_state *const ms = match_cur();
-    if (!ovl__match_posted() && !atomic_load(&ms->npre) && !atomic_load(&ms->nheld))
+    if (!atomic_load_explicit(&ms->nposted, memory_order_relaxed) && !atomic_load(&ms->npre) &&
+        !atomic_load(&ms->nheld))
         return 0;
     /* ms->ready itself is ms->lock's: read without the lock it races with a
      * receive posted on another thread (TSan) */
-    int nready = atomic_load(&ms->has_ready) ? run_ready() : 0;
+    int nready = atomic_load(&ms->has_ready) ? run_ready(ms) : 0;
     if (atomic_load(&ms->cancel))
-        return nready + cancel_posted();
+        return nready + cancel_posted(ms);
     struct hit {
         struct ovl__match *m;
         MPI_Message msg;
@@ -572,7 +566,7 @@ int ovl__match_poll(void)
             if (u->body_pending && try_body_locked(ms, u) && !held(ms, u->st.MPI_SOURCE))
                 rescan = 1;
     if (rescan)
-        rescan_locked();
+        rescan_locked(ms);
     while (n < 16 && (ms->posted || ms->pre || atomic_load(&ms->nheld))) {
         int flag = 0;
         MPI_Message msg;
@@ -586,7 +580,7 @@ int ovl__match_poll(void)
         user_tag(st.MPI_TAG, &delta);
         if (delta && src >= 0 && src < ms->size) {
             if (!ms->mixed[src])
-                demote_locked(src);
+                demote_locked(ms, src);
             int bytes = 0;
             MPI_Get_count(&st, MPI_BYTE, &bytes);
             if (bytes == (int)sizeof(struct ovl__plain_hdr)) {
@@ -595,13 +589,13 @@ int ovl__match_poll(void)
                     LIST_APPEND(ms->unexp, ms->unexp_tail, u);
                     if (!held(ms, src)) {
                         rescan = 1;
-                        rescan_locked();
+                        rescan_locked(ms);
                     }
                 }
                 continue;
             }
         }
-        struct ovl__match *m = held(ms, src) ? NULL : take_posted(&st);
+        struct ovl__match *m = held(ms, src) ? NULL : take_posted(ms, &st);
         if (m) {
             hits[n].m = m;
             hits[n].msg = msg;
@@ -624,7 +618,7 @@ int ovl__match_poll(void)
     for (int i = 0; i < n; i++)
         deliver(hits[i].m, hits[i].msg, &hits[i].st);
     if (rescan && atomic_load(&ms->has_ready))
-        nready += run_ready();
+        nready += run_ready(ms);
     return n + nready;
 }
 
