@@ -150,7 +150,7 @@ static void send_done(struct ovl__op *op, MPI_Status *st)
             s->p->error = OVL_ERR_MPI;
         pend_done_one(s->p);
     }
-    free(s->buf);
+    ovl__buf_free(s->buf);
     free(s);
 }
 
@@ -161,7 +161,7 @@ static int post_send(const void *buf, size_t n, int dest, int tag, MPI_Comm comm
 {
     struct am_send *s = calloc(1, sizeof *s);
     if (!s) {
-        free(own);
+        ovl__buf_free(own);
         return OVL_ERR_NOMEM;
     }
     s->buf = own;
@@ -171,24 +171,24 @@ static int post_send(const void *buf, size_t n, int dest, int tag, MPI_Comm comm
     s->op.kind = OVL__OP_SEND;
     s->op.peer = dest;
     if (MPI_Isend(buf, (int)n, MPI_BYTE, dest, tag, comm, &s->op.mreq) != MPI_SUCCESS) {
-        free(own);
+        ovl__buf_free(own);
         free(s);
         return OVL_ERR_MPI;
     }
     if (ovl__engine_post(&s->op, &(struct ovl__post){ .bytes = n }) != OVL_SUCCESS) {
         /* the send is under way: wait for it here rather than lose it */
         MPI_Wait(&s->op.mreq, MPI_STATUS_IGNORE);
-        free(own);
+        ovl__buf_free(own);
         free(s);
         return OVL_ERR_NOMEM;
     }
     return OVL_SUCCESS;
 }
 
-/* header + payload in one malloc'd buffer */
+/* header + payload in one buffer (ovl__buf_alloc) */
 static void *pack(const struct am_hdr *h, const void *payload, size_t bytes)
 {
-    char *b = malloc(sizeof *h + bytes);
+    char *b = ovl__buf_alloc(sizeof *h + bytes);
     if (!b)
         return NULL;
     memcpy(b, h, sizeof *h);
@@ -240,7 +240,7 @@ static void bulk_done(struct ovl__op *op, MPI_Status *st)
         run_handler(b->src, &b->h, b->payload, (size_t)b->h.bytes);
     else
         send_reply(b->src, b->h.seq, b->h.id, OVL_ERR_MPI, NULL, 0);
-    free(b->payload);
+    ovl__buf_free(b->payload);
     free(b);
 }
 
@@ -248,7 +248,7 @@ static int rx_grow(size_t n)
 {
     if (n <= A.rx_cap)
         return 0;
-    char *b = realloc(A.rx, n);
+    char *b = ovl__buf_realloc(A.rx, n);
     if (!b)
         return -1;
     A.rx = b;
@@ -281,15 +281,15 @@ static void take(MPI_Message *msg, MPI_Status *st)
         run_handler(src, &h, payload, plen);
     } else if (st->MPI_TAG == TAG_REQ_BIG) {
         struct am_bulk *b = calloc(1, sizeof *b);
-        void *pl = b ? malloc(h.bytes ? (size_t)h.bytes : 1) : NULL;
+        void *pl = b ? ovl__buf_alloc(h.bytes ? (size_t)h.bytes : 1) : NULL;
         if (!b || !pl) {
             free(b);
             /* the bulk message is still sent: receive and drop it */
-            void *tmp = malloc(h.bytes ? (size_t)h.bytes : 1);
+            void *tmp = ovl__buf_alloc(h.bytes ? (size_t)h.bytes : 1);
             if (tmp)
                 MPI_Recv(tmp, (int)h.bytes, MPI_BYTE, src, bulk_tag(h.seq), ovl__g.comm_am_bulk,
                          MPI_STATUS_IGNORE);
-            free(tmp);
+            ovl__buf_free(tmp);
             send_reply(src, h.seq, h.id, OVL_ERR_NOMEM, NULL, 0);
             return;
         }
@@ -304,7 +304,7 @@ static void take(MPI_Message *msg, MPI_Status *st)
                       &b->op.mreq) != MPI_SUCCESS ||
             ovl__engine_post(&b->op, &(struct ovl__post){ .bytes = (size_t)h.bytes }) !=
                 OVL_SUCCESS) {
-            free(pl);
+            ovl__buf_free(pl);
             free(b);
             send_reply(src, h.seq, h.id, OVL_ERR_MPI, NULL, 0);
         }
@@ -363,7 +363,7 @@ static int am_sending(void)
 
 static void am_forget(void)
 {
-    free(A.rx);
+    ovl__buf_free(A.rx);
     A.rx = NULL;
     A.rx_cap = 0;
     atomic_store(&A.active, 0);

@@ -602,7 +602,7 @@ int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int *result)
     }
     /* both small: sort the run starts of each (uniform lengths, so the ends
      * are sorted too) and sweep */
-    int64_t *sa = malloc((size_t)(an + bn) * sizeof *sa);
+    int64_t *sa = ovl__buf_alloc((size_t)(an + bn) * sizeof *sa);
     if (!sa)
         return ovl__error(OVL_ERR_NOMEM, fn, "%" PRId64 " run offsets", an + bn);
     int64_t *sb = sa + an;
@@ -619,7 +619,7 @@ int ovl_lmad_overlap(const ovl_lmad_t *a, const ovl_lmad_t *b, int *result)
             j++;
         hit = j < bn && sb[j] < sa[i] + la.elem;
     }
-    free(sa);
+    ovl__buf_free(sa);
     *result = hit ? OVL_LMAD_OVERLAP : OVL_LMAD_DISJOINT;
     return OVL_SUCCESS;
 }

@@ -74,6 +74,15 @@ void *ovl__page_realloc(void *p, size_t bytes);
 void ovl__page_free(void *p);
 /* Unmap the blocks ovl__page_free keeps for reuse (ovl_finalize). */
 void ovl__page_trim(void);
+/* ovl's own buffers whose size depends on the work (active-message and
+ * packed payloads, piece and run tables, staging for a plan's strips):
+ * from ovl__page_alloc at 64 KiB and more, from malloc below (where glibc
+ * never maps a block, so freeing one leaves its mmap threshold alone).
+ * Not zeroed. realloc keeps the first min(old, new) bytes; on failure NULL
+ * and @p untouched. Free with ovl__buf_free (NULL is ignored). */
+void *ovl__buf_alloc(size_t bytes);
+void *ovl__buf_realloc(void *p, size_t bytes);
+void ovl__buf_free(void *p);
 /* Staging buffers (stage.c): whole pages, cached for the next transfer.
  * get: at least @bytes, *cap receives the size to give back; NULL: no
  * memory. put: back to the cache (or freed); NULL is ignored. */

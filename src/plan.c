@@ -270,7 +270,7 @@ static void shapes_free(struct plan *p)
     for (int j = 0; j < p->d.nrefs; j++)
         for (int k = 0; k < 2; k++) {
             struct shape *s = &p->d.refs[j].sh[k];
-            free(s->pc);
+            ovl__buf_free(s->pc);
             s->pc = NULL;
             if (s->rtype != MPI_DATATYPE_NULL)
                 MPI_Type_free(&s->rtype);
@@ -279,14 +279,26 @@ static void shapes_free(struct plan *p)
         }
 }
 
+/* @n zeroed elements of @size bytes from ovl__buf_alloc (a strip's ops:
+ * up to 65536 pieces a reference). NULL on overflow or no memory. */
+static void *buf_zalloc(int64_t n, size_t size)
+{
+    if (n <= 0 || (uint64_t)n > SIZE_MAX / size)
+        return NULL;
+    void *b = ovl__buf_alloc((size_t)n * size);
+    if (b)
+        memset(b, 0, (size_t)n * size);
+    return b;
+}
+
 static void slots_free(struct plan *p)
 {
     for (int i = 0; i < p->nslots; i++) {
-        free(p->slots[i].ops);
+        ovl__buf_free(p->slots[i].ops);
         for (int j = 0; j < OVL_PLAN_MAX_REFS; j++)
-            free(p->slots[i].stage[j]);
+            ovl__buf_free(p->slots[i].stage[j]);
         if (p->wslots)
-            free(p->wslots[i].ops);
+            ovl__buf_free(p->wslots[i].ops);
     }
     free(p->slots);
     free(p->wslots);
@@ -656,10 +668,11 @@ static int runs_of(const ovl_lmad_t *in, int64_t **off, int64_t **len, int64_t *
     *n = -1;
     if (pts > PIECES_MAX)
         return OVL_SUCCESS;
-    int64_t *o = malloc((size_t)pts * sizeof *o), *z = malloc((size_t)pts * sizeof *z);
+    int64_t *o = ovl__buf_alloc((size_t)pts * sizeof *o),
+            *z = ovl__buf_alloc((size_t)pts * sizeof *z);
     if (!o || !z) {
-        free(o);
-        free(z);
+        ovl__buf_free(o);
+        ovl__buf_free(z);
         return OVL_ERR_NOMEM;
     }
     int64_t k[OVL_LMAD_MAX_DIMS] = { 0 }, m = 0;
@@ -694,7 +707,7 @@ static int pieces_of(struct shape *s)
     s->pc = NULL;
     s->npc = -1;
     if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0 &&
-        (s->pc = malloc((size_t)(rn + ln) * sizeof *s->pc)) != NULL) {
+        (s->pc = ovl__buf_alloc((size_t)(rn + ln) * sizeof *s->pc)) != NULL) {
         int64_t i = 0, j = 0, ui = 0, uj = 0, m = 0; /* bytes used of run i, run j */
         while (i < rn && j < ln) {
             int64_t a = rl[i] - ui, b = ll[j] - uj, c = a < b ? a : b;
@@ -710,10 +723,10 @@ static int pieces_of(struct shape *s)
     } else if (rc == OVL_SUCCESS && rn >= 0 && ln >= 0) {
         rc = OVL_ERR_NOMEM;
     }
-    free(ro);
-    free(rl);
-    free(lo);
-    free(ll);
+    ovl__buf_free(ro);
+    ovl__buf_free(rl);
+    ovl__buf_free(lo);
+    ovl__buf_free(ll);
     return rc;
 }
 
@@ -1640,7 +1653,7 @@ static void pack_put_done(const ovl_status_t *st, void *arg)
     if (st->error != OVL_SUCCESS || w->code != OVL_SUCCESS)
         atomic_compare_exchange_strong(&w->sl->err, &none, MPI_ERR_OTHER);
     atomic_fetch_sub(&w->sl->left, 1);
-    free(w->buf);
+    ovl__buf_free(w->buf);
     free(w);
 }
 
@@ -1680,10 +1693,10 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
         return ovl_request_free(&req);
     }
     struct pack_put *w = malloc(sizeof *w);
-    char *buf = malloc(sizeof h + (size_t)B);
+    char *buf = ovl__buf_alloc(sizeof h + (size_t)B);
     if (!w || !buf) {
         free(w);
-        free(buf);
+        ovl__buf_free(buf);
         return ovl__error(OVL_ERR_NOMEM, fn, "no memory for a packed strip of %" PRId64 " bytes",
                           B);
     }
@@ -1694,7 +1707,7 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
     *w = (struct pack_put){ .sl = sl, .buf = buf, .code = OVL_ERR_INTERNAL };
     if ((rc = ovl__am_call(fn, r->rank, OVL__AM_PLAN, buf, sizeof h + (size_t)B, &w->code,
                            sizeof w->code, &req))) {
-        free(buf);
+        ovl__buf_free(buf);
         free(w);
         return rc;
     }
@@ -1719,11 +1732,11 @@ static void bulk_done(struct ovl__op *op, MPI_Status *st)
 {
     (void)st;
     struct bulk_op *x = (struct bulk_op *)op;
-    free(x->buf);
+    ovl__buf_free(x->buf);
     free(x);
 }
 
-/* Send (@send) or receive @bytes at @buf (malloc'd, owned from here on)
+/* Send (@send) or receive @bytes at @buf (ovl__buf_alloc'd, owned from here on)
  * with @peer and @tag on comm_am_bulk, freed when done; on failure freed
  * at once (a receive that could not be handed to the engine cancelled
  * first). 0, or -1 if nothing is in flight. */
@@ -1731,7 +1744,7 @@ static int bulk_post(int send, void *buf, size_t bytes, int peer, int tag)
 {
     struct bulk_op *x = calloc(1, sizeof *x);
     if (!x) {
-        free(buf);
+        ovl__buf_free(buf);
         return -1;
     }
     *x = (struct bulk_op){ .op = { .done = bulk_done,
@@ -1800,7 +1813,7 @@ static void pack_serve(ovl_am_token_t tok, const void *buf, size_t bytes, void *
         return;
     }
     const size_t B = rc == OVL_SUCCESS ? (size_t)(rr.n * rr.size) : 0;
-    char *out = malloc(B ? B : 1);
+    char *out = ovl__buf_alloc(B ? B : 1);
     if (out && B)
         ovl__lmad_copy(&h.rem, s->base, out, 0);
     if (!out || bulk_post(1, out, B, src, h.tag) != 0) {
@@ -1955,7 +1968,7 @@ static int pack_fallback(struct plan *p, const struct pop *o)
         (mrc = MPI_Win_flush_local(r->rank, win)) != MPI_SUCCESS) /* pmodels/mpich#7896 */
         return mrc;
     const size_t B = (size_t)o->expect;
-    void *scratch = malloc(B ? B : 1);
+    void *scratch = ovl__buf_alloc(B ? B : 1);
     if (scratch) /* else (or failing) the late message stays in MPI's queue */
         (void)bulk_post(0, scratch, B, r->rank, o->tag);
     return MPI_SUCCESS;
@@ -2055,20 +2068,21 @@ int ovl_plan_begin(ovl_plan_t plan)
         for (int i = 0; i < want; i++) {
             struct slot *sl = &p->slots[i];
             sl->strip = -1;
-            sl->ops = calloc((size_t)(p->max_ops[0] ? p->max_ops[0] : 1), sizeof *sl->ops);
+            sl->ops = buf_zalloc(p->max_ops[0] ? p->max_ops[0] : 1, sizeof *sl->ops);
             int ok = sl->ops != NULL;
             if (ok && p->wslots) {
                 p->wslots[i].strip = -1;
-                ok = (p->wslots[i].ops = calloc((size_t)(p->max_ops[1] ? p->max_ops[1] : 1),
-                                                sizeof *sl->ops)) != NULL;
+                ok = (p->wslots[i].ops =
+                          buf_zalloc(p->max_ops[1] ? p->max_ops[1] : 1, sizeof *sl->ops)) != NULL;
             }
             for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_BBOX; j++)
-                ok = (sl->stage[j] = malloc((size_t)p->d.refs[j].sh[0].rr.extent + 1)) != NULL;
+                ok = (sl->stage[j] = ovl__buf_alloc((size_t)p->d.refs[j].sh[0].rr.extent + 1)) !=
+                     NULL;
             for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_PACK; j++) {
                 const struct ref *r = &p->d.refs[j];
                 if (!r->write && (r->sh[0].lr.n > 1 || r->sh[1].lr.n > 1))
-                    ok = (sl->stage[j] = malloc((size_t)(r->sh[0].rr.n * r->sh[0].rr.size) + 1)) !=
-                         NULL;
+                    ok = (sl->stage[j] = ovl__buf_alloc((size_t)(r->sh[0].rr.n * r->sh[0].rr.size) +
+                                                        1)) != NULL;
             }
             if (!ok) {
                 slots_free(p);

@@ -131,6 +131,54 @@ void ovl__page_trim(void)
     pthread_mutex_unlock(&PC.lock);
 }
 
+/* Below this, glibc's malloc never maps a block of its own (its mmap
+ * threshold starts at 128 KiB and only rises): half of that, so a block's
+ * header never takes it across. */
+#define BUF_MAPPED ((size_t)64 << 10)
+
+/* The header before an ovl__buf_alloc block: its size and where it came
+ * from; 16 bytes, so the block keeps malloc's alignment. */
+struct buf_hdr {
+    size_t bytes;
+    size_t mapped;
+};
+
+void *ovl__buf_alloc(size_t bytes)
+{
+    if (bytes > SIZE_MAX - sizeof(struct buf_hdr))
+        return NULL;
+    size_t n = sizeof(struct buf_hdr) + bytes;
+    struct buf_hdr *h = n >= BUF_MAPPED ? ovl__page_alloc(n) : malloc(n);
+    if (!h)
+        return NULL;
+    *h = (struct buf_hdr){ bytes, n >= BUF_MAPPED };
+    return h + 1;
+}
+
+void *ovl__buf_realloc(void *p, size_t bytes)
+{
+    if (!p)
+        return ovl__buf_alloc(bytes);
+    const struct buf_hdr *h = (const struct buf_hdr *)p - 1;
+    void *q = ovl__buf_alloc(bytes);
+    if (!q)
+        return NULL;
+    memcpy(q, p, h->bytes < bytes ? h->bytes : bytes);
+    ovl__buf_free(p);
+    return q;
+}
+
+void ovl__buf_free(void *p)
+{
+    if (!p)
+        return;
+    struct buf_hdr *h = (struct buf_hdr *)p - 1;
+    if (h->mapped)
+        ovl__page_free(h);
+    else
+        free(h);
+}
+
 /* ---- /proc/self/mem ---------------------------------------------------- */
 
 int ovl__watch_poke(void *dst, const void *src, size_t len)

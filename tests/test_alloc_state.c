@@ -14,7 +14,9 @@
  * estimate runs, white-box check), after transfers (a delta message, with
  * receive slots of the largest piece, 256 KiB; a plain message into a
  * delta receive under mprotect, through a staging buffer that ovl keeps
- * until ovl_finalize; a marshal stream) and after ovl_finalize, a malloc of 192 KiB, of
+ * until ovl_finalize; a marshal stream; an active message of 1 MiB; a
+ * plan's strided read and write of 1 MiB in one strip, packed at the
+ * source and by bounding box) and after ovl_finalize, a malloc of 192 KiB, of
  * 1 MiB and of 4 MiB each get a mapping of their own: mallinfo2().hblks,
  * glibc's count of mmapped blocks, grows by one. The probe blocks stay
  * live until the end, since freeing one would itself raise the threshold.
@@ -28,7 +30,9 @@
 #include "harness.h"
 #include "ovl_internal.h"
 
+#include <inttypes.h>
 #include <malloc.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -119,6 +123,72 @@ static int unmarshal(ovl_stream_t st, void *arg)
     return ovl_stream_read(st, c->p, c->n);
 }
 
+#define AM_ID 7
+static atomic_size_t am_got;
+
+static void am_handler(ovl_am_token_t tok, const void *buf, size_t bytes, void *arg)
+{
+    (void)tok;
+    (void)arg;
+    int peer = th_rank ^ 1;
+    atomic_store(&am_got, th_verify(buf, bytes, 0xa110c + (uint64_t)peer, 0) == TH_OK ? bytes : 1);
+}
+
+/* @n elements of 16 bytes, every other one of the peer's segment, read
+ * (then written back) as one strip with protocol @proto: the target packs
+ * the read's points into one buffer and unpacks the write's (PACK, 1 MiB);
+ * BBOX stages the strip's bounding box (2 MiB); RUNS tables its runs and
+ * pieces (16384: 384 KiB of pieces). Not DATATYPE, and not more runs:
+ * MPICH's own frees then raise the threshold (its packing of derived
+ * datatypes for MPI_Rget, its bookkeeping of tens of thousands of
+ * requests), as they would for the program's own calls. */
+#define PL_N ((int64_t)1 << 16)
+static void plan_transfers(ovl_segment_t seg, char *base, int peer, ovl_plan_protocol_t proto,
+                           int64_t n_el)
+{
+    char *local = map((size_t)n_el * 16);
+    int64_t *seg64 = (int64_t *)(void *)base;
+    for (int64_t i = 0; i < 4 * n_el; i++)
+        seg64[i] = (int64_t)th_rank << 40 | i;
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    ovl_param_t pm = { .field_mask = OVL_PARAM_FIELD_PROTOCOL | OVL_PARAM_FIELD_STRIP,
+                       .protocol = proto,
+                       .strip = n_el };
+    ovl_plan_t p = OVL_PLAN_NULL;
+    CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+    CHECK_OK(OVL_PLAN_READ_1D(p, seg, peer, 0, 16, n_el, 32, local));
+    CHECK_OK(ovl_plan_commit(p, &pm));
+    CHECK_OK(ovl_plan_begin(p));
+    int64_t i0, n;
+    do
+        CHECK_OK(ovl_plan_next(p, &i0, &n));
+    while (n > 0);
+    CHECK_OK(ovl_plan_end(p));
+    CHECK_OK(ovl_plan_free(&p));
+    const int64_t *got = (const int64_t *)(const void *)local;
+    for (int64_t i = 0; i < 2 * n_el; i++)
+        CHECKF(got[i] == ((int64_t)peer << 40 | (i / 2 * 4 + i % 2)), "plan read, word %" PRId64,
+               i);
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    if (proto != OVL_PLAN_BBOX) { /* reads only */
+        CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+        CHECK_OK(OVL_PLAN_WRITE_1D(p, seg, peer, 16, 16, n_el, 32, local));
+        CHECK_OK(ovl_plan_commit(p, &pm));
+        CHECK_OK(ovl_plan_begin(p));
+        do
+            CHECK_OK(ovl_plan_next(p, &i0, &n));
+        while (n > 0);
+        CHECK_OK(ovl_plan_end(p));
+        CHECK_OK(ovl_plan_free(&p));
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        /* the odd elements now hold this rank's own even ones, back */
+        for (int64_t i = 0; i < 4 * n_el; i++)
+            CHECKF(seg64[i] == ((int64_t)th_rank << 40 | (i % 4 < 2 ? i : i - 2)),
+                   "plan write, word %" PRId64, i);
+    }
+    munmap(local, (size_t)n_el * 16);
+}
+
 /* Between rank pairs (the last rank of an odd count sits out): a delta
  * message of @bytes each way (receive slots of the largest piece, 256 KiB,
  * and page bookkeeping of the whole buffer), then a plain message of
@@ -159,6 +229,17 @@ static void transfers(size_t bytes)
     CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
     CHECK_OK(ovl_wait(&r, OVL_STATUS_IGNORE));
     CHECK(th_verify(in, sb, 0xa110c + (uint64_t)peer, 0) == TH_OK);
+
+    /* an active message of 1 MiB each way: the target receives it into a
+     * buffer of its own, handed to the handler */
+    atomic_store(&am_got, 0);
+    CHECK_OK(ovl_am_register(AM_ID, am_handler, NULL));
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    CHECK_OK(ovl_am_request(peer, AM_ID, out, MIB, &s));
+    CHECK_OK(ovl_wait(&s, OVL_STATUS_IGNORE));
+    while (atomic_load(&am_got) == 0) /* the peer's message: its handler runs in ovl's progress */
+        CHECK_OK(ovl_progress());
+    CHECK(atomic_load(&am_got) == MIB);
     munmap(out, bytes);
     munmap(in, bytes);
 }
@@ -191,7 +272,16 @@ int main(int argc, char **argv)
     CHECKF(ovl__m.source == OVL__MODEL_INIT, "the quick estimate did not run: %s",
            ovl__m.source_detail);
     expect_state("after ovl_init");
+    void *base = NULL;
+    ovl_segment_t seg = OVL_SEGMENT_NULL;
+    CHECK_OK(ovl_segment_create((size_t)PL_N * 32, &base, &seg));
     transfers(8 * MIB);
+    if (th_size % 2 == 0) {
+        plan_transfers(seg, base, th_rank ^ 1, OVL_PLAN_RUNS, PL_N / 4);
+        plan_transfers(seg, base, th_rank ^ 1, OVL_PLAN_BBOX, PL_N);
+        plan_transfers(seg, base, th_rank ^ 1, OVL_PLAN_PACK, PL_N);
+    }
+    CHECK_OK(ovl_segment_free(&seg));
     expect_state("after transfers");
     CHECK_OK(ovl_finalize());
     expect_state("after ovl_finalize");
