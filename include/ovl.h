@@ -75,28 +75,28 @@ extern "C" {
  * one, the OVL_ERRORS variable's. The default, OVL_ERRORS=return, returns
  * every code.
  */
-#define OVL_ERROR_MAP(X)                                                                \
-    X(SUCCESS, 0, "success")                                                            \
-    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")        \
-    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                         \
-    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")             \
-    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")                \
-    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                               \
-    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)")    \
-    X(ERR_NOMEM, -7, "out of memory")                                                   \
-    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                        \
-    X(ERR_THREAD, -9, "wrong thread level, or a private domain used by another thread") \
-    X(ERR_CONFIG, -10, "invalid configuration value")                                   \
-    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                      \
-    X(ERR_BUSY, -12, "the request already has a continuation")                          \
-    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")            \
-    X(ERR_EOF, -14, "read past the end of a stream message")                            \
-    X(ERR_PENDING, -15, "requests are still pending")                                   \
-    X(ERR_CANCELLED, -16, "the operation was cancelled")                                \
-    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")              \
-    X(ERR_INTERNAL, -18, "internal error in ovl")                                       \
-    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")             \
-    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)")   \
+#define OVL_ERROR_MAP(X)                                                                    \
+    X(SUCCESS, 0, "success")                                                                \
+    X(ERR_ARG, -1, "invalid argument (NULL pointer, negative count, bad value)")            \
+    X(ERR_RANK, -2, "rank out of range for ovl's communicator")                             \
+    X(ERR_TAG, -3, "tag out of range (0..tag upper bound, or OVL_ANY_TAG)")                 \
+    X(ERR_NOT_INIT, -4, "ovl is not initialised (or already finalised)")                    \
+    X(ERR_ALREADY_INIT, -5, "ovl is already initialised")                                   \
+    X(ERR_REQUEST, -6, "invalid request handle (never issued, or already released)")        \
+    X(ERR_NOMEM, -7, "out of memory")                                                       \
+    X(ERR_MPI, -8, "an MPI call failed (communication failure)")                            \
+    X(ERR_THREAD, -9, "wrong thread level, or a private domain used by another thread")     \
+    X(ERR_CONFIG, -10, "invalid configuration value")                                       \
+    X(ERR_TRUNCATE, -11, "message larger than the receive buffer")                          \
+    X(ERR_BUSY, -12, "the request already has a continuation, or this rank holds the lock") \
+    X(ERR_IN_CALLBACK, -13, "blocking ovl call made from inside a callback")                \
+    X(ERR_EOF, -14, "read past the end of a stream message")                                \
+    X(ERR_PENDING, -15, "requests are still pending")                                       \
+    X(ERR_CANCELLED, -16, "the operation was cancelled")                                    \
+    X(ERR_UNSUPPORTED, -17, "not supported by this MPI library or system")                  \
+    X(ERR_INTERNAL, -18, "internal error in ovl")                                           \
+    X(ERR_STALE, -19, "delta-send buffer written after that part was sent")                 \
+    X(ERR_MONITOR, -20, "access monitor failed (protection, userfaultfd, map count)")       \
     X(ERR_IN_STATUS, -21, "one or more requests failed: see the error of each status")
 
 /** Return codes of every ovl function. */
@@ -287,6 +287,19 @@ typedef struct {
  * domain (ovl_domains_create) registers the process for Linux's
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), where the kernel has it;
  * the registration lasts for the process's life and changes nothing else.
+ * Signal handlers: where a fault monitor can work (/proc/self/mem writes
+ * protected pages; ovl-info says), ovl_init installs one handler for
+ * SIGSEGV (mprotect) and SIGBUS (userfaultfd), whatever OVL_MONITOR says,
+ * since a request may ask for a fault monitor of its own; on x86-64 also
+ * one for SIGTRAP, to single-step an instruction over other data on a
+ * guarded page. A signal that is not a fault on memory ovl guards (one
+ * sent with kill(), a SIGTRAP while ovl steps nothing) goes to the handler
+ * installed before ovl_init, else takes the default action.
+ * ovl_finalize puts the previous handlers back, unless the program
+ * replaced ovl's meanwhile. A handler for these signals that the program
+ * installs after ovl_init must pass on to ovl's (the old action sigaction
+ * returned) the faults it does not own: else an access to a guarded
+ * buffer reaches the program's handler instead of waiting for its data.
  *
  * @param comm  communicator (MPI_COMM_WORLD in most programs)
  * @param cfg   options, or NULL for environment and defaults
@@ -1714,8 +1727,8 @@ OVL_NODISCARD int ovl_plan_create(const char *key, ovl_plan_t *plan, int *found)
  * Declare loop depth @p depth (0: the outermost) with @p trips iterations.
  * Depths are declared in order, 0 first, each once.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, depth
- *         out of order or beyond OVL_PLAN_MAX_DEPTH - 1, @p trips below 1,
- *         a plan executing)
+ *         out of order or beyond OVL_PLAN_MAX_DEPTH - 1, declared after a
+ *         reference, @p trips below 1, a plan executing)
  */
 OVL_NODISCARD int ovl_plan_loop(ovl_plan_t plan, int depth, int64_t trips);
 
@@ -1901,8 +1914,12 @@ OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
  * ovl_plan_commit()). After the last strip *iters is 0 (and stays 0 until
  * ovl_plan_end()).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, NULL
- *         pointer, not begun), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI (a
- *         transfer failed)
+ *         pointer, not begun, a segment of the plan freed, a PACK target
+ *         that could not pack its strip), OVL_ERR_IN_CALLBACK (called from
+ *         a continuation, an active-message handler or a marshal function,
+ *         where waiting for a strip could wait for the very progress that
+ *         is running: nothing done, the plan stays begun), OVL_ERR_NOMEM
+ *         (a PACK write strip), OVL_ERR_MPI (a transfer failed)
  */
 OVL_NODISCARD int ovl_plan_next(ovl_plan_t plan, int64_t *first, int64_t *iters);
 
@@ -1932,9 +1949,10 @@ typedef int (*ovl_plan_strip_fn)(int64_t first, int64_t iters, void *arg);
  * thread (not inside the progress engine: @p fn may call any ovl function
  * but this plan's), then ovl_plan_end(). A non-zero return of @p fn stops
  * the execution (the strips after it are retired, not handed out).
- * @return OVL_SUCCESS, OVL_ERR_CANCELLED (@p fn stopped it), OVL_ERR_ARG
+ * @return OVL_SUCCESS, OVL_ERR_CANCELLED (@p fn returned non-zero: the
+ *         execution was ended, the plan is ready for another), OVL_ERR_ARG
  *         (NULL @p fn), or what ovl_plan_begin(), ovl_plan_next() and
- *         ovl_plan_end() return
+ *         ovl_plan_end() return (OVL_ERR_IN_CALLBACK among them)
  */
 OVL_NODISCARD int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn fn, void *arg);
 
@@ -1945,7 +1963,12 @@ OVL_NODISCARD int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn fn, void *arg)
  * their writes never leave). The plan stays committed, ready
  * for ovl_plan_begin().
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, not
- *         begun), OVL_ERR_IN_CALLBACK, OVL_ERR_MPI (a transfer failed)
+ *         begun, a segment of the plan freed, a PACK target that could not
+ *         pack a strip), OVL_ERR_IN_CALLBACK (called from a continuation,
+ *         an active-message handler or a marshal function, as for
+ *         ovl_plan_next(): nothing done, the plan stays begun),
+ *         OVL_ERR_NOMEM (a PACK write strip), OVL_ERR_MPI (a transfer
+ *         failed)
  */
 OVL_NODISCARD int ovl_plan_end(ovl_plan_t plan);
 
@@ -1969,7 +1992,7 @@ OVL_NODISCARD int ovl_plan_query(ovl_plan_t plan, ovl_plan_info_t *info);
 /**
  * Remove the plan from the cache and free it; *plan becomes OVL_PLAN_NULL.
  * @return OVL_SUCCESS, OVL_ERR_ARG (NULL, unknown plan), OVL_ERR_PENDING
- *         (begun and not ended: nothing freed)
+ *         (begun and not ended: nothing freed, ovl_plan_end() first)
  */
 OVL_NODISCARD int ovl_plan_free(ovl_plan_t *plan);
 

@@ -57,8 +57,10 @@
 #define BBOX_MAX      ((int64_t)1 << 28)
 #define LOOKAHEAD_MAX 64
 /* Cost of one block of a derived datatype at both ends (MPI's datatype
- * engine walking it), in microseconds: a fixed figure until measured maps
- * replace it (issue 37, part 3). */
+ * engine walking it), in microseconds, in the DATATYPE formula. It prices
+ * only strips the protocol maps do not cover (outside their grid, next to
+ * a cell without a DATATYPE time, or no maps in the database): inside the
+ * grid the measured times, which include this cost, decide (unloaded()). */
 #define DT_BLOCK_US 0.05
 
 /* Re-ranking (rerank()): an automatic plan whose executions take more
