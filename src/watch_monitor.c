@@ -167,8 +167,10 @@ int ovl__watch_degraded(const char *fn, ovl_monitor_t asked, ovl_monitor_t got)
     if (ovl__g.cfg.report.verbose >= 1 && !atomic_exchange(&said, 1))
         fprintf(stderr,
                 "ovl: warning: %s (rank %d): no fault monitor works here (%s), so delta "
-                "receives and gets complete inside the call, without overlap; choose "
-                "OVL_MONITOR_EXPLICIT in code with ovl_delta_need/ovl_get_need to overlap\n",
+                "receives and gets complete inside the call, without overlap (a receive waits "
+                "there for its sender, as MPI_Recv does: post the matching sends first); "
+                "choose OVL_MONITOR_EXPLICIT in code with ovl_delta_need/ovl_get_need to "
+                "overlap\n",
                 fn, ovl__g.rank, mem_why[0] ? mem_why : "fault handler not installed");
     return 1;
 }
