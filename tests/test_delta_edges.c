@@ -9,12 +9,20 @@
  *             `rep movsb` trapped once per byte there).
  *   neighbours the program's own accesses to the data around R while R is
  *             pending: a string move or store takes one trap per page, the
- *             libc string functions and a plain loop never one per byte,
- *             and every byte (R's and its neighbours') is verified.
+ *             libc string functions and loops the compiler vectorises never
+ *             one per byte, and every byte (R's and its neighbours') is
+ *             verified.
  *
  *   mpi        ovl_irecv into, ovl_isend from and ovl_get into buffers that
  *             start on R's guarded last page: MPI cannot reach that page,
  *             so ovl stages them (MPI's CMA copy failed with "Bad address").
+ *   send       the same work around a pending delta send T while the
+ *             program produces T: a send never guards its edge pages, so
+ *             none of it faults, and producing T faults once a page at
+ *             most; the receiver verifies every byte.
+ *   get        the same work around a pending ovl_get's destination D,
+ *             whose edge pages are guarded as a receive's (each rank gets
+ *             from its partner).
  *
  * Ranks are paired (r, r^1); the even one is watched, the odd one only
  * sends after the even one says so, so R is pending through each phase.
@@ -375,6 +383,145 @@ static void plain_accesses(unsigned char *nb, size_t room)
 }
 #endif
 
+/* ---- the program's own work around a pending buffer ---------------------
+ * Operations a program makes on the data that shares a pending buffer's
+ * first and last pages: libc's string functions, loops the compiler
+ * vectorises and a plain loop. Each runs on the neighbours and on a plain
+ * copy of them, and must read and leave the same; the faults it takes are
+ * counted against the most accesses it can make to those bytes. */
+
+/* Loops the compiler vectorises: GCC at any -O level (the sanitizer builds
+ * are -O1) by this attribute, and left uninstrumented, since a sanitizer's
+ * checks of each byte keep GCC from vectorising; elsewhere only what the
+ * build's -O gives, so their fault bound is asserted under GCC alone. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORISED                                             \
+    __attribute__((noinline, optimize("O3", "tree-vectorize"), \
+                   no_sanitize("address", "undefined", "thread")))
+#define VEC_SURE 1
+#else
+#define VECTORISED __attribute__((noinline))
+#define VEC_SURE   0
+#endif
+
+VECTORISED static void vec_mix(unsigned char *restrict d, const unsigned char *restrict s, size_t n,
+                               unsigned char k)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = (unsigned char)((d[i] + s[i]) ^ k);
+}
+
+VECTORISED static unsigned vec_sum(const unsigned char *p, size_t n)
+{
+    unsigned s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += p[i];
+    return s;
+}
+
+/* The most accesses to @n bytes with @per accesses a vector: x86-64 has
+ * 16-byte vectors at least (SSE2), wider ones make fewer. LIB: libc's
+ * functions add at most 8 vectors a call (overlapping head and tail,
+ * alignment); LOOP: a vectorised loop adds its scalar remainder, 15
+ * iterations at most. A byte-by-byte loop makes 16 times as many. */
+#define LIB(n, per)  ((unsigned long)(per) * ((n) / 16 + 8))
+#define LOOP(n, per) ((unsigned long)(per) * ((n) / 16 + 16))
+
+enum { NB_OPS = 6, NB_LIBC = 3 }; /* operations 0-2 are libc's, 3-5 loops */
+
+/* Operation @k on the neighbours of a pending buffer: @nlo bytes at @lo
+ * below it, @nhi at @hi above it (128 each at least). Returns a digest of
+ * what it read; *@most: the most accesses it makes to those bytes. */
+static unsigned long nb_op(int k, unsigned char *lo, size_t nlo, unsigned char *hi, size_t nhi,
+                           unsigned long *most)
+{
+    size_t m = (nlo < nhi ? nlo : nhi) - 64;
+    unsigned long r = 0;
+    const void *c;
+    switch (k) {
+    case 0: /* copies: from below to above, and below over itself */
+        memcpy(hi + 32, lo + 16, m);
+        memmove(lo + 5, lo, nlo - 5);
+        r = hi[40] + (unsigned long)lo[nlo - 1] * 256;
+        *most = LIB(m, 2) + LIB(nlo - 5, 2);
+        break;
+    case 1: /* a store and strings */
+        memset(hi, 'a' + (nhi & 7), nhi - 1);
+        hi[nhi - 1] = 0;
+        strcpy((char *)lo + 3, "the neighbours of a pending buffer");
+        r = strlen((const char *)hi) * 256 + strlen((const char *)lo + 3);
+        *most = LIB(nhi, 1) + 1 + LIB(64, 2) + LIB(nhi, 1) + LIB(64, 1);
+        break;
+    case 2: /* reads: compare, search */
+        r = (unsigned long)(memcmp(lo + 64, hi + 64, m) > 0);
+        c = memchr(lo, 0xfe, nlo);
+        r += c ? (unsigned long)((const unsigned char *)c - lo) * 2 : 0;
+        *most = LIB(m, 2) + LIB(nlo, 1);
+        break;
+    case 3: /* a vectorised loop: reads above, adds and xors below */
+        vec_mix(lo + 8, hi + 24, m, (unsigned char)(0x5a + nlo));
+        r = lo[8] + (unsigned long)lo[m + 7] * 256;
+        *most = LOOP(m, 3) + 2;
+        break;
+    case 4: /* vectorised sums of all of it */
+        r = vec_sum(lo, nlo) + (unsigned long)vec_sum(hi, nhi) * 65536;
+        *most = LOOP(nlo, 1) + LOOP(nhi, 1);
+        break;
+    default: /* a plain loop: a byte in 64, read and flipped */
+        for (size_t i = 0; i < nhi; i += 64) {
+            r = r * 31 + hi[i];
+            hi[i] ^= (unsigned char)(i / 64 + 1);
+        }
+        *most = 2 * (nhi / 64 + 1);
+        break;
+    }
+    return r;
+}
+
+struct nb_tally {
+    unsigned long steps[2], most[2]; /* [0]: libc's functions, [1]: the loops */
+    unsigned long emulated;
+};
+
+/* Operation @k on the neighbours and on their copies (ref_lo, ref_hi):
+ * the same digest; its faults into @t. */
+static void nb_work(int k, unsigned char *lo, unsigned char *ref_lo, size_t nlo, unsigned char *hi,
+                    unsigned char *ref_hi, size_t nhi, struct nb_tally *t)
+{
+    unsigned long most = 0;
+    unsigned long want = nb_op(k, ref_lo, nlo, ref_hi, nhi, &most);
+    ovl_stats_t a = stats();
+    unsigned long got = nb_op(k, lo, nlo, hi, nhi, &most);
+    ovl_stats_t b = stats();
+    CHECKF(got == want, "operation %d on the neighbours read %#lx, want %#lx", k, got, want);
+    t->steps[k >= NB_LIBC] += b.edge_steps - a.edge_steps;
+    t->most[k >= NB_LIBC] += most;
+    t->emulated += b.edge_emulated - a.edge_emulated;
+}
+
+/* Every operation once; then the faults within their bounds: libc's not
+ * under ASan and TSan, whose interceptors access byte by byte, the loops
+ * where the compiler surely vectorised them. */
+static void nb_all(const char *what, unsigned char *lo, unsigned char *ref_lo, size_t nlo,
+                   unsigned char *hi, unsigned char *ref_hi, size_t nhi, struct nb_tally *t)
+{
+    for (int k = 0; k < NB_OPS; k++)
+        nb_work(k, lo, ref_lo, nlo, hi, ref_hi, nhi, t);
+    CHECKF(memcmp(lo, ref_lo, nlo) == 0 && memcmp(hi, ref_hi, nhi) == 0,
+           "%s: the neighbours differ from their copy", what);
+    printf("test_delta_edges: rank %d %s: libc %lu faults (at most %lu), loops %lu (at most %lu), "
+           "%lu made by ovl\n",
+           th_rank, what, t->steps[0], t->most[0], t->steps[1], t->most[1], t->emulated);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    CHECKF(t->steps[0] <= t->most[0], "%s: libc's functions took %lu faults, at most %lu", what,
+           t->steps[0], t->most[0]);
+#endif
+#if VEC_SURE
+    CHECKF(t->steps[1] <= t->most[1], "%s: the loops took %lu faults, at most %lu", what,
+           t->steps[1], t->most[1]);
+#endif
+}
+
 /* Phase 2: the program works on R's neighbours while R is pending. */
 static void neighbours(void)
 {
@@ -421,9 +568,7 @@ static void neighbours(void)
     char *dup = strdup((const char *)hi);
     CHECK(dup != NULL);
     strcpy((char *)hi, "neighbour");
-    unsigned long sum = 0;
-    for (size_t i = 0; i < nlo; i++)
-        sum += lo[i];
+    unsigned long sum = vec_sum(lo, nlo); /* vectorised whatever the -O */
     b = stats();
     unsigned long long steps = b.edge_steps - a.edge_steps;
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
@@ -451,6 +596,15 @@ static void neighbours(void)
     plain_accesses(hi + 8, nhi - 8);
     memcpy(lo, ref_lo, nlo);
     memcpy(hi, ref_hi, nhi);
+#endif
+    /* libc's functions again, loops the compiler vectorised, a plain loop:
+     * a fault an access at most, every access faults (R is pending) */
+    struct nb_tally t = { 0 };
+    nb_all("receive", lo, ref_lo, nlo, hi, ref_hi, nhi, &t);
+#if defined(__x86_64__)
+    CHECKF(t.steps[0] >= NB_LIBC && t.steps[1] >= NB_OPS - NB_LIBC,
+           "%lu + %lu faults: the neighbours of pending R were not guarded", t.steps[0],
+           t.steps[1]);
 #endif
     /* R is still pending: only now may the sender start */
     token(1, 4);
@@ -570,6 +724,138 @@ static void mpi_neighbours(void)
     free(buf);
 }
 
+/* A block of @pages pages (page-aligned) holding a buffer at @off of @len
+ * bytes that shares its first and last pages with other data: *lo, *nlo
+ * the bytes below it on its first page, *hi, *nhi those above it on its
+ * last, both filled with a pattern and copied into *ref_lo, *ref_hi. */
+static unsigned char *nb_block(size_t pages, size_t off, size_t len, unsigned char **lo,
+                               size_t *nlo, unsigned char **hi, size_t *nhi, unsigned char **ref_lo,
+                               unsigned char **ref_hi)
+{
+    void *p = NULL;
+    CHECK(posix_memalign(&p, ps, pages * ps) == 0);
+    unsigned char *b = p;
+    memset(b, 0xee, pages * ps);
+    *lo = b + off / ps * ps;
+    *nlo = off % ps;
+    *hi = b + off + len;
+    *nhi = ps - (off + len) % ps;
+    if (*nlo < 128 || *nhi < 128 || (off + len) % ps == 0 || (off + len + *nhi) > pages * ps)
+        th_fail(__FILE__, __LINE__, "layout", "the buffer must share both edge pages");
+    *ref_lo = malloc(*nlo);
+    *ref_hi = malloc(*nhi);
+    CHECK(*ref_lo && *ref_hi);
+    for (size_t i = 0; i < *nlo; i++)
+        (*lo)[i] = (*ref_lo)[i] = (unsigned char)(i * 7 + 1);
+    for (size_t i = 0; i < *nhi; i++)
+        (*hi)[i] = (*ref_hi)[i] = (unsigned char)(i * 13 + 2);
+    return b;
+}
+
+/* Phase 4: a fault-monitored delta send from T, whose first and last
+ * pages hold other data, while the program produces T in order and works
+ * on that data between its pieces. A send guards only T's whole pages
+ * (write protection, opened as the program writes in); its edge pages
+ * never (their bytes leave with the piece that covers them, or at
+ * send_end), so the program's accesses around T never fault, and
+ * producing T faults once per whole page at most: the first write past
+ * the current delta. The receiver checks every byte. */
+static void send_neighbours(void)
+{
+    const size_t off = ps + 1200, tlen = 9 * ps - 300;
+    if (!even) {
+        unsigned char *in = malloc(tlen);
+        CHECK(in != NULL);
+        ovl_request_t q;
+        ovl_status_t st;
+        CHECK_OK(ovl_irecv(in, (int)tlen, MPI_BYTE, peer, 11, &q));
+        CHECK_OK(ovl_wait(&q, &st));
+        CHECKF(st.bytes == tlen, "%zu bytes arrived", st.bytes);
+        for (size_t i = 0; i < tlen; i++)
+            CHECKF(in[i] == val(i, 31), "T[%zu] arrived as %u, want %u", i, in[i], val(i, 31));
+        free(in);
+        return;
+    }
+    unsigned char *lo, *hi, *ref_lo, *ref_hi;
+    size_t nlo, nhi;
+    unsigned char *b = nb_block(12, off, tlen, &lo, &nlo, &hi, &nhi, &ref_lo, &ref_hi);
+    unsigned char *T = b + off;
+    size_t whole = (off + tlen) / ps - (off + ps - 1) / ps; /* T's whole pages */
+    struct nb_tally t = { 0 };
+    ovl_request_t q;
+    ovl_stats_t a = stats();
+    CHECK_OK(ovl_delta_send_begin(T, (int)tlen, MPI_BYTE, peer, 11, NULL, &q));
+    /* half a page of T, then an operation around it, in turn */
+    size_t chunk = ps / 2;
+    for (size_t at = 0, k = 0; at < tlen; at += chunk, k++) {
+        size_t e = at + chunk < tlen ? at + chunk : tlen;
+        for (size_t i = at; i < e; i++)
+            T[i] = val(i, 31);
+        nb_work((int)(k % NB_OPS), lo, ref_lo, nlo, hi, ref_hi, nhi, &t);
+    }
+    ovl_stats_t z = stats();
+    CHECK_OK(ovl_delta_send_end(q, NULL));
+    CHECK_OK(ovl_wait(&q, NULL));
+    unsigned long long faults = z.faults - a.faults, steps = z.edge_steps - a.edge_steps;
+    printf("test_delta_edges: rank %d send: %llu faults producing %zu whole pages, %llu around "
+           "them, %llu pieces\n",
+           th_rank, faults, whole, steps,
+           (unsigned long long)(stats().deltas_sent - a.deltas_sent));
+    CHECKF(steps == 0 && t.steps[0] + t.steps[1] == 0,
+           "the program's accesses around a delta send faulted %llu times", steps);
+    CHECKF(faults <= whole, "producing %zu whole pages took %llu faults", whole, faults);
+    CHECK(memcmp(lo, ref_lo, nlo) == 0 && memcmp(hi, ref_hi, nhi) == 0);
+    for (size_t i = 0; i < tlen; i++)
+        CHECKF(T[i] == val(i, 31), "T[%zu] changed to %u", i, T[i]);
+    free(ref_lo);
+    free(ref_hi);
+    free(b);
+}
+
+/* Phase 5: an ovl_get into D, whose first and last pages hold other data,
+ * while the program works on that data: as a receive, the get guards D's
+ * edge pages until the strips holding them are in, and ovl makes the
+ * program's accesses there (or steps them) without waiting for the get.
+ * Every rank gets from its partner's part. Without a progress thread
+ * nothing installs a strip between ovl_get and the program's next ovl
+ * call (a neighbour's fault drives nothing), so every operation faults;
+ * with one, the edges may open at any time. */
+static void get_neighbours(void)
+{
+    const size_t off = ps + 1300, dlen = 5 * ps + 500, toff = 123;
+    void *base = NULL;
+    ovl_segment_t seg;
+    CHECK_OK(ovl_segment_create(toff + dlen, &base, &seg));
+    for (size_t i = 0; i < toff + dlen; i++)
+        ((unsigned char *)base)[i] = val(i, 60 + th_rank);
+    CHECK_OK(ovl_barrier());
+    unsigned char *lo, *hi, *ref_lo, *ref_hi;
+    size_t nlo, nhi;
+    unsigned char *b = nb_block(8, off, dlen, &lo, &nlo, &hi, &nhi, &ref_lo, &ref_hi);
+    unsigned char *D = b + off;
+    ovl_config_t cfg;
+    CHECK_OK(ovl_config_get(&cfg));
+    struct nb_tally t = { 0 };
+    CHECK_OK(ovl_get(D, peer, toff, dlen, seg, NULL, NULL));
+    nb_all("get", lo, ref_lo, nlo, hi, ref_hi, nhi, &t);
+#if defined(__x86_64__)
+    if (cfg.progress.mode == OVL_PROGRESS_INLINE)
+        CHECKF(t.steps[0] >= NB_LIBC && t.steps[1] >= NB_OPS - NB_LIBC,
+               "%lu + %lu faults: the neighbours of a pending get were not guarded", t.steps[0],
+               t.steps[1]);
+#endif
+    for (size_t i = 0; i < dlen; i++) /* waits for each strip */
+        CHECKF(D[i] == val(toff + i, 60 + peer), "D[%zu] = %u, want %u", i, D[i],
+               val(toff + i, 60 + peer));
+    CHECK_OK(ovl_fence(seg));
+    CHECK(memcmp(lo, ref_lo, nlo) == 0 && memcmp(hi, ref_hi, nhi) == 0);
+    CHECK_OK(ovl_barrier());
+    CHECK_OK(ovl_segment_free(&seg));
+    free(ref_lo);
+    free(ref_hi);
+    free(b);
+}
+
 /* `local` (OVL_RMA_LOCAL=direct, the default): the peer shares this node,
  * so a fault-monitored delta send is a plain transfer: nothing watched, no
  * fault, the largest pieces (256 KiB) at send_end, in order, which the
@@ -655,6 +941,8 @@ int main(int argc, char **argv)
         rip_relative();
 #endif
         mpi_neighbours();
+        send_neighbours();
+        get_neighbours();
     }
     free(blk);
     return th_finish();
