@@ -14,11 +14,13 @@
  *               set so that computation is --ratio times communication:
  *               plain MPI (blocking, non-blocking), the plan, and the best
  *               protocol x strip size of a sweep run beforehand (oracle).
- *   reduce      y = A(block) * x, communication-bound: plan vs plain MPI.
+ *   reduce      y = A(block) * x, communication-bound: plain MPI, the plan
+ *               and the oracle, as gemm-panel's.
  *   stencil     rows i, i+1, i+2 summed: three references the planner
  *               combines (the memory distance) vs three it cannot.
  *   halo3d      the three faces of an N^3 array (contiguous, strided runs,
- *               strided scalars), each its own plan, every protocol.
+ *               strided scalars), each its own plan: every protocol at the
+ *               planner's strip size, plain MPI, and the oracle.
  *   transpose   every rank reads a column block of every other rank's
  *               matrix and transposes it as strips arrive: plain MPI, the
  *               plan (steady, and its first execution), the oracle.
@@ -96,15 +98,21 @@ static const char HELP[] =
     "              three arrays (not mergeable: three references); base = one\n"
     "              MPI_Get of the block, then the sums\n"
     "  reduce      y = block * x on the same block (little computation per byte):\n"
-    "              base, hand, plan; plan/base (target <= 1.02).\n"
+    "              base, hand, plan and oracle as gemm-panel's (the sweep over S = R,\n"
+    "              R/2, ..., R/64 run once, its medians printed); plan/base (target\n"
+    "              <= 1.02), plan/hand, plan/oracle.\n"
     "  halo3d      rank 1 holds N^3 doubles [z][y][x]; the faces z=1 (contiguous),\n"
     "              y=1 (N runs of N doubles) and x=1 (N*N single doubles) are read\n"
     "              apart, each a 2-deep plan (outer loop: the face's slowest\n"
-    "              dimension): every forced protocol ('n/a' when the commit refuses\n"
-    "              it), auto, and base (MPI_Get of a subarray type + flush). Each\n"
-    "              strip's rows are summed W times, W chosen per --ratio as M is.\n"
-    "              Per face: the best fixed protocol, the pick, pick/best, auto/best,\n"
-    "              auto/base.\n"
+    "              dimension): every forced protocol at the planner's S ('n/a' when\n"
+    "              the commit refuses it), auto, base (MPI_Get of a subarray type +\n"
+    "              flush, then the sums), hand (MPI_Rget of the subarray type,\n"
+    "              MPI_Wait, then the sums) and oracle (the best protocol x S of a\n"
+    "              sweep run first, per face and ratio, over S = N, N/2, ..., N/64;\n"
+    "              the sweep's medians are printed). Each strip's rows are summed W\n"
+    "              times, W chosen per --ratio as M is. Per face: the best fixed\n"
+    "              protocol at the planner's S, the pick, pick/best, auto/best,\n"
+    "              auto/base, auto/hand, auto/orac and the oracle's choice.\n"
     "  transpose   every rank holds an N x N matrix and reads from every other rank\n"
     "              the column block [me*N/P, (me+1)*N/P), all rows, transposing it\n"
     "              into its own buffer: base (MPI_Get + flush of each block with a\n"
@@ -146,8 +154,8 @@ static const char HELP[] =
     "                    OVL_PARAM_FIELD_LEVEL 1 (strips may be cut from the rows of a\n"
     "                    plane); plan0, the same nest without it (strips of whole\n"
     "                    planes), is timed beside it (default 1: the nest of 2)\n"
-    "  --sweep-reps N    gemm-panel, transpose: runs per configuration of the oracle's\n"
-    "                    sweep (default 3)\n"
+    "  --sweep-reps N    gemm-panel, reduce, halo3d, transpose: runs per configuration\n"
+    "                    of the oracle's sweep (default 3)\n"
     "  --n N             halo3d: array edge (default 64); transpose: matrix order, a\n"
     "                    multiple of the ranks (default: about 1 MiB read per rank)\n"
     "  --iters N         overhead: repetitions per figure (default 2000)\n"
@@ -468,7 +476,7 @@ static double median_of(double *v, int n)
     return bench_stat_of(v, n).med;
 }
 
-/* ---- the oracle's sweep (gemm-panel, transpose) ------------------------------------------- */
+/* ---- the oracle's sweep (gemm-panel, reduce, halo3d, transpose) --------------------------- */
 
 enum { SWEEP_MAX = (OVL_PLAN_PROTOCOLS - 1) * 16 };
 
@@ -513,6 +521,26 @@ static void sweep_rank(struct sweep *w)
         if (w->on[i] && (w->best < 0 || w->med[i] < w->med[w->best]))
             w->best = i;
     }
+}
+
+/* The sweep of a kernel that rank 0 runs alone: every configuration of @d
+ * committed on rank 0, then warmed (its result checked) and timed through
+ * @fn (variant i: configuration i). Rank 0 returns the oracle, the other
+ * ranks OVL_PLAN_NULL. The caller drops the plans (sweep_drop_plans). */
+static ovl_plan_t sweep_oracle(struct sweep *w, const struct pdesc *d, long gap_us, variant_fn fn,
+                               void *ctx, int *check)
+{
+    if (bench_rank == 0)
+        sweep_plans(w, d);
+    MPI_Bcast(w->on, w->n, MPI_INT, 0, MPI_COMM_WORLD);
+    warm_variants(w->n, w->on, gap_us, 0, fn, ctx, check);
+    time_variants(w->n, w->on, w->reps, gap_us, 0, fn, ctx, w->t);
+    if (bench_rank != 0)
+        return OVL_PLAN_NULL;
+    sweep_rank(w);
+    if (w->best < 0)
+        bench_fail("the oracle's sweep: the commit refused every configuration");
+    return w->p[w->best];
 }
 
 static void sweep_print(const struct sweep *w)
@@ -1020,26 +1048,43 @@ static int bench_plan_panel(const struct opt *o, int reduce)
         for (int k = 0; k < g.K; k++)
             g.x[k] = 1.0 / (k + 1);
         matvec_rows(g.aref, g.x, g.yref, g.K, 0, g.R);
-        int on[G_NV] = { 1, 1, 1, 0, 0 };
+        /* the oracle's sweep, as gemm-panel's: S = R, R/2, ..., down to R/64 */
+        sweep_open(&g.sw, g.R, g.R / 64, o->sweep_reps);
+        g.oracle = sweep_oracle(&g.sw, &g.d, o->gap_us, panel_sweep_run, &g, &g.check);
+        int on[G_NV] = { 1, 1, 1, 1, 0, 0 };
         warm_variants(G_NV, on, o->gap_us, 0, panel_run, &g, &g.check);
         time_variants(G_NV, on, o->reps, o->gap_us, 0, panel_run, &g, t);
         if (bench_rank == 0) {
-            ovl_plan_info_t in = plan_info(plan_keyed(g.key, &g.d));
-            struct bench_stat st[3];
-            for (int v = 0; v < 3; v++)
+            ovl_plan_info_t in = plan_info(plan_keyed(g.key, &g.d)), oin = plan_info(g.oracle);
+            struct bench_stat st[4];
+            for (int v = 0; v < 4; v++)
                 st[v] = bench_stat_of(&t[v * o->reps], o->reps);
-            char ch[48];
-            printf("%10s %10s %10s %10s %10s  %-16s %s\n", "base", "hand", "plan", "plan/base",
-                   "plan/hand", "plan's choice", "predicted");
-            printf("%10.1f %10.1f %10.1f %10.3f %10.3f  %-16s %.1f\n", st[0].med * 1e6,
-                   st[1].med * 1e6, st[2].med * 1e6, st[2].med / st[0].med, st[2].med / st[1].med,
-                   fmt_choice(&in, ch, sizeof ch), in.predicted_us[in.protocol]);
-            printf("plan/base %.3f  [target <= 1.02: %s]\n", st[2].med / st[0].med,
-                   st[2].med / st[0].med <= 1.02 ? "met" : "missed");
-            for (int v = 0; v < 3; v++)
-                csv_row(f, "reduce", "block", gname[v], o->reps, &st[v], v == G_PLAN ? &in : NULL,
-                        v == G_PLAN ? in.predicted_us[in.protocol] : -1, "");
+            const double pb = st[G_PLAN].med / st[G_BASE].med,
+                         po = st[G_PLAN].med / st[G_ORACLE].med;
+            char ch[48], c2[48];
+            printf("%10s %10s %10s %10s %10s %10s %10s  %-16s %-10s %s\n", "base", "hand", "plan",
+                   "oracle", "plan/base", "plan/hand", "plan/orac", "plan's choice", "predicted",
+                   "oracle");
+            printf("%10.1f %10.1f %10.1f %10.1f %10.3f %10.3f %10.3f  %-16s %-10.1f %s\n",
+                   st[0].med * 1e6, st[1].med * 1e6, st[2].med * 1e6, st[3].med * 1e6, pb,
+                   st[2].med / st[1].med, po, fmt_choice(&in, ch, sizeof ch),
+                   in.predicted_us[in.protocol], fmt_choice(&oin, c2, sizeof c2));
+            printf("plan/base %.3f  [target <= 1.02: %s]; plan/oracle %.3f\n", pb,
+                   pb <= 1.02 ? "met" : "missed", po);
+            sweep_print(&g.sw);
+            for (int v = 0; v < 4; v++)
+                csv_row(f, "reduce", "block", gname[v], o->reps, &st[v],
+                        v == G_PLAN     ? &in
+                        : v == G_ORACLE ? &oin
+                                        : NULL,
+                        v == G_PLAN     ? in.predicted_us[in.protocol]
+                        : v == G_ORACLE ? oin.predicted_us[oin.protocol]
+                                        : -1,
+                        "");
+            sweep_csv(f, "reduce", "block", &g.sw, "");
         }
+        sweep_drop_plans(&g.sw);
+        g.oracle = OVL_PLAN_NULL;
     } else {
         /* the oracle's sweep: S = R, R/2, ..., down to R/64 (at least 1) */
         sweep_open(&g.sw, g.R / g.planes, g.R / 64, o->sweep_reps);
@@ -1059,15 +1104,7 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                 meas = panel_choose_m(&g, ratio, tc);
             }
             /* the sweep */
-            if (bench_rank == 0)
-                sweep_plans(&g.sw, &g.d);
-            MPI_Bcast(g.sw.on, g.sw.n, MPI_INT, 0, MPI_COMM_WORLD);
-            warm_variants(g.sw.n, g.sw.on, o->gap_us, 0, panel_sweep_run, &g, &g.check);
-            time_variants(g.sw.n, g.sw.on, g.sw.reps, o->gap_us, 0, panel_sweep_run, &g, g.sw.t);
-            if (bench_rank == 0) {
-                sweep_rank(&g.sw);
-                g.oracle = g.sw.p[g.sw.best];
-            }
+            g.oracle = sweep_oracle(&g.sw, &g.d, o->gap_us, panel_sweep_run, &g, &g.check);
             /* the timed variants */
             int on[G_NV] = { 1, 1, 1, 1, 0, g.planes > 1 };
             warm_variants(G_NV, on, o->gap_us, 0, panel_run, &g, &g.check);
@@ -1115,8 +1152,8 @@ static int bench_plan_panel(const struct opt *o, int reduce)
                 g.oracle = OVL_PLAN_NULL;
             }
         }
-        sweep_close(&g.sw);
     }
+    sweep_close(&g.sw);
     if (bench_rank == 0) {
         ovl_plan_t p = plan_keyed(g.key, &g.d);
         free_plan(&p);
@@ -1323,10 +1360,10 @@ static int bench_plan_stencil(const struct opt *o, int fields)
 
 /* ---- halo3d ------------------------------------------------------------------------------- */
 
-enum { H_DT, H_RUNS, H_BBOX, H_PACK, H_AUTO, H_BASE, H_XFER, H_NV };
-static const char *const hname[H_NV] = {
-    "datatype", "runs", "bbox", "pack", "auto", "base", "xfer"
-};
+/* halo_run's variants; H_NV + i is the oracle's sweep configuration i */
+enum { H_DT, H_RUNS, H_BBOX, H_PACK, H_AUTO, H_BASE, H_HAND, H_ORACLE, H_XFER, H_NV };
+static const char *const hname[H_NV] = { "datatype", "runs", "bbox",   "pack", "auto",
+                                         "base",     "hand", "oracle", "xfer" };
 static const char *const face_name[3] = { "z", "y", "x" };
 
 struct halo {
@@ -1334,6 +1371,8 @@ struct halo {
     struct mem m;
     MPI_Datatype sub;
     ovl_plan_t p[H_AUTO + 1];
+    ovl_plan_t oracle;
+    struct sweep sw;
     double *buf, *fref; /* the face as read, as it should be (N x N) */
     double *res, *rref; /* per row: the sum */
     int check;
@@ -1367,21 +1406,41 @@ static double halo_run(void *ctx, int v)
 {
     struct halo *h = ctx;
     const size_t fb = (size_t)h->N * (size_t)h->N * sizeof(double);
-    if (h->check)
+    if (h->check) { /* NaNs: a row summed before it arrived, or not at all, cannot match */
         memset(h->buf, 0xff, fb);
+        memset(h->res, 0xff, (size_t)h->N * sizeof(double));
+    }
+    MPI_Request rq = MPI_REQUEST_NULL;
     double t0 = bench_now();
     if (v == H_BASE || v == H_XFER) {
         BENCH_MPI(MPI_Get(h->buf, h->N * h->N, MPI_DOUBLE, 1, 0, 1, h->sub, h->m.win));
         BENCH_MPI(MPI_Win_flush(1, h->m.win));
         if (v == H_BASE)
             halo_strip(h, 0, h->N);
+    } else if (v == H_HAND) {
+        BENCH_MPI(MPI_Rget(h->buf, h->N * h->N, MPI_DOUBLE, 1, 0, 1, h->sub, h->m.win, &rq));
+        BENCH_MPI(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+        /* MPICH CH4/UCX: a non-contiguous MPI_Rget's bytes land at a flush
+         * (pmodels/mpich#7896), so a program on it must flush */
+        BENCH_MPI(MPI_Win_flush_local(1, h->m.win));
+        halo_strip(h, 0, h->N);
+    } else if (v == H_ORACLE) {
+        plan_exec(h->oracle, halo_strip, h);
+    } else if (v >= H_NV) {
+        plan_exec(h->sw.p[v - H_NV], halo_strip, h);
     } else {
         plan_exec(h->p[v], halo_strip, h);
     }
     double t = bench_now() - t0;
     if (h->check && v != H_XFER && memcmp(h->res, h->rref, (size_t)h->N * sizeof(double)))
-        bench_fail("halo3d, %s: the sums differ from the local reference", hname[v]);
+        bench_fail("halo3d, %s: the sums differ from the local reference",
+                   v < H_NV ? hname[v] : "a sweep configuration");
     return t;
+}
+
+static double halo_sweep_run(void *ctx, int i)
+{
+    return halo_run(ctx, H_NV + i);
 }
 
 /* Seconds to sum the reference face's rows @w times (median of 3, rank 0). */
@@ -1446,6 +1505,8 @@ static int bench_plan_halo3d(const struct opt *o)
                "%ld us, progress %s, %d hosts; medians in us, W = passes of the sum per row\n",
                N, idx, (size_t)N * N * 8, o->reps, o->gap_us,
                eff.progress.mode == OVL_PROGRESS_THREAD ? "thread" : "inline", hosts);
+    /* the oracle's sweep, per face and ratio: S = N, N/2, ..., down to N/64 */
+    sweep_open(&h.sw, N, N / 64, o->sweep_reps);
     for (int face = 0; face < 3; face++) {
         /* the face: rows along its slowest remaining dimension, N elements each */
         struct pdesc d = { .seg = h.m.seg, .ndepth = 2, .trips = { N, N }, .nrefs = 1 };
@@ -1469,7 +1530,7 @@ static int bench_plan_halo3d(const struct opt *o)
                                             : face == 1 ? h_val(i, idx, j)
                                                         : h_val(i, j, idx);
         int on[H_NV] = { 0 };
-        on[H_BASE] = 1;
+        on[H_BASE] = on[H_HAND] = on[H_ORACLE] = 1;
         char why[H_AUTO + 1][160];
         ovl_plan_info_t in[H_AUTO + 1];
         memset(in, 0, sizeof in);
@@ -1496,9 +1557,11 @@ static int bench_plan_halo3d(const struct opt *o)
             for (int v = 0; v < H_AUTO; v++)
                 if (!on[v])
                     printf("  %s n/a: %s\n", hname[v], why[v]);
-            printf("  %-6s %6s %8s %9s %9s %9s %9s %9s %9s  %-8s %-8s %9s %9s %9s\n", "ratio", "W",
-                   "measured", "datatype", "runs", "bbox", "pack", "auto", "base", "best", "pick",
-                   "pick/best", "auto/best", "auto/base");
+            printf("  %-6s %6s %8s %9s %9s %9s %9s %9s %9s %9s %9s  %-8s %-8s %9s %9s %9s %9s "
+                   "%9s  %s\n",
+                   "ratio", "W", "measured", "datatype", "runs", "bbox", "pack", "auto", "base",
+                   "hand", "oracle", "best", "pick", "pick/best", "auto/best", "auto/base",
+                   "auto/hand", "auto/orac", "oracle");
         }
         for (int ri = 0; ri < o->nratio; ri++) {
             const double ratio = o->ratio[ri];
@@ -1511,41 +1574,53 @@ static int bench_plan_halo3d(const struct opt *o)
                 tc = median_of(&t[H_XFER * 5], 5);
                 meas = halo_choose_w(&h, ratio, tc);
             }
+            h.oracle = sweep_oracle(&h.sw, &d, o->gap_us, halo_sweep_run, &h, &h.check);
             warm_variants(H_NV, on, o->gap_us, 0, halo_run, &h, &h.check);
             time_variants(H_NV, on, o->reps, o->gap_us, 0, halo_run, &h, t);
             if (bench_rank != 0)
                 continue;
-            struct bench_stat st[H_BASE + 1];
+            struct bench_stat st[H_ORACLE + 1];
             int best = -1;
-            for (int v = 0; v <= H_BASE; v++) {
+            for (int v = 0; v <= H_ORACLE; v++) {
                 st[v] = on[v] ? bench_stat_of(&t[v * o->reps], o->reps) : (struct bench_stat){ 0 };
                 if (v < H_AUTO && on[v] && (best < 0 || st[v].med < st[best].med))
                     best = v;
             }
             const int pick = (int)in[H_AUTO].protocol - 1;
-            char u[H_BASE + 1][32], cas[64], note[96];
-            for (int v = 0; v <= H_BASE; v++)
+            const ovl_plan_info_t oin = plan_info(h.oracle);
+            char u[H_ORACLE + 1][32], cas[64], note[96], oc[48];
+            for (int v = 0; v <= H_ORACLE; v++)
                 fmt_us(st[v].med, on[v], u[v], sizeof u[v]);
-            printf("  %-6g %6d %8.2f %9s %9s %9s %9s %9s %9s  %-8s %-8s %9.3f %9.3f %9.3f\n", ratio,
-                   h.w, meas, u[0], u[1], u[2], u[3], u[4], u[5], hname[best], hname[pick],
-                   st[pick].med / st[best].med, st[H_AUTO].med / st[best].med,
-                   st[H_AUTO].med / st[H_BASE].med);
+            printf("  %-6g %6d %8.2f %9s %9s %9s %9s %9s %9s %9s %9s  %-8s %-8s %9.3f %9.3f %9.3f "
+                   "%9.3f %9.3f  %s\n",
+                   ratio, h.w, meas, u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], hname[best],
+                   hname[pick], st[pick].med / st[best].med, st[H_AUTO].med / st[best].med,
+                   st[H_AUTO].med / st[H_BASE].med, st[H_AUTO].med / st[H_HAND].med,
+                   st[H_AUTO].med / st[H_ORACLE].med, fmt_choice(&oin, oc, sizeof oc));
+            sweep_print(&h.sw);
             snprintf(cas, sizeof cas, "face=%s;ratio=%g", face_name[face], ratio);
             snprintf(note, sizeof note, "W=%d;measured_ratio=%.3f;comm_us=%.1f", h.w, meas,
                      tc * 1e6);
-            for (int v = 0; v <= H_BASE; v++)
+            for (int v = 0; v <= H_ORACLE; v++)
                 if (on[v])
                     csv_row(f, "halo3d", cas, hname[v], o->reps, &st[v],
-                            v <= H_AUTO ? &in[v] : NULL,
-                            v < H_AUTO    ? in[H_AUTO].predicted_us[v + 1]
-                            : v == H_AUTO ? in[H_AUTO].predicted_us[in[H_AUTO].protocol]
-                                          : -1,
+                            v <= H_AUTO     ? &in[v]
+                            : v == H_ORACLE ? &oin
+                                            : NULL,
+                            v < H_AUTO      ? in[H_AUTO].predicted_us[v + 1]
+                            : v == H_AUTO   ? in[H_AUTO].predicted_us[in[H_AUTO].protocol]
+                            : v == H_ORACLE ? oin.predicted_us[oin.protocol]
+                                            : -1,
                             note);
+            sweep_csv(f, "halo3d", cas, &h.sw, note);
+            sweep_drop_plans(&h.sw);
+            h.oracle = OVL_PLAN_NULL;
         }
         for (int v = 0; v <= H_AUTO; v++)
             free_plan(&h.p[v]);
         BENCH_MPI(MPI_Type_free(&h.sub));
     }
+    sweep_close(&h.sw);
     bench_csv_close(f, o->csv);
     free(t);
     free(h.buf);
