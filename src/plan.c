@@ -726,6 +726,16 @@ static int type_of(const ovl_lmad_t *l, int64_t lo, MPI_Datatype *t)
     return ovl_lmad_to_datatype(&z, t);
 }
 
+/* Whether @l's bytes, in its point order, are one run walked upwards: a
+ * packed message lands on them in place. One run after coalescing is not
+ * enough (the points may be permuted or walked downwards). */
+static int in_order(const ovl_lmad_t *l)
+{
+    ovl_lmad_t f = *l;
+    ovl__lmad_fold(&f);
+    return f.ndims == 0;
+}
+
 static int fits_int(const ovl_lmad_t *l)
 {
     if (l->elem > INT_MAX)
@@ -1662,9 +1672,10 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
         h.tag = ovl__am_data_tag();
         /* Bytes, never the local datatype: a late strip's receive is
          * cancelled (slot_wait()), and MPICH 4.0 leaks a cancelled receive
-         * of a derived datatype. A local layout of one run takes them in
-         * place; a scattered one through the slot's staging (unpack()). */
-        o->stage = sh->lr.n == 1 ? NULL : stage;
+         * of a derived datatype. A local layout of one run in point order
+         * takes them in place; any other through the slot's staging
+         * (unpack()). */
+        o->stage = in_order(&sh->l) ? NULL : stage;
         int mrc = MPI_Irecv(o->stage ? o->stage : r->base + sh->lr.lo + ls, (int)B, MPI_BYTE,
                             r->rank, h.tag, ovl__g.comm_am_bulk, &o->op.mreq);
         if (mrc != MPI_SUCCESS)
@@ -2066,7 +2077,7 @@ int ovl_plan_begin(ovl_plan_t plan)
                 ok = (sl->stage[j] = malloc((size_t)p->d.refs[j].sh[0].rr.extent + 1)) != NULL;
             for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_PACK; j++) {
                 const struct ref *r = &p->d.refs[j];
-                if (!r->write && (r->sh[0].lr.n > 1 || r->sh[1].lr.n > 1))
+                if (!r->write && (!in_order(&r->sh[0].l) || !in_order(&r->sh[1].l)))
                     ok = (sl->stage[j] = malloc((size_t)(r->sh[0].rr.n * r->sh[0].rr.size) + 1)) !=
                          NULL;
             }
@@ -2674,7 +2685,7 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
     int contiguous = 1;
     for (int j = 0; j < d->nrefs; j++)
         for (int k = 0; k < 2; k++)
-            contiguous &= d->refs[j].sh[k].rr.n == 1 && d->refs[j].sh[k].lr.n == 1;
+            contiguous &= in_order(&d->refs[j].sh[k].r) && in_order(&d->refs[j].sh[k].l);
     if (contiguous)
         fprintf(out,
                 "  contiguous: each strip of each reference is one run on both sides, which runs "

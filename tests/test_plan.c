@@ -23,6 +23,8 @@
  *    elements of 1-8 bytes) read into padded local arrays, with a random
  *    subarray written half the time, under a random protocol, strip size
  *    and lookahead, every byte checked at both ends;
+ *  - a local strip of one run whose points are out of order, read under
+ *    every protocol;
  *  - ovl_plan_read_subarray declares the nest and reads a subarray (C and
  *    Fortran order); ovl_plan_run calls back per strip, in order, each
  *    strip in place; a callback that stops gives OVL_ERR_CANCELLED and the
@@ -817,6 +819,37 @@ static void strided(ovl_segment_t seg, uint8_t *base)
                                    .strip = 1,
                                    .protocol = (ovl_plan_protocol_t)q }));
             run(p, &r, 1, 4, "OVL_PLAN_READ_3D");
+            CHECK_OK(ovl_plan_free(&p));
+        }
+        ref_free(&r);
+    }
+    /* a local strip of one run whose points are not in order (walked
+     * downwards; interleaved): each byte lands where its point is under
+     * every protocol, PACK's packed message too (staged, not in place) */
+    for (int perm = 0; perm < 2; perm++) {
+        const ovl_lmad_t rem = {
+            .base = RANGE_OFF, .elem = 1, .ndims = 2, .dim = { { 1, 8, -1 }, { 8, 6, 0 } }
+        };
+        const ovl_lmad_t down = {
+            .base = 7, .elem = 1, .ndims = 2, .dim = { { -1, 8, -1 }, { 8, 6, 0 } }
+        };
+        const ovl_lmad_t inter = {
+            .base = 0, .elem = 1, .ndims = 3, .dim = { { 2, 4, -1 }, { 1, 2, -1 }, { 8, 6, 0 } }
+        };
+        ref_t r;
+        ref_make(&r, next, &rem, perm ? &inter : &down, 48);
+        for (int q = 1; q < OVL_PLAN_PROTOCOLS; q++) {
+            ovl_plan_t p = OVL_PLAN_NULL;
+            CHECK_OK(ovl_plan_create(NULL, &p, NULL));
+            describe(p, seg, &r, 1, (const int64_t[]){ 6 }, 1);
+            CHECK_OK(ovl_plan_commit(
+                p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
+                                   .strip = 2,
+                                   .protocol = (ovl_plan_protocol_t)q }));
+            char what[64];
+            snprintf(what, sizeof what, "one local run out of order (%s), %s",
+                     perm ? "interleaved" : "downwards", pname[q]);
+            run(p, &r, 1, 6, what);
             CHECK_OK(ovl_plan_free(&p));
         }
         ref_free(&r);
