@@ -2030,7 +2030,10 @@ int ovl_plan_begin(ovl_plan_t plan)
     static const char *fn = "ovl_plan_begin";
     int rc;
     struct plan *p = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+    /* refused before anything changes: a plan begun there could be neither
+     * stepped nor ended (ovl_plan_next and ovl_plan_end block) */
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)) ||
+        (rc = lookup(fn, plan, &p)))
         return rc;
     if (p->state == ST_NEW)
         return ovl__error(OVL_ERR_ARG, fn, "plan not committed (ovl_plan_commit first)");
@@ -2556,7 +2559,8 @@ int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn cb, void *arg)
     static const char *fn = "ovl_plan_run";
     int rc;
     struct plan *p = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)) ||
+        (rc = lookup(fn, plan, &p)))
         return rc;
     if (!cb)
         return ovl__error(OVL_ERR_ARG, fn, "the strip callback is NULL");

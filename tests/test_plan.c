@@ -47,7 +47,9 @@
  *  - error paths: NULL pointers, bad depths and trips, references outside
  *    the segment or that do not pair, calls out of order, bad params, a
  *    plan freed while executing, a freed plan used, ovl_plan_next and
- *    ovl_plan_end inside a continuation (OVL_ERR_IN_CALLBACK).
+ *    ovl_plan_end inside a continuation (OVL_ERR_IN_CALLBACK), and
+ *    ovl_plan_run and ovl_plan_begin there (OVL_ERR_IN_CALLBACK, the plan
+ *    not begun: it runs from outside afterwards).
  */
 #include "harness.h"
 
@@ -1014,6 +1016,45 @@ static void blocking_in_cb(const ovl_status_t *st, void *arg)
     atomic_store(&c->ran, 1);
 }
 
+/* A continuation that starts a plan: ovl_plan_run, then ovl_plan_begin. */
+struct start_in_cb {
+    ovl_plan_t p;
+    atomic_int run_rc, begin_rc, strips, ran;
+    char detail[256]; /* ovl_plan_begin's (the detail is per thread) */
+};
+
+static int count_strip(int64_t first, int64_t iters, void *arg)
+{
+    (void)first;
+    (void)iters;
+    atomic_fetch_add(&((struct start_in_cb *)arg)->strips, 1);
+    return 0;
+}
+
+static void start_in_cb(const ovl_status_t *st, void *arg)
+{
+    (void)st;
+    struct start_in_cb *c = arg;
+    atomic_store(&c->run_rc, ovl_plan_run(c->p, count_strip, c));
+    atomic_store(&c->begin_rc, ovl_plan_begin(c->p));
+    snprintf(c->detail, sizeof c->detail, "%s", ovl_error_detail());
+    atomic_store(&c->ran, 1);
+}
+
+/* Run @fn(@arg) as the continuation of a message to this rank. */
+static void in_continuation(void (*fn)(const ovl_status_t *, void *), void *arg, atomic_int *ran)
+{
+    int v = 7, w = 0;
+    ovl_request_t rr = OVL_REQUEST_NULL, sr = OVL_REQUEST_NULL;
+    CHECK_OK(ovl_irecv(&w, 1, MPI_INT, th_rank, 91, &rr));
+    CHECK_OK(ovl_continue(rr, fn, arg));
+    CHECK_OK(ovl_isend(&v, 1, MPI_INT, th_rank, 91, &sr));
+    ovl_status_t st;
+    CHECK_OK(ovl_wait(&sr, &st));
+    CHECK_OK(ovl_wait(&rr, &st));
+    TH_WAIT_UNTIL(atomic_load(ran), 10, th_progress());
+}
+
 static void errors(ovl_segment_t seg)
 {
     const int next = (th_rank + 1) % th_size;
@@ -1105,15 +1146,7 @@ static void errors(ovl_segment_t seg)
     /* blocking plan calls inside a continuation */
     {
         struct in_cb c = { .p = p };
-        int v = 7, w = 0;
-        ovl_request_t rr = OVL_REQUEST_NULL, sr = OVL_REQUEST_NULL;
-        CHECK_OK(ovl_irecv(&w, 1, MPI_INT, th_rank, 91, &rr));
-        CHECK_OK(ovl_continue(rr, blocking_in_cb, &c));
-        CHECK_OK(ovl_isend(&v, 1, MPI_INT, th_rank, 91, &sr));
-        ovl_status_t st;
-        CHECK_OK(ovl_wait(&sr, &st));
-        CHECK_OK(ovl_wait(&rr, &st));
-        TH_WAIT_UNTIL(atomic_load(&c.ran), 10, th_progress());
+        in_continuation(blocking_in_cb, &c, &c.ran);
         EXPECT_ERR(atomic_load(&c.next_rc), OVL_ERR_IN_CALLBACK);
         EXPECT_ERR(atomic_load(&c.end_rc), OVL_ERR_IN_CALLBACK);
     }
@@ -1121,6 +1154,30 @@ static void errors(ovl_segment_t seg)
     CHECK_OK(ovl_plan_next(p, &i0, &n)); /* one strip, then end early */
     CHECK(i0 == 0 && n > 0);
     CHECK_OK(ovl_plan_end(p));
+    /* a plan started inside a continuation (ovl_plan_run, ovl_plan_begin):
+     * refused before anything changes; then begun from outside it runs,
+     * every byte right, and is freed */
+    {
+        ref_t r;
+        ref_make(&r, next, &rem, &loc, sizeof buf);
+        free(r.buf);
+        r.buf = buf; /* the plan's */
+        struct start_in_cb c = { .p = p };
+        ovl_plan_info_t before, after;
+        CHECK_OK(ovl_plan_query(p, &before));
+        in_continuation(start_in_cb, &c, &c.ran);
+        EXPECT_ERR(atomic_load(&c.run_rc), OVL_ERR_IN_CALLBACK);
+        EXPECT_ERR(atomic_load(&c.begin_rc), OVL_ERR_IN_CALLBACK);
+        CHECKF(strstr(c.detail, "ovl_plan_begin") && strstr(c.detail, "continuation"), "%s",
+               c.detail);
+        CHECK(atomic_load(&c.strips) == 0);
+        CHECK_OK(ovl_plan_query(p, &after));
+        CHECKF(after.runs == before.runs, "executions begun: %lu, then %lu", before.runs,
+               after.runs);
+        (void)run(p, &r, 1, 64, "begun outside, after a continuation's refusals");
+        r.buf = NULL;
+        ref_free(&r);
+    }
     ovl_plan_t dead = p;
     CHECK_OK(ovl_plan_free(&p));
     EXPECT_ERR(ovl_plan_begin(dead), OVL_ERR_ARG);
