@@ -1898,10 +1898,15 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
 OVL_NODISCARD int ovl_plan_commit(ovl_plan_t plan, const ovl_param_t *param);
 
 /**
- * Start an execution: issue the first strips (1 + lookahead).
+ * Start an execution: issue the first strips (1 + lookahead). Not from a
+ * continuation, marshal function or active-message handler: there the
+ * plan could be neither stepped nor ended (ovl_plan_next() and
+ * ovl_plan_end() block).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (unknown plan, not
  *         committed, described again and not committed, already begun, a
- *         segment freed), OVL_ERR_NOMEM, OVL_ERR_MPI
+ *         segment freed), OVL_ERR_IN_CALLBACK (called from one of those:
+ *         nothing done, the plan as it was), OVL_ERR_NOMEM,
+ *         OVL_ERR_MPI
  */
 OVL_NODISCARD int ovl_plan_begin(ovl_plan_t plan);
 
@@ -1949,10 +1954,13 @@ typedef int (*ovl_plan_strip_fn)(int64_t first, int64_t iters, void *arg);
  * thread (not inside the progress engine: @p fn may call any ovl function
  * but this plan's), then ovl_plan_end(). A non-zero return of @p fn stops
  * the execution (the strips after it are retired, not handed out).
+ * Not from a continuation, marshal function or active-message handler (it
+ * blocks).
  * @return OVL_SUCCESS, OVL_ERR_CANCELLED (@p fn returned non-zero: the
  *         execution was ended, the plan is ready for another), OVL_ERR_ARG
- *         (NULL @p fn), or what ovl_plan_begin(), ovl_plan_next() and
- *         ovl_plan_end() return (OVL_ERR_IN_CALLBACK among them)
+ *         (NULL @p fn), OVL_ERR_IN_CALLBACK (called from one of those:
+ *         nothing done, the plan not begun), or what ovl_plan_begin(),
+ *         ovl_plan_next() and ovl_plan_end() return
  */
 OVL_NODISCARD int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn fn, void *arg);
 

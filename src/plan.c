@@ -741,6 +741,16 @@ static int type_of(const ovl_lmad_t *l, int64_t lo, MPI_Datatype *t)
     return ovl_lmad_to_datatype(&z, t);
 }
 
+/* Whether @l's bytes, in its point order, are one run walked upwards: a
+ * packed message lands on them in place. One run after coalescing is not
+ * enough (the points may be permuted or walked downwards). */
+static int in_order(const ovl_lmad_t *l)
+{
+    ovl_lmad_t f = *l;
+    ovl__lmad_fold(&f);
+    return f.ndims == 0;
+}
+
 static int fits_int(const ovl_lmad_t *l)
 {
     if (l->elem > INT_MAX)
@@ -1677,9 +1687,10 @@ static int pack_issue(const char *fn, struct ref *r, const struct shape *sh, int
         h.tag = ovl__am_data_tag();
         /* Bytes, never the local datatype: a late strip's receive is
          * cancelled (slot_wait()), and MPICH 4.0 leaks a cancelled receive
-         * of a derived datatype. A local layout of one run takes them in
-         * place; a scattered one through the slot's staging (unpack()). */
-        o->stage = sh->lr.n == 1 ? NULL : stage;
+         * of a derived datatype. A local layout of one run in point order
+         * takes them in place; any other through the slot's staging
+         * (unpack()). */
+        o->stage = in_order(&sh->l) ? NULL : stage;
         int mrc = MPI_Irecv(o->stage ? o->stage : r->base + sh->lr.lo + ls, (int)B, MPI_BYTE,
                             r->rank, h.tag, ovl__g.comm_am_bulk, &o->op.mreq);
         if (mrc != MPI_SUCCESS)
@@ -2034,7 +2045,10 @@ int ovl_plan_begin(ovl_plan_t plan)
     static const char *fn = "ovl_plan_begin";
     int rc;
     struct plan *p = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+    /* refused before anything changes: a plan begun there could be neither
+     * stepped nor ended (ovl_plan_next and ovl_plan_end block) */
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)) ||
+        (rc = lookup(fn, plan, &p)))
         return rc;
     if (p->state == ST_NEW)
         return ovl__error(OVL_ERR_ARG, fn, "plan not committed (ovl_plan_commit first)");
@@ -2082,7 +2096,7 @@ int ovl_plan_begin(ovl_plan_t plan)
                      NULL;
             for (int j = 0; j < p->d.nrefs && ok && p->proto == OVL_PLAN_PACK; j++) {
                 const struct ref *r = &p->d.refs[j];
-                if (!r->write && (r->sh[0].lr.n > 1 || r->sh[1].lr.n > 1))
+                if (!r->write && (!in_order(&r->sh[0].l) || !in_order(&r->sh[1].l)))
                     ok = (sl->stage[j] = ovl__buf_alloc((size_t)(r->sh[0].rr.n * r->sh[0].rr.size) +
                                                         1)) != NULL;
             }
@@ -2561,7 +2575,8 @@ int ovl_plan_run(ovl_plan_t plan, ovl_plan_strip_fn cb, void *arg)
     static const char *fn = "ovl_plan_run";
     int rc;
     struct plan *p = NULL;
-    if ((rc = ovl__check_init(fn)) || (rc = lookup(fn, plan, &p)))
+    if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)) ||
+        (rc = lookup(fn, plan, &p)))
         return rc;
     if (!cb)
         return ovl__error(OVL_ERR_ARG, fn, "the strip callback is NULL");
@@ -2690,7 +2705,7 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
     int contiguous = 1;
     for (int j = 0; j < d->nrefs; j++)
         for (int k = 0; k < 2; k++)
-            contiguous &= d->refs[j].sh[k].rr.n == 1 && d->refs[j].sh[k].lr.n == 1;
+            contiguous &= in_order(&d->refs[j].sh[k].r) && in_order(&d->refs[j].sh[k].l);
     if (contiguous)
         fprintf(out,
                 "  contiguous: each strip of each reference is one run on both sides, which runs "
