@@ -424,7 +424,9 @@ typedef enum {
 typedef enum {
     OVL_PLAN_AUTO = 0,     /**< the protocol of least predicted time (default) */
     OVL_PLAN_DATATYPE = 1, /**< one MPI_Rget per strip and reference, derived datatypes on
-                                both sides (MPI packs) */
+                                both sides (MPI packs). Under Open MPI not for a layout
+                                with a negative stride or overlapping blocks, which Open
+                                MPI 4.1 moves out of order */
     OVL_PLAN_RUNS = 2,     /**< one MPI_Rget per contiguous run, a strip's issued together
                                 (a reference whose strips are contiguous: one transfer per
                                 strip, the paper's contiguous protocol) */

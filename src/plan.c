@@ -751,6 +751,37 @@ static int in_order(const ovl_lmad_t *l)
     return f.ndims == 0;
 }
 
+#ifdef OMPI_MAJOR_VERSION
+/* Whether Open MPI moves @l's datatype in its type map's order: Open MPI
+ * 4.1 packs a datatype with a negative stride, or whose blocks overlap,
+ * from other bytes or in another order (MPICH follows the type map).
+ * Overlap is judged conservatively: with the dimensions taken by stride,
+ * each must step past the span of those below it. */
+static int ompi_order_safe(const ovl_lmad_t *l)
+{
+    int64_t st[OVL_LMAD_MAX_DIMS], cn[OVL_LMAD_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < l->ndims; i++) {
+        if (l->dim[i].count < 2)
+            continue;
+        if (l->dim[i].stride <= 0)
+            return 0;
+        int k = n++;
+        for (; k > 0 && st[k - 1] > l->dim[i].stride; k--)
+            st[k] = st[k - 1], cn[k] = cn[k - 1];
+        st[k] = l->dim[i].stride;
+        cn[k] = l->dim[i].count;
+    }
+    int64_t span = l->elem;
+    for (int k = 0; k < n; k++) {
+        if (st[k] < span)
+            return 0;
+        span += (cn[k] - 1) * st[k];
+    }
+    return 1;
+}
+#endif
+
 static int fits_int(const ovl_lmad_t *l)
 {
     if (l->elem > INT_MAX)
@@ -828,6 +859,13 @@ static double formula(int proto, const struct shape *s, const char **why)
             *why = "an element or count beyond MPI's int";
             return -1;
         }
+#ifdef OMPI_MAJOR_VERSION
+        if (!ompi_order_safe(&s->r) || !ompi_order_safe(&s->l)) {
+            *why = "Open MPI 4.1 moves a datatype with a negative stride or overlapping blocks "
+                   "out of its order";
+            return -1;
+        }
+#endif
         return lat + B / bw + blocks * DT_BLOCK_US;
     case OVL_PLAN_RUNS: {
         if (s->npc > PIECES_MAX) {

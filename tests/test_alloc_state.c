@@ -278,7 +278,9 @@ int main(int argc, char **argv)
     CHECK_OK(ovl_segment_create((size_t)PL_N * 32, &base, &seg));
     transfers(8 * MIB);
     if (th_size % 2 == 0) {
+#ifndef OMPI_MAJOR_VERSION /* Open MPI 4.1's own frees for 8192 requests at once raise it */
         plan_transfers(seg, base, th_rank ^ 1, OVL_PLAN_RUNS, PL_N / 8);
+#endif
         plan_transfers(seg, base, th_rank ^ 1, OVL_PLAN_BBOX, PL_N);
         plan_transfers(seg, base, th_rank ^ 1, OVL_PLAN_PACK, PL_N);
     }

@@ -61,6 +61,25 @@
  */
 #include "harness.h"
 
+/* Under Open MPI, plan.c refuses DATATYPE for a layout whose datatype
+ * Open MPI 4.1 would move out of its type map's order (a negative stride,
+ * overlapping blocks): its reason starts so. */
+#define OMPI_REFUSAL "Open MPI 4.1 moves a datatype"
+
+/* Commit @p with @pm, which forces a protocol: 1 if it committed; 0 if
+ * Open MPI's DATATYPE refusal (OMPI_REFUSAL) is why not. */
+static int commit_forced(ovl_plan_t p, const ovl_param_t *pm)
+{
+    const int rc = ovl_plan_commit(p, pm);
+#ifdef OMPI_MAJOR_VERSION
+    if (rc == OVL_ERR_ARG && pm->protocol == OVL_PLAN_DATATYPE &&
+        strstr(ovl_error_detail(), OMPI_REFUSAL))
+        return 0;
+#endif
+    CHECK_OK(rc);
+    return 1;
+}
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1147,6 +1166,13 @@ static int rcase_run(rcase_t *c, ovl_segment_t seg, th_rng_t *g, int q, int thre
         CHECK_OK(ovl_plan_free(&p));
         return 0;
     }
+#ifdef OMPI_MAJOR_VERSION
+    if (q == OVL_PLAN_DATATYPE && rc == OVL_ERR_ARG && strstr(ovl_error_detail(), OMPI_REFUSAL)) {
+        st->refused++;
+        CHECK_OK(ovl_plan_free(&p));
+        return 0;
+    }
+#endif
     RCHECK(c, rc == OVL_SUCCESS, "%s: commit refused: %s (%s)", what, th_code_name(rc),
            ovl_error_detail());
     ovl_plan_info_t in;
@@ -1158,6 +1184,10 @@ static int rcase_run(rcase_t *c, ovl_segment_t seg, th_rng_t *g, int q, int thre
     for (int k = 1; k < OVL_PLAN_PROTOCOLS; k++) {
         const int na =
             c->writes && (k == OVL_PLAN_BBOX || (k == OVL_PLAN_PACK && !thread && q != k));
+#ifdef OMPI_MAJOR_VERSION
+        if (k == OVL_PLAN_DATATYPE) /* refused for some layouts (OMPI_REFUSAL) */
+            continue;
+#endif
         RCHECK(c, (in.predicted_us[k] < 0) == na, "%s: %s predicted %.2f us", what, pname[k],
                in.predicted_us[k]);
     }
@@ -1408,14 +1438,15 @@ static void strided(ovl_segment_t seg, uint8_t *base)
             ovl_plan_t p = OVL_PLAN_NULL;
             CHECK_OK(ovl_plan_create(NULL, &p, NULL));
             describe(p, seg, &r, 1, (const int64_t[]){ 6 }, 1);
-            CHECK_OK(ovl_plan_commit(
-                p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP | OVL_PARAM_FIELD_PROTOCOL,
-                                   .strip = 2,
-                                   .protocol = (ovl_plan_protocol_t)q }));
-            char what[64];
-            snprintf(what, sizeof what, "one local run out of order (%s), %s",
-                     perm ? "interleaved" : "downwards", pname[q]);
-            run(p, &r, 1, 6, what);
+            if (commit_forced(p, &(ovl_param_t){ .field_mask = OVL_PARAM_FIELD_STRIP |
+                                                               OVL_PARAM_FIELD_PROTOCOL,
+                                                 .strip = 2,
+                                                 .protocol = (ovl_plan_protocol_t)q })) {
+                char what[64];
+                snprintf(what, sizeof what, "one local run out of order (%s), %s",
+                         perm ? "interleaved" : "downwards", pname[q]);
+                run(p, &r, 1, 6, what);
+            }
             CHECK_OK(ovl_plan_free(&p));
         }
         ref_free(&r);
