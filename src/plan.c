@@ -782,6 +782,19 @@ static int ompi_order_safe(const ovl_lmad_t *l)
 }
 #endif
 
+#ifdef OMPI_MAJOR_VERSION
+/* Whether every strip shape of @p can be fetched with its two datatypes
+ * in order under Open MPI (pack_fallback(), a late PACK strip). */
+static int ompi_fallback_safe(const struct plan *p)
+{
+    for (int j = 0; j < p->d.nrefs; j++)
+        for (int k = 0; k < 2; k++)
+            if (!ompi_order_safe(&p->d.refs[j].sh[k].r) || !ompi_order_safe(&p->d.refs[j].sh[k].l))
+                return 0;
+    return 1;
+}
+#endif
+
 static int fits_int(const ovl_lmad_t *l)
 {
     if (l->elem > INT_MAX)
@@ -1040,6 +1053,15 @@ static void predict_all(struct plan *p)
             why = "the plan writes, and its targets unpack only in ovl calls "
                   "(OVL_PROGRESS=inline): forced only";
         }
+#ifdef OMPI_MAJOR_VERSION
+        if (q == OVL_PLAN_PACK && t >= 0 && ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
+            !((p->param.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (int)p->param.protocol == q) &&
+            !ompi_fallback_safe(p)) {
+            t = -1; /* a late strip is fetched with both datatypes (pack_fallback()) */
+            why = "a late strip would be fetched with a datatype Open MPI 4.1 moves out of "
+                  "order (OVL_PROGRESS=inline): forced only";
+        }
+#endif
         if (t >= 0 && (p->left_out >> q & 1)) {
             t = -1;
             why = p->out_why[q];

@@ -199,8 +199,10 @@ static void plan_transfers(ovl_segment_t seg, char *base, int peer, ovl_plan_pro
 static void transfers(size_t bytes)
 {
     int peer = th_rank ^ 1;
-    if (peer >= th_size)
+    if (peer >= th_size) { /* sits out; the barrier below is collective */
+        CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
         return;
+    }
     char *out = map(bytes), *in = map(bytes);
     th_fill(out, bytes, 0xa110c + (uint64_t)th_rank, 0);
     ovl_request_t r, s;
