@@ -1046,17 +1046,17 @@ static void predict_all(struct plan *p)
             t = -1;
             why = "the plan writes (the box is for reads only)";
         }
-        if (q == OVL_PLAN_PACK && t >= 0 && p->writes &&
-            ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
-            !((p->param.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (int)p->param.protocol == q)) {
+        /* PACK chosen automatically without the progress thread */
+        const int pack_auto_inline =
+            q == OVL_PLAN_PACK && ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
+            !((p->param.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (int)p->param.protocol == q);
+        if (pack_auto_inline && t >= 0 && p->writes) {
             t = -1; /* a target in MPI_Barrier, say, would never unpack (reads fall back) */
             why = "the plan writes, and its targets unpack only in ovl calls "
                   "(OVL_PROGRESS=inline): forced only";
         }
 #ifdef OMPI_MAJOR_VERSION
-        if (q == OVL_PLAN_PACK && t >= 0 && ovl__g.cfg.progress.mode != OVL_PROGRESS_THREAD &&
-            !((p->param.field_mask & OVL_PARAM_FIELD_PROTOCOL) && (int)p->param.protocol == q) &&
-            !ompi_fallback_safe(p)) {
+        if (pack_auto_inline && t >= 0 && !ompi_fallback_safe(p)) {
             t = -1; /* a late strip is fetched with both datatypes (pack_fallback()) */
             why = "a late strip would be fetched with a datatype Open MPI 4.1 moves out of "
                   "order (OVL_PROGRESS=inline): forced only";

@@ -163,6 +163,21 @@ static void ref_free(ref_t *r)
     bytes_free(&r->lb);
 }
 
+/* The first byte of @r's local buffer that no point covers and that is
+ * not SENTINEL (something wrote it); buf_bytes if none. */
+static size_t written_uncovered(const ref_t *r)
+{
+    uint8_t *covered = calloc(r->buf_bytes, 1);
+    CHECK(covered != NULL);
+    for (int64_t i = 0; i < r->lb.n; i++)
+        covered[r->lb.off[i]] = 1;
+    size_t i = 0;
+    while (i < r->buf_bytes && (covered[i] || r->buf[i] == SENTINEL))
+        i++;
+    free(covered);
+    return i;
+}
+
 /* Bytes of iterations [lo, hi) of @r are in place (@all: and every local
  * byte no point covers is the sentinel). */
 static void verify(const ref_t *r, int64_t lo, int64_t hi, int all, const char *what)
@@ -180,15 +195,8 @@ static void verify(const ref_t *r, int64_t lo, int64_t hi, int all, const char *
     th_pass();
     if (!all)
         return;
-    uint8_t *covered = calloc(r->buf_bytes, 1);
-    CHECK(covered != NULL);
-    for (int64_t i = 0; i < r->lb.n; i++)
-        covered[r->lb.off[i]] = 1;
-    for (size_t i = 0; i < r->buf_bytes; i++)
-        if (!covered[i] && r->buf[i] != SENTINEL)
-            CHECKF(0, "%s: local byte %zu, covered by no reference, was written", what, i);
-    free(covered);
-    th_pass();
+    const size_t i = written_uncovered(r);
+    CHECKF(i == r->buf_bytes, "%s: local byte %zu, covered by no reference, was written", what, i);
 }
 
 /* Run a committed plan over @refs once, checking each strip as it is handed
@@ -989,14 +997,9 @@ static void rcase_local(const rcase_t *c, int64_t lo, int64_t hi, int all, int s
         }
         if (!all)
             continue;
-        uint8_t *covered = calloc(r->buf_bytes, 1);
-        CHECK(covered != NULL);
-        for (int64_t i = 0; i < r->lb.n; i++)
-            covered[r->lb.off[i]] = 1;
-        for (size_t i = 0; i < r->buf_bytes; i++)
-            if (!covered[i] && r->buf[i] != SENTINEL)
-                RCHECK(c, 0, "%s: ref %d wrote local byte %zu, which no point covers", what, j, i);
-        free(covered);
+        const size_t i = written_uncovered(r);
+        RCHECK(c, i == r->buf_bytes, "%s: ref %d wrote local byte %zu, which no point covers", what,
+               j, i);
     }
     th_pass();
 }
