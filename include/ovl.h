@@ -174,17 +174,24 @@ typedef enum {
  * rank's node (MPI_COMM_TYPE_SHARED, the rank itself included).
  */
 typedef enum {
-    /** MPI moves such bytes with a copy by this node's own CPUs, so there
-     *  is no wire time to hide and guarding only adds faults: a get or put
-     *  completes inside the call, unsplit and unguarded; a delta send is
-     *  never watched and leaves at ovl_delta_send_end(); a plan's
-     *  reference to such a peer moves whole (default) */
+    /** always the plain path: MPI moves such bytes with a copy by this
+     *  node's own CPUs, so there is no wire time to hide and guarding only
+     *  adds faults: a get or put completes inside the call, unsplit and
+     *  unguarded; a delta send is never watched and leaves at
+     *  ovl_delta_send_end(); a plan's reference to such a peer moves whole */
     OVL_RMA_LOCAL_DIRECT = 0,
     /** as for any other peer: delta sends in the model's pieces as the
      *  program writes; gets and puts split by the model, guarded,
      *  demand-driven (an MPI whose intra-node RMA is done by a DMA engine
      *  or the target; testing those paths on one node) */
-    OVL_RMA_LOCAL_OVERLAP = 1
+    OVL_RMA_LOCAL_OVERLAP = 1,
+    /** the model decides from the link within the node, measured apart
+     *  from the links between nodes (ovl_init, or the performance
+     *  database's node_* keys): overlap where the share of a transfer a
+     *  computing rank does not pay, per byte, exceeds the copy overlap
+     *  adds; else, and where not measured, as OVL_RMA_LOCAL_DIRECT. The
+     *  rank itself is always reached directly (default) */
+    OVL_RMA_LOCAL_AUTO = 2
 } ovl_rma_local_t;
 
 /** Whether a marshal stream that fits in its first window goes as one
@@ -242,7 +249,7 @@ typedef struct {
         size_t
             eager_limit; /**< OVL_EAGER_LIMIT: the MPI library's eager/rendezvous switch in bytes; 0 = detect (default 0) */
         ovl_rma_local_t
-            rma_local; /**< OVL_RMA_LOCAL: direct|overlap, how ovl_get/ovl_put, delta sends and plans treat a peer on this rank's node (default direct) */
+            rma_local; /**< OVL_RMA_LOCAL: auto|direct|overlap, how ovl_get/ovl_put, delta sends and plans treat a peer on this rank's node (default auto: the model's choice, ovl_rma_local_t) */
     } mpi;
     /** Errors and messages. */
     struct {
@@ -785,8 +792,9 @@ OVL_NODISCARD int ovl_free(void *base);
  * delta left. A message that goes in one piece (no larger than the delta
  * size, and under the MPI library's protocol switch) is not watched: it
  * is copied and sent at ovl_delta_send_end(), so nothing can be stale.
- * Nor is a send to a peer on this node (OVL_RMA_LOCAL=direct, the
- * default): it leaves at ovl_delta_send_end().
+ * Nor is a send to a peer on this node that takes the plain path
+ * (ovl_rma_local_t: by default where the model finds that overlap cannot
+ * pay, as through shared memory): it leaves at ovl_delta_send_end().
  * Fault monitors refuse buffers on the calling thread's stack
  * (OVL_ERR_ARG). With OVL_MONITOR_EXPLICIT the program instead calls
  * ovl_delta_produced() for each range it has finished, in any order.
@@ -983,9 +991,10 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * touch it.
  *
  * A target on the calling rank's node (the rank itself included) is
- * different by default (OVL_RMA_LOCAL=direct): MPI copies those bytes with
- * this rank's CPU, so there is nothing to overlap, and the get completes
- * inside the call, unsplit and unguarded; @p dst is ready on return.
+ * different by default (ovl_rma_local_t): where MPI copies those bytes
+ * with this rank's CPU (shared memory; the model measures it at
+ * ovl_init), there is nothing to overlap, and the get completes inside
+ * the call, unsplit and unguarded; @p dst is ready on return.
  * As in MPI, @p rank may be MPI_PROC_NULL: nothing moves, @p dst is left
  * as it is (ovl_put() too; a request completes at once).
  *
@@ -1005,7 +1014,7 @@ OVL_NODISCARD int ovl_segment_free(ovl_segment_t *seg);
  * (ovl_segment_hint()), ends at @p dst + @p bytes; the status's bytes is
  * its length, and those bytes may be used without a wait (even under the
  * explicit monitor). Complete it with ovl_wait()/ovl_test()/
- * ovl_request_free(). A target on this node (OVL_RMA_LOCAL=direct), or
+ * ovl_request_free(). A target on this node reached directly (ovl_get), or
  * MPI_PROC_NULL: the request is already complete. Such a get never joins
  * a train.
  *
@@ -1038,8 +1047,9 @@ OVL_NODISCARD int ovl_get_need(const void *dst, size_t bytes);
  * an outstanding get's destination is waited for first; one holding bytes
  * of a fault-monitored delta receive that have not arrived is refused
  * (OVL_ERR_PENDING, nothing sent: wait for them with ovl_delta_need).
- * A target on this rank's node (OVL_RMA_LOCAL=direct, the default): the
- * bytes have left @p src when the call returns, nothing is held.
+ * A target on this rank's node reached directly (as for ovl_get(), the
+ * default through shared memory): the bytes have left @p src when the
+ * call returns, nothing is held.
  * @p param (NULL: defaults) takes no field yet: its field_mask must be 0.
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG, OVL_ERR_RANK,
  *         OVL_ERR_NOMEM, OVL_ERR_MONITOR, OVL_ERR_MPI, OVL_ERR_PENDING,
@@ -1086,8 +1096,8 @@ OVL_NODISCARD int ovl_unlock(ovl_segment_t seg, int rank);
 /**
  * The smallest transfer the performance model splits into strips (HUNT
  * 5.1), from the link figures in force, for a target on another node if
- * there is one; SIZE_MAX if it never splits (every rank on this node under
- * OVL_RMA_LOCAL=direct).
+ * there is one; SIZE_MAX if it never splits (every rank on this node,
+ * reached directly: ovl_rma_local_t).
  * @return OVL_SUCCESS, OVL_ERR_NOT_INIT, OVL_ERR_ARG (NULL)
  */
 OVL_NODISCARD int ovl_model_split_threshold(size_t *bytes);
@@ -1858,7 +1868,7 @@ OVL_NODISCARD int ovl_plan_write(ovl_plan_t plan, ovl_segment_t seg, int rank,
  * communication until the first whole execution measures it; then it is
  * chosen again once from the measurement (ovl_plan_query(): compute_us,
  * replans). A reference whose target is on this rank's node
- * (OVL_RMA_LOCAL=direct, the default, as for ovl_get()) moves whole, read
+ * reached directly (as for ovl_get(), the default through shared memory) moves whole, read
  * with the first strip (written with the last), and a plan of such
  * references only is one strip: MPI copies those bytes with this CPU, so
  * strips would only add operations. With a load table in the database (`ovl-calibrate --loaded`)

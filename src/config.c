@@ -149,7 +149,7 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
         .access.delta_size = 0,
         .mpi.eager_limit = 0,
         .progress.priority = 0,
-        .mpi.rma_local = OVL_RMA_LOCAL_DIRECT,
+        .mpi.rma_local = OVL_RMA_LOCAL_AUTO,
         .progress.lateness_us = 30,
         .progress.serve_us = 0,
         .stream.whole = OVL_STREAM_WHOLE_AUTO,
@@ -230,11 +230,12 @@ int ovl__config_resolve(const ovl_config_t *user, ovl_config_t *out, int *serve_
                           "mprotect");
     c.access.monitor = (ovl_monitor_t)e;
 
-    static const char *const rma_local_names[] = { "direct", "overlap" };
-    static const int rma_local_values[] = { OVL_RMA_LOCAL_DIRECT, OVL_RMA_LOCAL_OVERLAP };
+    static const char *const rma_local_names[] = { "auto", "direct", "overlap" };
+    static const int rma_local_values[] = { OVL_RMA_LOCAL_AUTO, OVL_RMA_LOCAL_DIRECT,
+                                            OVL_RMA_LOCAL_OVERLAP };
     e = (int)c.mpi.rma_local;
     if ((rc = choice_field((m & OVL_CONFIG_FIELD_RMA_LOCAL) != 0, (int)u->mpi.rma_local,
-                           "OVL_RMA_LOCAL", "rma_local", rma_local_names, rma_local_values, 2, &e)))
+                           "OVL_RMA_LOCAL", "rma_local", rma_local_names, rma_local_values, 3, &e)))
         return rc;
     c.mpi.rma_local = (ovl_rma_local_t)e;
 

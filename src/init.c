@@ -153,19 +153,25 @@ static int find_nodes(void)
         return ovl__mpi_error(rc, "ovl_init", "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
     int lead = ovl__g.rank;
     rc = MPI_Allreduce(MPI_IN_PLACE, &lead, 1, MPI_INT, MPI_MIN, node);
+    /* the CPUs the node's ranks may run on, all together */
+    cpu_set_t set, all;
+    CPU_ZERO(&set);
+    CPU_ZERO(&all);
+    int affinity = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allreduce(&set, &all, (int)sizeof set, MPI_BYTE, MPI_BOR, node);
     MPI_Comm_free(&node);
     if (rc == MPI_SUCCESS)
         rc = MPI_Allgather(&lead, 1, MPI_INT, ovl__g.node_of, 1, MPI_INT, ovl__g.comm_msg);
     if (rc != MPI_SUCCESS)
         return ovl__mpi_error(rc, "ovl_init", "finding nodes");
-    int node_ranks = 0, affinity = 0;
+    int node_ranks = 0;
     for (int r = 0; r < ovl__g.size; r++)
         node_ranks += ovl__g.node_of[r] == ovl__g.node_of[ovl__g.rank];
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        affinity = CPU_COUNT(&set);
-    ovl__g.cpus_per_rank =
-        ovl__sched_cpus_per_rank(affinity, sysconf(_SC_NPROCESSORS_ONLN), node_ranks);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int node_cpus = affinity > 0 ? CPU_COUNT(&all) : online > 0 ? (int)online : 1;
+    ovl__g.node_oversubscribed = node_ranks > node_cpus;
+    ovl__g.cpus_per_rank = ovl__sched_cpus_per_rank(affinity, online, node_ranks);
     return OVL_SUCCESS;
 }
 
@@ -423,6 +429,8 @@ static void print_stats(void)
         "ovl stats [rank %d] model: %s; %.2f ms at init\n"
         "ovl stats [rank %d] model: L %.2f us, o %.2f us, g %.2f us, %.1f MB/s, eager %zu B, "
         "fault %.2f us, M(1) %.2f us, copy %.0f MB/s, split from %zu B\n"
+        "ovl stats [rank %d] model within the node: L %.2f us, %.1f MB/s, hidden %.2f (main link "
+        "%.2f; -1 not measured): a peer on this node %s\n"
         "ovl stats [rank %d] transfers %llu, strips %llu, bytes %llu, waiting %.3f ms\n"
         "ovl stats [rank %d] faults %llu (waited %llu; neighbour accesses on shared edge pages "
         "%llu, %llu of them done by ovl, ovl's copies from them %llu), delta pieces sent %llu "
@@ -438,7 +446,14 @@ static void print_stats(void)
         ovl__m.bw_Bpus, ovl__m.eager, ovl__m.fault_us,
         ovl__model_protect_us(ovl__watch_resolve(OVL_MONITOR_AUTO), 1),
         1.0 / ovl__m.compute_us_per_B, ovl__model_split_threshold(ovl__model_link_peer()), r,
-        (unsigned long long)atomic_load(&ovl__g.st_transfers),
+        ovl__m.node_lat_us, ovl__m.node_bw_Bpus, ovl__m.node_hidden, ovl__m.hidden,
+        ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT
+            ? "takes the plain path (OVL_RMA_LOCAL=direct)"
+        : ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_OVERLAP
+            ? "is overlapped (OVL_RMA_LOCAL=overlap)"
+        : ovl__m.node_overlap ? "is overlapped (the model)"
+                              : "takes the plain path (the model)",
+        r, (unsigned long long)atomic_load(&ovl__g.st_transfers),
         (unsigned long long)atomic_load(&ovl__g.st_strips),
         (unsigned long long)atomic_load(&ovl__g.st_bytes),
         (double)atomic_load(&ovl__g.st_wait_ns) / 1e6, r,

@@ -12,6 +12,7 @@
  */
 #include "ovl_internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -252,6 +253,78 @@ int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out)
     memcpy(out->oneway_us, q + Q_ONEWAY, sizeof out->oneway_us);
     out->burst_B = q[Q_BURST];
     return OVL_SUCCESS;
+}
+
+/* One exchange of @bytes each way with @peer (tag 2), the program busy
+ * with @busy_us of work meanwhile: it writes @work a page at a time and
+ * tests the two requests every HIDDEN_POLL_US of work, as ovl's own calls
+ * and faults poll a transfer. Returns the microseconds from the posts to
+ * both completions. */
+enum { HIDDEN_POLL_US = 20 };
+static double exchange_busy(MPI_Comm comm, int peer, char *s, char *r, int bytes, double busy_us,
+                            char *work, size_t wlen)
+{
+    char one = 0;
+    MPI_Sendrecv(&one, 1, MPI_BYTE, peer, 3, &one, 1, MPI_BYTE, peer, 3, comm, MPI_STATUS_IGNORE);
+    MPI_Request rq[2];
+    MPI_Status st[2];
+    int done = 0;
+    double t0 = ovl__now_us(), next = t0 + HIDDEN_POLL_US, now = t0;
+    MPI_Irecv(r, bytes, MPI_BYTE, peer, 2, comm, &rq[0]);
+    MPI_Isend(s, bytes, MPI_BYTE, peer, 2, comm, &rq[1]);
+    /* the work is @busy_us of memset, not of wall time: a test that copies
+     * the bytes itself (shared memory) adds its time to the exchange's */
+    double worked = 0;
+    for (size_t off = 0; worked < busy_us; off = (off + 4096) % wlen) {
+        double w0 = ovl__now_us();
+        memset(work + off, (int)off, 4096);
+        __asm__ __volatile__("" ::"r"(work) : "memory");
+        now = ovl__now_us();
+        worked += now - w0;
+        if (!done && now >= next) {
+            MPI_Testall(2, rq, &done, st);
+            next = ovl__now_us() + HIDDEN_POLL_US;
+        }
+    }
+    if (!done)
+        MPI_Waitall(2, rq, st);
+    return ovl__now_us() - t0;
+}
+
+double ovl__measure_hidden(MPI_Comm comm, int peer, size_t bytes)
+{
+    double h = -1;
+    int me = 0;
+    MPI_Comm_rank(comm, &me);
+    if (peer > 0 && (me == 0 || me == peer) && bytes > 0 && bytes <= INT_MAX) {
+        int other = me == 0 ? peer : 0;
+        const size_t wlen = (size_t)256 << 10;
+        char *s = ovl__page_alloc(bytes), *r = ovl__page_alloc(bytes),
+             *work = ovl__page_alloc(wlen);
+        if (s && r && work) {
+            /* alternated; the fastest exchange alone against the slowest
+             * busy one: a rank descheduled meanwhile shows less hidden,
+             * never more */
+            double alone = 1e30, busy = 0;
+            exchange_busy(comm, other, s, r, (int)bytes, 0, work, wlen); /* warm up */
+            for (int k = 0; k < 3; k++) {
+                double t = exchange_busy(comm, other, s, r, (int)bytes, 0, work, wlen);
+                alone = t < alone ? t : alone;
+                t = exchange_busy(comm, other, s, r, (int)bytes, alone, work, wlen);
+                busy = t > busy ? t : busy;
+            }
+            h = (2 * alone - busy) / alone;
+            h = h < 0 ? 0 : h > 1 ? 1 : h;
+        }
+        ovl__page_free(s);
+        ovl__page_free(r);
+        ovl__page_free(work);
+    }
+    MPI_Request rq;
+    if (MPI_Ibarrier(comm, &rq) == MPI_SUCCESS)
+        wait_sleeping(&rq);
+    MPI_Bcast(&h, 1, MPI_DOUBLE, 0, comm);
+    return h;
 }
 
 /* ---- this process ------------------------------------------------------------ */

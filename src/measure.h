@@ -50,6 +50,17 @@ struct ovl__link_figures {
  * OVL_ERR_NOMEM, OVL_ERR_MPI (reported as ovl_init's). */
 int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out);
 
+/* The share of a transfer's time on the link to @peer that a computing
+ * rank does not pay: @bytes exchanged each way while both ranks compute
+ * for as long as the exchange alone takes, testing the requests every
+ * 20 us of work; 3 of each alternated, (2 x alone - busy) / alone of the
+ * fastest alone and the slowest busy, within 0 .. 1. 0: the
+ * bytes move only with this rank's CPU (a copy through shared memory),
+ * nothing to overlap; 1: the link moves them alone. Collective over
+ * @comm as ovl__measure_link (rank 0 and @peer measure); -1 if nobody
+ * measured (no memory, @peer <= 0). */
+double ovl__measure_hidden(MPI_Comm comm, int peer, size_t bytes);
+
 /* Memory-to-cache copy rate in microseconds per byte: @bytes (0: twice the
  * L2 cache, 4 to 32 MiB) copied @chunk bytes at a time into one buffer of
  * @chunk bytes, best of 3; -1 without memory. */

@@ -65,13 +65,14 @@
 #include <string.h>
 
 /* Defaults: a 1 Gbit/s Ethernet link and a typical x86 Linux node. */
-#define MODEL_DEFAULTS                                                                            \
-    {                                                                                             \
-        .lat_us = 50.0, .bw_Bpus = 117.0, .fault_us = 5.0, .eager = 65536, .o_us = 5.0,           \
-        .gap_us = 5.0, .rtt_us = 100.0, .fault_mprotect_us = 5.0, .fault_uffd_us = 5.0,           \
-        .prot_base_us = 1.0, .prot_page_us = 0.05, .uffd_wp_base_us = 1.0,                        \
-        .uffd_wp_page_us = 0.05, .compute_us_per_B = 1.0 / 5000.0, .rma_lat_us = 100.0,           \
-        .rma_bw_Bpus = 117.0, .source = OVL__MODEL_DEFAULTS, .source_detail = "built-in defaults" \
+#define MODEL_DEFAULTS                                                                  \
+    {                                                                                   \
+        .lat_us = 50.0, .bw_Bpus = 117.0, .fault_us = 5.0, .eager = 65536, .o_us = 5.0, \
+        .gap_us = 5.0, .rtt_us = 100.0, .fault_mprotect_us = 5.0, .fault_uffd_us = 5.0, \
+        .prot_base_us = 1.0, .prot_page_us = 0.05, .uffd_wp_base_us = 1.0,              \
+        .uffd_wp_page_us = 0.05, .compute_us_per_B = 1.0 / 5000.0, .rma_lat_us = 100.0, \
+        .rma_bw_Bpus = 117.0, .hidden = -1, .node_lat_us = -1, .node_hidden = -1,       \
+        .source = OVL__MODEL_DEFAULTS, .source_detail = "built-in defaults"             \
     }
 static const struct ovl__model model_defaults = MODEL_DEFAULTS;
 struct ovl__model ovl__m = MODEL_DEFAULTS;
@@ -192,7 +193,16 @@ int ovl__model_link_peer(void)
 
 int ovl__model_direct(int peer)
 {
-    return ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT && ovl__peer_on_node(peer);
+    if (!ovl__peer_on_node(peer))
+        return 0;
+    switch (ovl__g.cfg.mpi.rma_local) {
+    case OVL_RMA_LOCAL_DIRECT:
+        return 1;
+    case OVL_RMA_LOCAL_OVERLAP:
+        return 0;
+    default:
+        return peer == ovl__g.rank || !ovl__m.node_overlap;
+    }
 }
 
 int ovl__model_cpu_bound(int peer)
@@ -252,6 +262,35 @@ static int quick_estimate(void)
     /* from beyond L2 into it, in 256 KiB chunks: about 2 ms */
     double c = ovl__measure_copy_rate(0, OVL__COPY_CHUNK);
     ovl__m.compute_us_per_B = c > 0 ? c : model_defaults.compute_us_per_B;
+    return OVL_SUCCESS;
+}
+
+/* Collective (inside ovl_init, after the database or the estimate): the
+ * figures of the link to a peer on this rank's node, kept apart from the
+ * main link's (the database's node_* keys; on one node the main link is
+ * the node's), and from them whether overlap can pay with such a peer:
+ * where a byte's wire time that a computing rank does not pay (hidden /
+ * bandwidth) exceeds the copy a delta receive or a guarded get adds for it
+ * (compute_us_per_B). The hidden share comes only from ovl-calibrate:
+ * measured at ovl_init, a rank descheduled by a busy node's other work
+ * made shared memory look hidden (docs/perf-log/2026-11-29.md). Not
+ * measured counts as none: such peers take the plain path. Every rank
+ * takes the same decision. */
+static int node_link(void)
+{
+    if (off_node_peer(0) < 0) { /* one node: the main link is the node's */
+        if (ovl__m.node_bw_Bpus <= 0 && ovl__m.calibrated) {
+            ovl__m.node_lat_us = ovl__m.lat_us;
+            ovl__m.node_bw_Bpus = ovl__m.bw_Bpus;
+        }
+        if (ovl__m.node_hidden < 0)
+            ovl__m.node_hidden = ovl__m.hidden;
+    }
+    int pays = !ovl__g.node_oversubscribed && ovl__m.node_hidden > 0 && ovl__m.node_bw_Bpus > 0 &&
+               ovl__m.node_hidden / ovl__m.node_bw_Bpus > ovl__m.compute_us_per_B;
+    if (MPI_Allreduce(&pays, &ovl__m.node_overlap, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta) !=
+        MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
     return OVL_SUCCESS;
 }
 
@@ -338,6 +377,8 @@ int ovl__model_calibrate(void)
         if ((explicit_db || said) && !off && ovl__g.rank == 0 && ovl__g.cfg.report.verbose >= 1)
             fprintf(stderr, "ovl: performance database ignored: %s; using the %s\n", why, fallback);
     }
+    if ((rc = node_link()) != OVL_SUCCESS)
+        return rc;
     ovl__m.poll_sleep_us = ovl__g.cfg.progress.mode == OVL_PROGRESS_THREAD
                                ? ovl__measure_sleep_us(ovl__sched_poll_us())
                                : 0;
@@ -349,6 +390,10 @@ int ovl__model_calibrate(void)
               "%zu B, burst %zu B, fault %.1f us, poll sleep %.0f us; %s; %.0f us at init",
               ovl__m.lat_us, ovl__m.bw_Bpus, ovl__m.eager, ovl__m.piece_switch, ovl__m.burst_B,
               ovl__m.fault_us, ovl__m.poll_sleep_us, ovl__m.source_detail, ovl__m.init_us);
+    ovl__info("model: within a node: latency %.1f us, bandwidth %.1f MB/s, hidden %.2f (main "
+              "link %.2f; < 0: not measured): overlap with a peer on this node %s",
+              ovl__m.node_lat_us, ovl__m.node_bw_Bpus, ovl__m.node_hidden, ovl__m.hidden,
+              ovl__m.node_overlap ? "can pay" : "cannot pay, plain path");
     (void)lrc;
     return OVL_SUCCESS;
 }
@@ -554,23 +599,37 @@ static int count_strips(size_t bytes, size_t first, double growth, size_t ps)
  * when it has arrived (a fault, I, if it had to wait), after its pages are
  * opened (M of the strip) and computes on it (c per byte). With n = 1 this
  * is the unsplit guarded get, the alternative a split must beat. */
-static double simulate(size_t bytes, size_t first, double growth, int n, ovl_monitor_t mon)
+/* The link terms of a kind of peer: a peer on this node that is not
+ * reached directly (cls 3) has the node's link, when it was measured (its
+ * o and g taken as the quick estimate takes them); any other the main one. */
+struct link_terms {
+    double G, o, gap, rtt;
+};
+static struct link_terms link_of(int cls)
+{
+    if (cls == 3 && ovl__m.node_bw_Bpus > 0 && ovl__m.node_lat_us > 0)
+        return (struct link_terms){ 1.0 / ovl__m.node_bw_Bpus, ovl__m.node_lat_us,
+                                    ovl__m.node_lat_us / 2, 2 * ovl__m.node_lat_us };
+    return (struct link_terms){ 1.0 / ovl__m.bw_Bpus, ovl__m.o_us, ovl__m.gap_us, ovl__m.rtt_us };
+}
+
+static double simulate(const struct link_terms *lk, size_t bytes, size_t first, double growth,
+                       int n, ovl_monitor_t mon)
 {
     size_t ps = ovl__watch_page();
-    double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
+    double G = lk->G, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
     double guard = ovl__model_protect_us(mon, pages_of(bytes, ps));
-    double per = ovl__m.o_us > ovl__m.gap_us ? ovl__m.o_us : ovl__m.gap_us;
-    double cpu = guard + n * ovl__m.o_us, wire = 0;
+    double per = lk->o > lk->gap ? lk->o : lk->gap;
+    double cpu = guard + n * lk->o, wire = 0;
     size_t off = 0;
     double want = (double)first;
     for (int k = 0; k < n && off < bytes; k++) {
         size_t s = k == n - 1 ? bytes - off : round_page(want, ps);
         if (s > bytes - off)
             s = bytes - off;
-        double send_at =
-            guard + (k + 1) * per + ovl__m.rtt_us / 2; /* the request reached the target */
-        wire = (wire > send_at ? wire : send_at) + ovl__m.gap_us + G * (double)s;
-        double arrive = wire + ovl__m.rtt_us / 2;
+        double send_at = guard + (k + 1) * per + lk->rtt / 2; /* the request reached the target */
+        wire = (wire > send_at ? wire : send_at) + lk->gap + G * (double)s;
+        double arrive = wire + lk->rtt / 2;
         if (arrive > cpu)
             cpu = arrive + I; /* faulted: wait, then the handler returns */
         cpu += ovl__model_protect_us(mon, pages_of(s, ps)) + c * (double)s;
@@ -585,7 +644,7 @@ static double simulate(size_t bytes, size_t first, double growth, int n, ovl_mon
  * 64 KiB paid on every call. Decisions are kept, per size and kind of
  * peer, with the model terms they were made from: a calibration, or a
  * test that sets the terms, makes a fresh one. */
-enum { SPLIT_MEMO = 64, SPLIT_TERMS = 11 };
+enum { SPLIT_MEMO = 64, SPLIT_TERMS = 13 };
 static struct {
     pthread_mutex_t lock;
     struct split_memo {
@@ -609,18 +668,24 @@ static void split_terms(ovl_monitor_t mon, double *t)
     t[8] = ovl__m.uffd_wp_base_us;
     t[9] = ovl__m.uffd_wp_page_us;
     t[10] = (double)mon;
+    t[11] = ovl__m.node_lat_us;
+    t[12] = ovl__m.node_bw_Bpus;
 }
 
 static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out);
 
 int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
 {
-    /* the kind of peer: this rank, one MPI reaches by copying, a remote one */
-    int cls = peer == ovl__g.rank && ovl__g.size > 1 ? 0 : ovl__model_direct(peer) ? 1 : 2;
+    /* the kind of peer: this rank, one on this node reached directly, a
+     * remote one, one on this node reached as a remote one */
+    int cls = peer == ovl__g.rank && ovl__g.size > 1 ? 0
+              : ovl__model_direct(peer)              ? 1
+              : ovl__peer_on_node(peer)              ? 3
+                                                     : 2;
     ovl_monitor_t mon = ovl__watch_resolve(OVL_MONITOR_AUTO);
     double terms[SPLIT_TERMS];
     split_terms(mon, terms);
-    uint64_t h = ((uint64_t)bytes * 3 + (uint64_t)cls) * 0x9E3779B97F4A7C15ull;
+    uint64_t h = ((uint64_t)bytes * 4 + (uint64_t)cls) * 0x9E3779B97F4A7C15ull;
     _Static_assert(SPLIT_MEMO == 64, "the hash keeps 6 bits");
     struct split_memo *e = &split_memo.e[h >> 58];
     pthread_mutex_lock(&split_memo.lock);
@@ -643,10 +708,11 @@ int ovl__model_split(size_t bytes, int peer, struct ovl__split *out)
 static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__split *out)
 {
     size_t ps = ovl__watch_page();
-    double G = 1.0 / ovl__m.bw_Bpus, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
+    const struct link_terms lk = link_of(cls);
+    double G = lk.G, c = ovl__m.compute_us_per_B, I = ovl__m.fault_us;
     struct ovl__split r = { .should_split = 0, .nstrips = 1, .first = bytes, .growth = 1.0 };
     /* the unsplit get is guarded too: its own guard, fault and install */
-    r.t_plain_us = simulate(bytes, bytes, 1.0, 1, mon);
+    r.t_plain_us = simulate(&lk, bytes, bytes, 1.0, 1, mon);
     r.t_split_us = r.t_plain_us;
     if (cls == 0) {
         r.reason = OVL__SPLIT_LOCAL;
@@ -669,15 +735,15 @@ static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__s
     /* (1): o + M(S) + I/2 + M(N1) < RTT + G*N1, with M(N1) = b + p*N1/ps:
      * N1 > (o + M(S) + I/2 + b - RTT) / (G - p/ps). */
     double pb = ovl__model_protect_us(mon, 0), pp = ovl__model_protect_us(mon, 1) - pb;
-    double setup = ovl__m.o_us + ovl__model_protect_us(mon, pages_of(bytes, ps)) + I / 2 + pb;
+    double setup = lk.o + ovl__model_protect_us(mon, pages_of(bytes, ps)) + I / 2 + pb;
     double slope = G - pp / (double)ps;
     double n1;
-    if (setup < ovl__m.rtt_us)
+    if (setup < lk.rtt)
         n1 = (double)ps;
     else if (slope <= 0)
         n1 = 1e300;
     else
-        n1 = (setup - ovl__m.rtt_us) / slope;
+        n1 = (setup - lk.rtt) / slope;
     size_t N1 = round_page(n1, ps);
     if (n1 > (double)(bytes - ps)) {
         r.reason = OVL__SPLIT_SMALL;
@@ -705,7 +771,7 @@ static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__s
         if (s < n1min || s >= bytes)
             break;
         int real = count_strips(bytes, s, 1.0, ps);
-        double t = simulate(bytes, s, 1.0, real, mon);
+        double t = simulate(&lk, bytes, s, 1.0, real, mon);
         if (t < best) {
             best = t;
             r.first = s;
@@ -720,7 +786,7 @@ static void split_decide(size_t bytes, int cls, ovl_monitor_t mon, struct ovl__s
             int real = count_strips(bytes, f, growths[g], ps);
             if (real < 2 || real > MAX_STRIPS)
                 continue;
-            double t = simulate(bytes, f, growths[g], real, mon);
+            double t = simulate(&lk, bytes, f, growths[g], real, mon);
             if (t < best) {
                 best = t;
                 r.first = f;

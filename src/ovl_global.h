@@ -38,6 +38,8 @@ struct ovl__global {
     int *node_of;
     /* CPUs this rank may count as its own (ovl__sched_cpus_per_rank) */
     int cpus_per_rank;
+    /* more ranks on this node than CPUs its ranks may run on, together */
+    int node_oversubscribed;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
         st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv, st_stream_msgs,

@@ -46,6 +46,13 @@ struct ovl__model {
     double compute_us_per_B; /* C(n) >= n * this: memory-to-cache rate */
     double rma_lat_us;       /* MPI_Rget of a small block, round trip */
     double rma_bw_Bpus;      /* MPI_Rget bandwidth */
+    /* The share of a transfer's time a computing rank does not pay
+     * (ovl__measure_hidden): of the main link, and of the link to a peer on
+     * this rank's node, whose latency and bandwidth are kept apart from the
+     * main link's too (< 0, 0: not measured) */
+    double hidden;
+    double node_lat_us, node_bw_Bpus, node_hidden;
+    int node_overlap; /* overlap can pay with a peer on this node (ovl__model_direct) */
     /* The planner's protocol maps (perfdb table plan_map, ovl-calibrate
      * --maps): one strip of `runs` runs of `run_B` bytes (stride 2 x run_B)
      * read into a dense buffer, per protocol (us[q - 1] for
@@ -105,7 +112,7 @@ enum ovl__split_reason {
     OVL__SPLIT_SMALL,       /* too small: first strip cannot pay its setup */
     OVL__SPLIT_NO_OVERLAP,  /* second strip would not be covered */
     OVL__SPLIT_NO_GAIN,     /* inequalities hold but the predicted time is not lower */
-    OVL__SPLIT_LOCAL,       /* peer is this rank, or on its node (OVL_RMA_LOCAL=direct) */
+    OVL__SPLIT_LOCAL,       /* peer is this rank, or on its node and reached directly */
     OVL__SPLIT_TRAIN,       /* front end: others outstanding, piggybacked (5.3) */
     OVL__SPLIT_NONBLOCKING, /* front end: explicit non-blocking call (5.3) */
     OVL__SPLIT_HINT,        /* front end: a user hint decided */
@@ -134,7 +141,9 @@ size_t ovl__model_split_threshold(int peer);
  * another node, else a neighbour on this one (rank ^ 1), else this rank. */
 int ovl__model_link_peer(void);
 /* A get/put with @peer completes inside the call, unsplit and unguarded:
- * @peer is on this rank's node and OVL_RMA_LOCAL=direct (rma.c). */
+ * @peer is on this rank's node and OVL_RMA_LOCAL=direct, or =auto (the
+ * default) and the model found that overlap cannot pay with a peer on
+ * this node (ovl__m.node_overlap), or @peer is this rank (rma.c). */
 int ovl__model_direct(int peer);
 /* MPI moves bytes between this rank and @peer with this rank's own CPU
  * (ovl__model_direct), and the progress thread has no CPU of its own

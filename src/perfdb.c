@@ -81,6 +81,10 @@ static const struct key keys[] = {
     { "compute_us_per_B", F(compute_us_per_B), 0, 1e-9, 1e3, 0, 0 },
     { "rma_get_lat_us", F(rma_lat_us), 0, 1e-3, 1e7, 1, 1 },
     { "rma_get_G_us_per_B", NOSTORE, 0, 1e-9, 1e3, 1, 1 },
+    { "hidden", F(hidden), 0, 0, 1, 1, 1 },
+    { "node_lat_us", F(node_lat_us), 0, 1e-3, 1e7, 1, 0 },
+    { "node_G_us_per_B", NOSTORE, 0, 1e-9, 1e3, 1, 0 },
+    { "node_hidden", F(node_hidden), 0, 0, 1, 1, 1 },
     /* header */
     { "ovl_perfdb_version", NOSTORE, 1, 1, 1, 0, 0 },
     { "ranks", NOSTORE, 1, 2, 1e7, 0, 0 },
@@ -363,6 +367,12 @@ int ovl__perfdb_load(const char *path, struct ovl__model *m, char *why, size_t w
     int rg = find_key("rma_get_G_us_per_B");
     if (seen[rg] && val[rg] > 0)
         m->rma_bw_Bpus = 1.0 / val[rg];
+    /* the link within a node, kept apart from the main one: both or none */
+    int nl = find_key("node_lat_us"), ng = find_key("node_G_us_per_B");
+    if (seen[nl] && seen[ng])
+        m->node_bw_Bpus = 1.0 / val[ng];
+    else
+        m->node_lat_us = -1;
     snprintf(why, why_len, "%s%s%s", path, host[0] ? " from host " : "", host);
     rc = 0;
 out:

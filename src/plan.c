@@ -1544,7 +1544,7 @@ static void interleave(struct plan *p)
 }
 
 /* References whose target is on this node (ovl__model_direct():
- * OVL_RMA_LOCAL=direct, the rule of a local ovl_get) move whole, as
+ * the rule of a local ovl_get, ovl_rma_local_t) move whole, as
  * loop-invariant ones do: a read with the first strip, a write with the
  * last. MPI copies their bytes with this CPU, so strips would only add
  * operations, and with ranks sharing a CPU each would wait for the
@@ -2772,8 +2772,10 @@ int ovl_plan_explain(ovl_plan_t plan, FILE *out)
                 "moves as one transfer (the paper's contiguous protocol)%s\n",
                 p->proto == OVL_PLAN_RUNS ? ": chosen" : "");
     if (p->direct && !(p->param.field_mask & OVL_PARAM_FIELD_STRIP))
-        fprintf(out, "  every target on this node (OVL_RMA_LOCAL=direct): MPI copies with this "
-                     "CPU, nothing to overlap, one strip\n");
+        fprintf(
+            out,
+            "  every target on this node, reached directly (OVL_RMA_LOCAL): MPI copies with this "
+            "CPU, nothing to overlap, one strip\n");
     fprintf(out,
             "  predicted (protocol map: %d cells; formulas: rma latency %.2f us, %.1f B/us, "
             "overhead %.2f us):\n",

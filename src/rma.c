@@ -33,8 +33,9 @@
  * there ovl_get_need waits for a member, whereas under a fault monitor an
  * unguarded member read before its anchor would show bytes not yet arrived.
  *
- * Targets on the caller's node (OVL_RMA_LOCAL=direct, the default): MPI
- * copies those bytes with this rank's CPU, so there is nothing to overlap;
+ * Targets on the caller's node, by default where the model measured that
+ * MPI copies their bytes with this rank's CPU (shared memory; OVL_RMA_LOCAL
+ * forces either way): there is nothing to overlap;
  * the transfer completes inside the call, unsplit and unguarded (direct();
  * the model's rule, ovl__model_direct).
  *
@@ -471,7 +472,7 @@ static int overlap_error_unlock(const char *fn, const struct xfer *o, const void
                       dst, bytes, o_put ? "ovl_put source" : "ovl_get destination", o_buf, o_bytes);
 }
 
-/* ---- targets on this node (OVL_RMA_LOCAL=direct) --------------------------------
+/* ---- targets on this node reached directly (ovl__model_direct) -----------------
  * MPI moves such bytes with a copy made by this rank's own CPU (shared
  * memory): there is no wire time to hide, and strips would only add
  * installs and faults. The transfer completes inside the call, straight

@@ -856,7 +856,7 @@ static void get_neighbours(void)
     free(b);
 }
 
-/* `local` (OVL_RMA_LOCAL=direct, the default): the peer shares this node,
+/* `local` (the plain path: OVL_RMA_LOCAL=auto, the default, on shared memory): the peer shares this node,
  * so a fault-monitored delta send is a plain transfer: nothing watched, no
  * fault, the largest pieces (256 KiB) at send_end, in order, which the
  * receiver lands in place. */

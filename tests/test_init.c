@@ -621,7 +621,7 @@ static void check_config(void)
     }
     CHECK(got.progress.mode == variant_progress());
     CHECK(got.stream.window >= 1);
-    CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_DIRECT || getenv("OVL_RMA_LOCAL"));
+    CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_AUTO || getenv("OVL_RMA_LOCAL"));
     CHECK(got.stream.whole == OVL_STREAM_WHOLE_AUTO || getenv("OVL_STREAM_WHOLE"));
     /* while a callback waits: 30 us by default */
     CHECKF(got.progress.lateness_us == 30 || getenv("OVL_LATENESS_US"), "lateness_us %u",
@@ -700,6 +700,12 @@ static void check_config(void)
     CHECK_OK(ovl_init(MPI_COMM_WORLD, &c));
     CHECK_OK(ovl_config_get(&got));
     CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_DIRECT);
+    CHECK_OK(ovl_finalize());
+    env_restore();
+    setenv("OVL_RMA_LOCAL", "auto", 1);
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+    CHECK_OK(ovl_config_get(&got));
+    CHECK(got.mpi.rma_local == OVL_RMA_LOCAL_AUTO);
     CHECK_OK(ovl_finalize());
     env_restore();
 

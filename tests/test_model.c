@@ -189,6 +189,37 @@ static void test_perfdb(void)
            "intra-node database: %.200s / %.200s", ovl__m.source_detail, msg);
     CHECK_OK(ovl_finalize());
 
+    /* the link within a node, kept apart: taken, and from it whether a
+     * peer on this node is overlapped (0.95 of 0.2 ns a byte hidden beats
+     * the 0.1 ns copy) or reached directly (this rank always is) */
+    write_db(p, NULL, NULL, NULL,
+             "hidden = 0.5\nnode_lat_us = 0.25\nnode_G_us_per_B = 0.0002\nnode_hidden = 0.95\n", 0);
+    init_with(p, msg, sizeof msg);
+    CHECKF(ovl__m.source == OVL__MODEL_PERFDB, "node figures refused: %.200s / %.200s",
+           ovl__m.source_detail, msg);
+    CHECK(ovl__m.hidden == 0.5 && ovl__m.node_lat_us == 0.25 && ovl__m.node_hidden == 0.95);
+    CHECK(ovl__m.node_bw_Bpus > 4999 && ovl__m.node_bw_Bpus < 5001);
+    /* (ranks that share CPUs are never overlapped) */
+    CHECK(ovl__m.node_overlap == !ovl__g.node_oversubscribed && ovl__model_direct(th_rank));
+    for (int r = 0; r < th_size; r++)
+        if (r != th_rank)
+            CHECKF(ovl__model_direct(r) == ovl__g.node_oversubscribed,
+                   "peer %d on this node: direct %d", r, ovl__model_direct(r));
+    CHECK_OK(ovl_finalize());
+    /* too little hidden for the copy: the plain path */
+    write_db(p, NULL, NULL, NULL,
+             "node_lat_us = 0.25\nnode_G_us_per_B = 0.0002\nnode_hidden = 0.4\n", 0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.source == OVL__MODEL_PERFDB && !ovl__m.node_overlap);
+    for (int r = 0; r < th_size; r++)
+        CHECK(ovl__model_direct(r));
+    CHECK_OK(ovl_finalize());
+    /* a latency without a bandwidth is no link: the main one's (one node) */
+    write_db(p, NULL, NULL, NULL, "node_lat_us = 0.25\nnode_hidden = 0\n", 0);
+    init_with(p, msg, sizeof msg);
+    CHECK(ovl__m.source == OVL__MODEL_PERFDB && ovl__m.node_lat_us == 3.5 && !ovl__m.node_overlap);
+    CHECK_OK(ovl_finalize());
+
     /* OVL_EAGER_LIMIT still wins over the database */
     setenv("OVL_EAGER_LIMIT", "5000", 1);
     init_with(p, msg, sizeof msg);
@@ -252,6 +283,10 @@ static void test_perfdb(void)
     write_db(p, NULL, "lat_us", "nan", NULL, 0);
     refused(p, "not a number");
     write_db(p, NULL, "G_us_per_B", "-0.5", NULL, 0);
+    refused(p, "out of range");
+    write_db(p, NULL, NULL, NULL, "node_hidden = 1.5\n", 0);
+    refused(p, "out of range");
+    write_db(p, NULL, NULL, NULL, "node_lat_us = -1\n", 0);
     refused(p, "out of range");
     write_db(p, NULL, "eager_B", "99999999999999999999999", NULL, 0);
     refused(p, "out of range");
@@ -368,18 +403,42 @@ static void test_split(void)
     size_t ps = ovl__watch_page();
     int peer = (th_rank + 1) % th_size;
     struct ovl__split sp;
-    /* OVL_RMA_LOCAL=direct (default): nothing to or from this node is split */
-    CHECK(ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT);
+    /* OVL_RMA_LOCAL=auto (default), a database without node_* figures:
+     * the node's link is the one measured (one node) and shared memory
+     * hides nothing, so nothing to or from this node is split */
+    CHECK(ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_AUTO);
+    CHECK(!ovl__m.node_overlap);
     CHECK(ovl__peer_on_node(th_rank) && !ovl__peer_on_node(-1) && !ovl__peer_on_node(th_size));
     if (ovl__peer_on_node(peer)) {
         CHECK(ovl__model_split(64 << 20, peer, &sp) == 0 && !sp.should_split &&
               sp.reason == OVL__SPLIT_LOCAL && sp.nstrips == 1 && strstr(sp.why, "node"));
         CHECK(ovl__model_split_threshold(peer) == SIZE_MAX);
     }
+    /* Overlapped on this node (the model's choice, forced here): split with
+     * the node's link figures, kept apart from the main link's -- a slow
+     * node link splits what a fast one leaves whole. */
+    if (ovl__peer_on_node(peer) && peer != th_rank) {
+        struct ovl__model keep = ovl__m;
+        ovl__m.node_overlap = 1;
+        CHECK(!ovl__model_direct(peer) && ovl__model_direct(th_rank));
+        ovl__m.node_lat_us = 50;
+        ovl__m.node_bw_Bpus = 100;
+        struct ovl__split slow, fast;
+        ovl__model_split(16 << 20, peer, &slow);
+        ovl__m.node_lat_us = 0.1;
+        ovl__m.node_bw_Bpus = 1e6;
+        ovl__model_split(16 << 20, peer, &fast);
+        CHECKF(slow.should_split && !fast.should_split, "node link: slow %d (%s), fast %d (%s)",
+               slow.should_split, slow.why, fast.should_split, fast.why);
+        ovl__m = keep;
+    }
     int lp = ovl__model_link_peer();
     CHECK(lp >= 0 && lp < th_size && (th_size == 1 || lp != th_rank));
-    /* the rest as for a peer on another node */
+    /* the rest as for a peer on another node: overlapped, and without
+     * node figures of its own the main link's */
     ovl__g.cfg.mpi.rma_local = OVL_RMA_LOCAL_OVERLAP;
+    ovl__m.node_lat_us = -1;
+    ovl__m.node_bw_Bpus = 0;
     /* small and self transfers are not split */
     CHECK(ovl__model_split(100, peer, &sp) == 0 && !sp.should_split &&
           sp.reason == OVL__SPLIT_SMALL && sp.nstrips == 1 && sp.first == 100);

@@ -750,8 +750,11 @@ static int on_node(int r)
     return lead[r] == lead[rank];
 }
 
-/* OVL_RMA_LOCAL=direct (the default): a transfer with a target on this
- * node is complete when the call returns (read at once with no
+/* OVL_RMA_LOCAL=auto (the default), where MPI moves a node's bytes through
+ * shared memory with the ranks' own CPUs (the model measures at ovl_init
+ * that a computing rank hides none of it, or does not measure ranks that
+ * share CPUs): a transfer with a target on this node is complete when the
+ * call returns (read at once with no
  * ovl_get_need, even under the explicit monitor; no fault, no split; an
  * get's request already complete; a put's source rewritten at once
  * without waiting), while targets on other nodes (on the emulated cluster)
@@ -761,7 +764,7 @@ static void phase_local(void)
     dt_phase("local", 60);
     ovl_config_t cfg;
     CHECK_OK(ovl_config_get(&cfg));
-    CHECKF(cfg.mpi.rma_local == OVL_RMA_LOCAL_DIRECT, "run without OVL_RMA_LOCAL (got %d)",
+    CHECKF(cfg.mpi.rma_local == OVL_RMA_LOCAL_AUTO, "run without OVL_RMA_LOCAL (got %d)",
            (int)cfg.mpi.rma_local);
     size_t pg = dt_page();
     const size_t sizes[] = { 1, 4097, 3 * pg, MiB + 3 };

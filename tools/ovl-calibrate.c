@@ -620,6 +620,37 @@ int main(int argc, char **argv)
         rma(sizes, ns, light ? 3 : 10, get_us, put_us);
     }
     comm = world;
+    /* The share of an exchange's time that a computing rank does not pay,
+     * on this link (ranks 0 and 1), and the link within rank 0's node,
+     * kept apart from it: ovl_init sizes and decides transfers to a peer
+     * on a rank's own node from the node_* figures. */
+    check_budget(0.78);
+    int node_peer = -1, over = ovl__g.node_oversubscribed;
+    for (int r = 1; r < nranks && node_peer < 0; r++)
+        if (ovl__g.node_of[r] == ovl__g.node_of[0])
+            node_peer = r;
+    /* ranks that share CPUs measure each other's time slices: no share,
+     * no node figures (ovl_init takes such peers the plain way) */
+    MPI_Bcast(&over, 1, MPI_INT, 0, world);
+    if (over)
+        node_peer = -1;
+    double hidden = over && ovl__g.node_of[1] == ovl__g.node_of[0]
+                        ? -1
+                        : ovl__measure_hidden(world, 1, (size_t)1 << 20);
+    double node_lat = -1, node_G = -1, node_hidden = -1;
+    if (node_peer == 1) {
+        node_lat = lat;
+        node_G = G;
+        node_hidden = hidden;
+    } else if (node_peer > 1) {
+        struct ovl__link_figures lf;
+        if (ovl__measure_link(world, node_peer, &lf) == OVL_SUCCESS && lf.lat_us > 0 &&
+            lf.G_us_per_B > 0) {
+            node_lat = lf.lat_us;
+            node_G = lf.G_us_per_B;
+        }
+        node_hidden = ovl__measure_hidden(world, node_peer, (size_t)1 << 20);
+    }
     double mapc[OVL__MAP_MAX][2 + OVL__MAP_NPROTO];
     int nmap = want_maps ? maps(world, light ? 3 : 7, mapc) : 0;
     double load_bw[9] = { 0 };
@@ -752,6 +783,20 @@ int main(int argc, char **argv)
             fprintf(f, "\n# MPI RMA, passive target (lock_all): MPI_Rget / MPI_Rput + flush\n");
             fprintf(f, "rma_get_lat_us = %.3f\nrma_get_G_us_per_B = %.9f\n", ga, gb > 0 ? gb : -1);
             fprintf(f, "rma_put_lat_us = %.3f\nrma_put_G_us_per_B = %.9f\n", pa, pb > 0 ? pb : -1);
+            fprintf(f,
+                    "\n# The share of an exchange's time (1 MiB each way) that a rank computing\n"
+                    "# meanwhile, testing every 20 us of work, does not pay (0: the bytes move\n"
+                    "# with its CPU, as through shared memory; -1: not measured)\nhidden = %.3f\n",
+                    hidden);
+            if (node_lat > 0 && node_G > 0)
+                fprintf(f,
+                        "# The link to rank %d on rank 0's node, kept apart from the main one\n"
+                        "node_lat_us = %.3f\nnode_G_us_per_B = %.9f\nnode_hidden = %.3f\n",
+                        node_peer, node_lat, node_G, node_hidden);
+            else
+                fprintf(f,
+                        "# no other rank on rank 0's node: no node_* figures (ovl_init measures\n"
+                        "# them where a job has such peers)\n");
             fprintf(f, "\ncalibration_s = %.2f\n", elapsed_s);
             fprintf(f, "\n[table pingpong]\n# bytes oneway_min_us oneway_median_us "
                        "o_send_us o_recv_us rma_get_us rma_put_us\n");
