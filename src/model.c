@@ -592,13 +592,6 @@ static int count_strips(size_t bytes, size_t first, double growth, size_t ps)
     return n;
 }
 
-/* Predicted time from the call until the program has read every strip of
- * a guarded get: the whole destination is guarded (M(S)), then the strips'
- * requests are issued one after the other (o each), so the first strip is
- * on the wire while the later ones are issued; the program reads a strip
- * when it has arrived (a fault, I, if it had to wait), after its pages are
- * opened (M of the strip) and computes on it (c per byte). With n = 1 this
- * is the unsplit guarded get, the alternative a split must beat. */
 /* The link terms of a kind of peer: a peer on this node that is not
  * reached directly (cls 3) has the node's link, when it was measured (its
  * o and g taken as the quick estimate takes them); any other the main one. */
@@ -613,6 +606,13 @@ static struct link_terms link_of(int cls)
     return (struct link_terms){ 1.0 / ovl__m.bw_Bpus, ovl__m.o_us, ovl__m.gap_us, ovl__m.rtt_us };
 }
 
+/* Predicted time from the call until the program has read every strip of
+ * a guarded get: the whole destination is guarded (M(S)), then the strips'
+ * requests are issued one after the other (o each), so the first strip is
+ * on the wire while the later ones are issued; the program reads a strip
+ * when it has arrived (a fault, I, if it had to wait), after its pages are
+ * opened (M of the strip) and computes on it (c per byte). With n = 1 this
+ * is the unsplit guarded get, the alternative a split must beat. */
 static double simulate(const struct link_terms *lk, size_t bytes, size_t first, double growth,
                        int n, ovl_monitor_t mon)
 {

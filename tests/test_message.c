@@ -26,7 +26,7 @@
  *    MPI_ANY_TAG, 0 bytes, buffer untouched, stream functions never run),
  *    a continuation on one runs, the inner exchanges are byte-checked;
  *  - on one node, a rank's CPU moving its on-node transfers itself
- *    (OVL_RMA_LOCAL=direct, one CPU per rank: white-box, ovl__g): a send
+ *    (reached directly, one CPU per rank: white-box, ovl__g): a send
  *    and a receive pending for 0.3 s while the peer sleeps cost the
  *    progress thread its patient pace (1 ms), not its usual one (50 us),
  *    and both deliver their bytes; so do a delta receive whose pieces wait
@@ -540,8 +540,7 @@ static int pace_checked(int peer)
 {
     ovl_config_t c;
     CHECK_OK(ovl_config_get(&c));
-    return c.progress.mode == OVL_PROGRESS_THREAD && ovl__g.cpus_per_rank < 2 &&
-           ovl__peer_on_node(peer) && c.mpi.rma_local == OVL_RMA_LOCAL_DIRECT;
+    return c.progress.mode == OVL_PROGRESS_THREAD && ovl__model_cpu_bound(peer);
 }
 
 /* After the posts' first polls, the progress thread's wake-ups over 0.25

@@ -158,7 +158,7 @@ static int model_splits(size_t n, int peer, int must)
 {
     struct ovl__split sp;
     CHECK(ovl__model_split(n, peer, &sp) == 0);
-    /* A target on this node under OVL_RMA_LOCAL=direct (the cluster tests'
+    /* A target on this node reached directly (the cluster tests'
      * hosts with 2 ranks) is completed in the call, never split. */
     if (must && ovl__m.source == OVL__MODEL_DEFAULTS && !ovl__model_direct(peer))
         CHECKF(sp.should_split, "the built-in model does not split %zu bytes: %s", n, sp.why);
