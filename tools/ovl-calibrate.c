@@ -844,6 +844,16 @@ int main(int argc, char **argv)
                 printf("ovl-calibrate: fault mprotect %.2f us, uffd %.2f us; M(1) %.2f us, "
                        "M(4096) %.1f us; copy %.0f MB/s; RMA get %.2f us\n",
                        f_mp, f_uf, m_mp[0], m_mp[np - 1], copy > 0 ? 1.0 / copy : 0, ga);
+                if (node_lat > 0 && node_G > 0)
+                    printf("ovl-calibrate: hidden %.2f; within the node (rank %d): L %.2f us, "
+                           "%.0f MB/s, hidden %.2f: a peer on the node %s by default\n",
+                           hidden, node_peer, node_lat, 1.0 / node_G, node_hidden,
+                           node_hidden > 0 && copy > 0 && node_hidden * node_G > copy
+                               ? "is overlapped"
+                               : "takes the plain path");
+                else
+                    printf("ovl-calibrate: hidden %.2f; no figures within a node (%s)\n", hidden,
+                           over ? "its ranks share CPUs" : "no other rank on rank 0's node");
                 printf("ovl-calibrate: wrote %s in %.1f s\n", path, elapsed_s);
             }
         }
