@@ -255,6 +255,81 @@ int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out)
     return OVL_SUCCESS;
 }
 
+/* Whether a blocking send of @bytes from the lower rank of the pair to
+ * the higher waits for the receiver, who posts its receive @late_us late
+ * (tag 4; the best of @reps, so a descheduled sender is not a stall). */
+static int waits_for_receiver(MPI_Comm comm, int peer, void *buf, int bytes, int reps,
+                              double late_us)
+{
+    int me = 0;
+    MPI_Comm_rank(comm, &me);
+    double best = 1e30;
+    char one = 0;
+    for (int k = 0; k < reps; k++) {
+        if (me > peer) {
+            MPI_Send(&one, 1, MPI_BYTE, peer, 5, comm);
+            for (double t0 = ovl__now_us(); ovl__now_us() < t0 + late_us;)
+                ;
+            MPI_Recv(buf, bytes, MPI_BYTE, peer, 4, comm, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(&one, 1, MPI_BYTE, peer, 5, comm, MPI_STATUS_IGNORE);
+            double t0 = ovl__now_us();
+            MPI_Send(buf, bytes, MPI_BYTE, peer, 4, comm);
+            double t = ovl__now_us() - t0;
+            best = t < best ? t : best;
+        }
+        /* both done before the next, and both know the sender's best */
+        double mine = best, theirs = 0;
+        MPI_Sendrecv(&mine, 1, MPI_DOUBLE, peer, 6, &theirs, 1, MPI_DOUBLE, peer, 6, comm,
+                     MPI_STATUS_IGNORE);
+        if (me > peer)
+            best = theirs;
+    }
+    return best > late_us / 2;
+}
+
+size_t ovl__measure_rendezvous(MPI_Comm comm, int peer, void *buf, size_t from, size_t limit,
+                               size_t res, int reps, double late_us)
+{
+    size_t lo = 0, hi = 0; /* largest eager, smallest rendezvous seen */
+    for (size_t s = from; s <= limit && s <= INT_MAX; s *= 2) {
+        if (waits_for_receiver(comm, peer, buf, (int)s, reps, late_us)) {
+            hi = s;
+            break;
+        }
+        lo = s;
+    }
+    if (!hi)
+        return 0;
+    while (hi - lo > res) {
+        size_t m = lo + (hi - lo) / 2;
+        if (waits_for_receiver(comm, peer, buf, (int)m, reps, late_us))
+            hi = m;
+        else
+            lo = m;
+    }
+    return hi;
+}
+
+size_t ovl__measure_eager_below(MPI_Comm comm, int peer, size_t guess, double late_us)
+{
+    double e = 0;
+    int me = 0;
+    MPI_Comm_rank(comm, &me);
+    if (peer > 0 && (me == 0 || me == peer) && guess >= 1024 && guess <= INT_MAX) {
+        char *buf = ovl__page_alloc(guess);
+        if (buf)
+            e = (double)ovl__measure_rendezvous(comm, me == 0 ? peer : 0, buf, guess, guess, 512, 1,
+                                                late_us);
+        ovl__page_free(buf);
+    }
+    MPI_Request rq;
+    if (MPI_Ibarrier(comm, &rq) == MPI_SUCCESS)
+        wait_sleeping(&rq);
+    MPI_Bcast(&e, 1, MPI_DOUBLE, 0, comm);
+    return (size_t)e;
+}
+
 /* One exchange of @bytes each way with @peer (tag 2), the program busy
  * with @busy_us of work meanwhile: it writes @work a page at a time and
  * tests the two requests every HIDDEN_POLL_US of work, as ovl's own calls

@@ -50,6 +50,21 @@ struct ovl__link_figures {
  * OVL_ERR_NOMEM, OVL_ERR_MPI (reported as ovl_init's). */
 int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out);
 
+/* The eager/rendezvous switch of the link to @peer, by the pair (this rank
+ * and @peer, both call it; nobody else): the smallest size at which a
+ * blocking send from the lower rank waits for a receiver that posts late
+ * by @late_us, doubling from @from up to @limit, then bisecting to @res
+ * bytes; the best of @reps per size. 0 if no size up to @limit waited.
+ * @buf holds @limit bytes on both ranks. Tags 4-6. */
+size_t ovl__measure_rendezvous(MPI_Comm comm, int peer, void *buf, size_t from, size_t limit,
+                               size_t res, int reps, double late_us);
+
+/* Collective over @comm, as ovl__measure_link (rank 0 and @peer measure,
+ * rank 0's answer on every rank): whether @guess bytes wait for a receiver
+ * @late_us late, and if so the smallest size that does, to 512 B (one
+ * send per size); 0 if @guess does not wait (or nobody measured). */
+size_t ovl__measure_eager_below(MPI_Comm comm, int peer, size_t guess, double late_us);
+
 /* The share of a transfer's time on the link to @peer that a computing
  * rank does not pay: @bytes exchanged each way while both ranks compute
  * for as long as the exchange alone takes, testing the requests every

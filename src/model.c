@@ -126,8 +126,11 @@ static size_t cvar_size(const char *name)
     return v;
 }
 
-size_t ovl__model_detect_eager(void)
+/* The eager limit as named by OVL_EAGER_LIMIT, MPI_T or UCX_RNDV_THRESH;
+ * else 64 KiB, and *@guessed = 1. */
+static size_t detect_eager(int *guessed)
 {
+    *guessed = 0;
     if (ovl__g.cfg.mpi.eager_limit)
         return ovl__g.cfg.mpi.eager_limit;
     static const char *cvars[] = { "MPIR_CVAR_CH4_OFI_EAGER_MAX_MSG_SIZE",
@@ -157,7 +160,14 @@ size_t ovl__model_detect_eager(void)
         if (v)
             return (size_t)v;
     }
+    *guessed = 1;
     return 65536;
+}
+
+size_t ovl__model_detect_eager(void)
+{
+    int guessed;
+    return detect_eager(&guessed);
 }
 
 /* The first rank on another node than rank @of (ovl__g.node_of), or -1. */
@@ -216,12 +226,27 @@ int ovl__model_cpu_bound(int peer)
  * bandwidth), the fault and protection cost of this process, and the copy
  * rate. Budget: a few milliseconds on shared memory, about 35 ms on a
  * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
-static int quick_estimate(void)
+static int quick_estimate(int eager_guessed)
 {
     struct ovl__link_figures lf;
     int rc = ovl__measure_link(ovl__g.comm_delta, measuring_peer(), &lf);
     if (rc != OVL_SUCCESS)
         return rc;
+    /* An eager limit nothing names is a guess (64 KiB): UCX over TCP
+     * switched at 19 KiB on the emulated cluster, and delta pieces merged
+     * up to the guess went by rendezvous, each waiting for the receiver's
+     * next ovl call (PRK Transpose by the porting guide's recipe, inline:
+     * 1.04x plain MPI's time, 0.91-0.93x with the limit set). So a send of
+     * the guess is tried against a late receiver (10 round trips + 0.5 ms,
+     * at most 5 ms), and if it waits, the smallest size that does: about
+     * 0.7 ms a size, 8 sizes at most. */
+    if (eager_guessed && lf.lat_us > 0) {
+        double late = 20 * lf.lat_us + 500;
+        size_t e = ovl__measure_eager_below(ovl__g.comm_delta, measuring_peer(), ovl__m.eager,
+                                            late > 5000 ? 5000 : late);
+        if (e)
+            ovl__m.eager = e;
+    }
     _Static_assert(sizeof ovl__m.oneway_us == sizeof lf.oneway_us, "one table of switch sizes");
     ovl__m.piece_switch = lf.piece_switch;
     memcpy(ovl__m.oneway_us, lf.oneway_us, sizeof ovl__m.oneway_us);
@@ -303,7 +328,8 @@ int ovl__model_calibrate(void)
     double t0 = ovl__now_us();
     atomic_fetch_add(&map_gen, 1);
     ovl__m = model_defaults;
-    ovl__m.eager = ovl__model_detect_eager();
+    int eager_guessed;
+    ovl__m.eager = detect_eager(&eager_guessed);
     int rc = OVL_SUCCESS;
 
     /* 1. The performance database. Every rank must agree on using it (the
@@ -357,7 +383,7 @@ int ovl__model_calibrate(void)
         if (MPI_Allreduce(&want, &any, 1, MPI_INT, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
             return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
         if (any) {
-            if ((rc = quick_estimate()) != OVL_SUCCESS)
+            if ((rc = quick_estimate(eager_guessed)) != OVL_SUCCESS)
                 return rc;
             ovl__m.source = ovl__m.calibrated ? OVL__MODEL_INIT : OVL__MODEL_DEFAULTS;
         }

@@ -196,55 +196,6 @@ static void burst(int count, int reps, double rtt, double *per_msg, double *post
     *post = r[1];
 }
 
-/* 1 if a blocking send of @bytes waits for a receiver that is @late_us
- * late (rendezvous), 0 if it returns at once (eager). */
-static int waits_for_receiver(int bytes, double late_us)
-{
-    int rv = 0;
-    double best = 1e30;
-    for (int k = 0; k < 3; k++) { /* best of 3: a descheduled sender is not a stall */
-        if (rank == 1) {
-            MPI_Send(NULL, 0, MPI_BYTE, 0, 8, comm);
-            spin_until(now() + late_us);
-            MPI_Recv(buf, bytes, MPI_BYTE, 0, 9, comm, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(NULL, 0, MPI_BYTE, 1, 8, comm, MPI_STATUS_IGNORE);
-            double t0 = now();
-            MPI_Send(buf, bytes, MPI_BYTE, 1, 9, comm);
-            double t = now() - t0;
-            if (t < best)
-                best = t;
-        }
-        MPI_Barrier(comm);
-    }
-    if (rank == 0)
-        rv = best > late_us / 2;
-    MPI_Bcast(&rv, 1, MPI_INT, 0, comm);
-    return rv;
-}
-
-static size_t find_eager(double late_us)
-{
-    int lo = 0, hi = 0; /* largest eager, smallest rendezvous seen */
-    for (int s = 256; s <= (int)BUF_MAX; s *= 2) {
-        if (waits_for_receiver(s, late_us)) {
-            hi = s;
-            break;
-        }
-        lo = s;
-    }
-    if (!hi)
-        return 0; /* never waited up to BUF_MAX */
-    while (hi - lo > 64) {
-        int m = lo + (hi - lo) / 2;
-        if (waits_for_receiver(m, late_us))
-            hi = m;
-        else
-            lo = m;
-    }
-    return (size_t)hi;
-}
-
 /* ---- RMA ------------------------------------------------------------------ */
 
 static void rma(const int *sizes, int ns, int reps, double *get_us, double *put_us)
@@ -607,7 +558,8 @@ int main(int argc, char **argv)
         if (late > 5000)
             late = 5000;
         check_budget(0.65);
-        eager = find_eager(late);
+        /* the smallest size that waits, doubling from 256 B, to 64 B */
+        eager = ovl__measure_rendezvous(comm, rank ^ 1, buf, 256, BUF_MAX, 64, 3, late);
         double jump = 0;
         for (int i = 4; i + 1 < ns; i++) {
             double j = (oneway[i + 1] - oneway[i]) - G * (sizes[i + 1] - sizes[i]);
