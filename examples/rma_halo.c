@@ -14,8 +14,8 @@
  * (The two NULLs: no optional parameters, no request.)
  *
  * A neighbour on the same node is read by a plain copy inside ovl_get
- * (OVL_RMA_LOCAL=direct, the default: nothing to overlap there); the
- * demand-driven path is for neighbours on other nodes.
+ * (OVL_RMA_LOCAL=auto, the default, through shared memory: nothing to
+ * overlap there); the demand-driven path is for neighbours on other nodes.
  *
  * Run: mpiexec -n 2 ./example_rma_halo   (any number of ranks)
  */
