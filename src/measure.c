@@ -184,6 +184,19 @@ static void wait_sleeping(MPI_Request *req)
     }
 }
 
+/* The end of a pair's measurement: every rank of @comm waits asleep until
+ * the pair is done, then takes rank 0's @n figures @q. MPI_SUCCESS or the
+ * failing call's code. */
+static int share_rank0(MPI_Comm comm, double *q, int n)
+{
+    MPI_Request rq;
+    int rc = MPI_Ibarrier(comm, &rq);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    wait_sleeping(&rq);
+    return MPI_Bcast(q, n, MPI_DOUBLE, 0, comm);
+}
+
 /* One warm-up, then ping-pongs of 1 byte, of page multiples below the
  * eager limit (a protocol switch), and of 128 KiB and 256 KiB. One pair
  * measures, every other rank waits asleep, and rank 0 tells everyone: with
@@ -236,16 +249,12 @@ int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out)
         }
         ovl__page_free(buf);
     }
-    MPI_Request rq;
-    if (MPI_Ibarrier(comm, &rq) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Ibarrier failed");
-    wait_sleeping(&rq);
     q[Q_LAT] = lat;
     q[Q_G] = bw > 0 ? 1.0 / bw : 0;
     q[Q_SW] = (double)sw;
     q[Q_BURST] = burst;
-    if (MPI_Bcast(q, Q_N, MPI_DOUBLE, 0, comm) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Bcast failed");
+    if (share_rank0(comm, q, Q_N) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: sharing rank 0's figures failed");
     _Static_assert(sizeof out->oneway_us == 16 * sizeof(double), "Q_ONEWAY holds 16");
     out->lat_us = q[Q_LAT];
     out->G_us_per_B = q[Q_G];
@@ -323,10 +332,8 @@ size_t ovl__measure_eager_below(MPI_Comm comm, int peer, size_t guess, double la
                                                 late_us);
         ovl__page_free(buf);
     }
-    MPI_Request rq;
-    if (MPI_Ibarrier(comm, &rq) == MPI_SUCCESS)
-        wait_sleeping(&rq);
-    MPI_Bcast(&e, 1, MPI_DOUBLE, 0, comm);
+    if (share_rank0(comm, &e, 1) != MPI_SUCCESS)
+        e = 0;
     return (size_t)e;
 }
 
@@ -395,10 +402,8 @@ double ovl__measure_hidden(MPI_Comm comm, int peer, size_t bytes)
         ovl__page_free(r);
         ovl__page_free(work);
     }
-    MPI_Request rq;
-    if (MPI_Ibarrier(comm, &rq) == MPI_SUCCESS)
-        wait_sleeping(&rq);
-    MPI_Bcast(&h, 1, MPI_DOUBLE, 0, comm);
+    if (share_rank0(comm, &h, 1) != MPI_SUCCESS)
+        h = -1;
     return h;
 }
 

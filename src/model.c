@@ -301,6 +301,11 @@ static int quick_estimate(int eager_guessed)
  * made shared memory look hidden (docs/perf-log/2026-11-29.md). Not
  * measured counts as none: such peers take the plain path. Every rank
  * takes the same decision. */
+int ovl__model_overlap_pays(double hidden, double G_us_per_B, double copy_us_per_B)
+{
+    return hidden > 0 && G_us_per_B > 0 && hidden * G_us_per_B > copy_us_per_B;
+}
+
 static int node_link(void)
 {
     if (off_node_peer(0) < 0) { /* one node: the main link is the node's */
@@ -311,8 +316,9 @@ static int node_link(void)
         if (ovl__m.node_hidden < 0)
             ovl__m.node_hidden = ovl__m.hidden;
     }
-    int pays = !ovl__g.node_oversubscribed && ovl__m.node_hidden > 0 && ovl__m.node_bw_Bpus > 0 &&
-               ovl__m.node_hidden / ovl__m.node_bw_Bpus > ovl__m.compute_us_per_B;
+    int pays = !ovl__g.node_oversubscribed && ovl__m.node_bw_Bpus > 0 &&
+               ovl__model_overlap_pays(ovl__m.node_hidden, 1.0 / ovl__m.node_bw_Bpus,
+                                       ovl__m.compute_us_per_B);
     if (MPI_Allreduce(&pays, &ovl__m.node_overlap, 1, MPI_INT, MPI_MIN, ovl__g.comm_delta) !=
         MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");

@@ -145,6 +145,10 @@ int ovl__model_link_peer(void);
  * default) and the model found that overlap cannot pay with a peer on
  * this node (ovl__m.node_overlap), or @peer is this rank (rma.c). */
 int ovl__model_direct(int peer);
+/* Overlap pays on a link whose wire time per byte is @G_us_per_B, of which
+ * a computing rank does not pay @hidden (ovl__measure_hidden), against the
+ * copy per byte overlap adds (@copy_us_per_B): hidden x G > copy. */
+int ovl__model_overlap_pays(double hidden, double G_us_per_B, double copy_us_per_B);
 /* MPI moves bytes between this rank and @peer with this rank's own CPU
  * (ovl__model_direct), and the progress thread has no CPU of its own
  * (ovl__g.cpus_per_rank): polling such a transfer early only takes that

@@ -800,7 +800,7 @@ int main(int argc, char **argv)
                     printf("ovl-calibrate: hidden %.2f; within the node (rank %d): L %.2f us, "
                            "%.0f MB/s, hidden %.2f: a peer on the node %s by default\n",
                            hidden, node_peer, node_lat, 1.0 / node_G, node_hidden,
-                           node_hidden > 0 && copy > 0 && node_hidden * node_G > copy
+                           ovl__model_overlap_pays(node_hidden, node_G, copy)
                                ? "is overlapped"
                                : "takes the plain path");
                 else
