@@ -197,6 +197,18 @@ static int share_rank0(MPI_Comm comm, double *q, int n)
     return MPI_Bcast(q, n, MPI_DOUBLE, 0, comm);
 }
 
+/* Both ranks of a measuring pair: does the other go ahead too? A rank
+ * that could not get its buffer says so rather than leave its partner
+ * waiting for a message it never sends. */
+static int pair_ready(MPI_Comm comm, int other, int ok)
+{
+    int theirs = 0;
+    if (MPI_Sendrecv(&ok, 1, MPI_INT, other, 7, &theirs, 1, MPI_INT, other, 7, comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return 0;
+    return ok && theirs;
+}
+
 /* One warm-up, then ping-pongs of 1 byte, of page multiples below the
  * eager limit (a protocol switch), and of 128 KiB and 256 KiB. One pair
  * measures, every other rank waits asleep, and rank 0 tells everyone: with
@@ -213,39 +225,40 @@ int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out)
     enum { Q_LAT, Q_G, Q_SW, Q_ONEWAY, Q_BURST = Q_ONEWAY + 16, Q_N };
     double lat = 0, bw = 0, burst = 0, q[Q_N] = { 0 };
     size_t sw = 0;
-    int me = 0;
+    int me = 0, nomem = 0;
     MPI_Comm_rank(comm, &me);
     if (peer > 0 && (me == 0 || me == peer)) {
         int other = me == 0 ? peer : 0;
         enum { MID = 131072, BIG = 262144 };
         char *buf = ovl__page_alloc(BIG); /* zeroed; never malloc'd (ovl__page_alloc) */
-        if (!buf)
-            return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
-        ovl__measure_pingpong(comm, other, buf, 1, 2, NULL); /* warm up the connection */
-        double t1 = ovl__measure_pingpong(comm, other, buf, 1, 8, NULL);
-        lat = t1 < 1 ? 1 : t1;
-        /* before the large sizes: a link with a burst allowance has it
-         * back. Best of six per size, in three rounds. */
-        sw = ovl__measure_switch(comm, other, buf, BIG, 3, 2, lat, q + Q_ONEWAY);
-        /* A descheduled rank (more ranks than cores) can make the middle
-         * size look as slow as the large one: measure again, up to four
-         * times, rather than fall back to the built-in figures. Rank 0's
-         * figures are the ones broadcast, so rank 0 says when to stop. */
-        for (int again = 1, attempt = 0; again && attempt < 4; attempt++) {
-            double tm = ovl__measure_pingpong(comm, other, buf, MID, 3, NULL);
-            double tb = ovl__measure_pingpong(comm, other, buf, BIG, 3, NULL);
-            if (tb > tm)
-                bw = (double)(BIG - MID) / (tb - tm);
-            else if (tm > t1)
-                bw = (double)MID / (tm - t1);
-            /* the link's burst: what of MID arrived sooner than the
-             * long-run rate allows */
-            burst = ovl__measure_burst_B(MID, tm, lat, bw);
-            again = bw <= 0;
-            if (me == 0)
-                MPI_Send(&again, 1, MPI_INT, other, 1, comm);
-            else
-                MPI_Recv(&again, 1, MPI_INT, other, 1, comm, MPI_STATUS_IGNORE);
+        nomem = !buf;
+        if (pair_ready(comm, other, !nomem)) {
+            ovl__measure_pingpong(comm, other, buf, 1, 2, NULL); /* warm up the connection */
+            double t1 = ovl__measure_pingpong(comm, other, buf, 1, 8, NULL);
+            lat = t1 < 1 ? 1 : t1;
+            /* before the large sizes: a link with a burst allowance has it
+             * back. Best of six per size, in three rounds. */
+            sw = ovl__measure_switch(comm, other, buf, BIG, 3, 2, lat, q + Q_ONEWAY);
+            /* A descheduled rank (more ranks than cores) can make the middle
+             * size look as slow as the large one: measure again, up to four
+             * times, rather than fall back to the built-in figures. Rank 0's
+             * figures are the ones broadcast, so rank 0 says when to stop. */
+            for (int again = 1, attempt = 0; again && attempt < 4; attempt++) {
+                double tm = ovl__measure_pingpong(comm, other, buf, MID, 3, NULL);
+                double tb = ovl__measure_pingpong(comm, other, buf, BIG, 3, NULL);
+                if (tb > tm)
+                    bw = (double)(BIG - MID) / (tb - tm);
+                else if (tm > t1)
+                    bw = (double)MID / (tm - t1);
+                /* the link's burst: what of MID arrived sooner than the
+                 * long-run rate allows */
+                burst = ovl__measure_burst_B(MID, tm, lat, bw);
+                again = bw <= 0;
+                if (me == 0)
+                    MPI_Send(&again, 1, MPI_INT, other, 1, comm);
+                else
+                    MPI_Recv(&again, 1, MPI_INT, other, 1, comm, MPI_STATUS_IGNORE);
+            }
         }
         ovl__page_free(buf);
     }
@@ -255,6 +268,8 @@ int ovl__measure_link(MPI_Comm comm, int peer, struct ovl__link_figures *out)
     q[Q_BURST] = burst;
     if (share_rank0(comm, q, Q_N) != MPI_SUCCESS)
         return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: sharing rank 0's figures failed");
+    if (nomem)
+        return ovl__error(OVL_ERR_NOMEM, "ovl_init", "calibration buffer");
     _Static_assert(sizeof out->oneway_us == 16 * sizeof(double), "Q_ONEWAY holds 16");
     out->lat_us = q[Q_LAT];
     out->G_us_per_B = q[Q_G];
@@ -327,7 +342,7 @@ size_t ovl__measure_eager_below(MPI_Comm comm, int peer, size_t guess, double la
     MPI_Comm_rank(comm, &me);
     if (peer > 0 && (me == 0 || me == peer) && guess >= 1024 && guess <= INT_MAX) {
         char *buf = ovl__page_alloc(guess);
-        if (buf)
+        if (pair_ready(comm, me == 0 ? peer : 0, buf != NULL))
             e = (double)ovl__measure_rendezvous(comm, me == 0 ? peer : 0, buf, guess, guess, 512, 1,
                                                 late_us);
         ovl__page_free(buf);
@@ -383,7 +398,7 @@ double ovl__measure_hidden(MPI_Comm comm, int peer, size_t bytes)
         const size_t wlen = (size_t)256 << 10;
         char *s = ovl__page_alloc(bytes), *r = ovl__page_alloc(bytes),
              *work = ovl__page_alloc(wlen);
-        if (s && r && work) {
+        if (pair_ready(comm, other, s && r && work)) {
             /* alternated; the fastest exchange alone against the slowest
              * busy one: a rank descheduled meanwhile shows less hidden,
              * never more */

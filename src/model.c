@@ -126,6 +126,8 @@ static size_t cvar_size(const char *name)
     return v;
 }
 
+enum { EAGER_GUESS = 65536 };
+
 /* The eager limit as named by OVL_EAGER_LIMIT, MPI_T or UCX_RNDV_THRESH;
  * else 64 KiB, and *@guessed = 1. */
 static size_t detect_eager(int *guessed)
@@ -161,7 +163,7 @@ static size_t detect_eager(int *guessed)
             return (size_t)v;
     }
     *guessed = 1;
-    return 65536;
+    return EAGER_GUESS;
 }
 
 size_t ovl__model_detect_eager(void)
@@ -226,7 +228,7 @@ int ovl__model_cpu_bound(int peer)
  * bandwidth), the fault and protection cost of this process, and the copy
  * rate. Budget: a few milliseconds on shared memory, about 35 ms on a
  * 1 Gbit/s link (docs/ENV.md, OVL_CALIBRATE). */
-static int quick_estimate(int eager_guessed)
+static int quick_estimate(int eager_search, size_t *eager_found)
 {
     struct ovl__link_figures lf;
     int rc = ovl__measure_link(ovl__g.comm_delta, measuring_peer(), &lf);
@@ -240,12 +242,11 @@ static int quick_estimate(int eager_guessed)
      * the guess is tried against a late receiver (10 round trips + 0.5 ms,
      * at most 5 ms), and if it waits, the smallest size that does: about
      * 0.7 ms a size, 8 sizes at most. */
-    if (eager_guessed && lf.lat_us > 0) {
+    *eager_found = 0;
+    if (eager_search && lf.lat_us > 0) {
         double late = 20 * lf.lat_us + 500;
-        size_t e = ovl__measure_eager_below(ovl__g.comm_delta, measuring_peer(), ovl__m.eager,
-                                            late > 5000 ? 5000 : late);
-        if (e)
-            ovl__m.eager = e;
+        *eager_found = ovl__measure_eager_below(ovl__g.comm_delta, measuring_peer(), EAGER_GUESS,
+                                                late > 5000 ? 5000 : late);
     }
     _Static_assert(sizeof ovl__m.oneway_us == sizeof lf.oneway_us, "one table of switch sizes");
     ovl__m.piece_switch = lf.piece_switch;
@@ -335,8 +336,17 @@ int ovl__model_calibrate(void)
     atomic_fetch_add(&map_gen, 1);
     ovl__m = model_defaults;
     int eager_guessed;
-    ovl__m.eager = detect_eager(&eager_guessed);
+    const size_t own_eager = ovl__m.eager = detect_eager(&eager_guessed);
     int rc = OVL_SUCCESS;
+    /* The estimate's pair measurements try sizes below the eager limit and
+     * search for it where it was guessed: every rank must try the same,
+     * even where a limit is named on some ranks only (a wrapper per node,
+     * an MPMD launch), or a pair would wait for a message never sent. So
+     * the sizes come from the smallest limit, the search runs if any rank
+     * guessed, and each rank keeps its own named limit. */
+    long agree[2] = { eager_guessed, -(long)own_eager };
+    if (MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_LONG, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
+        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
 
     /* 1. The performance database. Every rank must agree on using it (the
      *    quick estimate is collective). */
@@ -389,7 +399,11 @@ int ovl__model_calibrate(void)
         if (MPI_Allreduce(&want, &any, 1, MPI_INT, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
             return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
         if (any) {
-            if ((rc = quick_estimate(eager_guessed)) != OVL_SUCCESS)
+            size_t found = 0;
+            ovl__m.eager = (size_t)-agree[1];
+            rc = quick_estimate((int)agree[0], &found);
+            ovl__m.eager = eager_guessed && found ? found : own_eager;
+            if (rc != OVL_SUCCESS)
                 return rc;
             ovl__m.source = ovl__m.calibrated ? OVL__MODEL_INIT : OVL__MODEL_DEFAULTS;
         }

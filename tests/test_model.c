@@ -94,6 +94,32 @@ static void init_with(const char *path, char *msg, size_t len)
     unlink(cap);
 }
 
+/* An eager limit named on one rank only (a wrapper per node, an MPMD
+ * launch) while the others guess it: the estimate's pair measurements try
+ * the same sizes on both (the smallest limit), the search for the limit
+ * runs for the rank that guessed, and each rank keeps its own named
+ * limit. Before ranks agreed on this, ovl_init hung here. */
+static void test_eager_named_on_one_rank(void)
+{
+    setenv("OVL_PERFDB", "off", 1);
+    if (th_rank == 1)
+        setenv("OVL_EAGER_LIMIT", "12288", 1);
+    else
+        unsetenv("OVL_EAGER_LIMIT");
+    CHECK_OK(ovl_init(MPI_COMM_WORLD, NULL));
+    CHECK(ovl__m.source == OVL__MODEL_INIT);
+    if (th_rank == 1)
+        CHECKF(ovl__m.eager == 12288, "named eager limit %zu, not 12288", ovl__m.eager);
+    else
+        CHECKF(ovl__m.eager >= 512 && ovl__m.eager <= 65536,
+               "guessed or measured eager limit %zu outside [512, 65536]", ovl__m.eager);
+    /* the link's figures were measured (the pair agreed on its sizes) */
+    CHECK(ovl__m.calibrated && ovl__m.lat_us > 0);
+    CHECK_OK(ovl_finalize());
+    unsetenv("OVL_EAGER_LIMIT");
+    unsetenv("OVL_PERFDB");
+}
+
 static void sane_model(void)
 {
     CHECK(ovl__m.lat_us > 0 && ovl__m.lat_us < 1e7);
@@ -1409,6 +1435,7 @@ int main(int argc, char **argv)
     }
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     test_perfdb();
+    test_eager_named_on_one_rank();
     test_split();
     test_delta_size();
     test_rerank();
