@@ -16,6 +16,8 @@
 #define NFWD      8 /* sends that may forward one arriving buffer */
 
 enum { P_LAST = 1u, P_STALE = 2u, P_ABORT = 4u };
+/* delta_hdr.flags: the message comes as one piece (delta_wire.c) */
+enum { H_WHOLE = 1u };
 
 struct delta_hdr {
     uint32_t magic, sid;
@@ -88,7 +90,8 @@ struct ovl__delta {
     char *landing; /* a plain message received where the monitor lets MPI write */
     char *staging; /* a plain message received into a guarded buffer */
     size_t staging_len, staging_cap;
-    size_t plain_bytes; /* the plain message's size, from its probe */
+    size_t plain_bytes;       /* the plain message's size, from its probe */
+    struct piece_hdr whole_h; /* an H_WHOLE message's piece header */
     struct ovl__op plain_op;
     atomic_int done;
     struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */

@@ -190,6 +190,87 @@ static int post_slot(struct ovl__delta *d, struct slot *s)
     return OVL_SUCCESS;
 }
 
+/* An H_WHOLE message has arrived: its piece header in d->whole_h, its
+ * bytes where whole_post put them. */
+static void whole_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__delta *d = op->ctx;
+    int err = d->err;
+    if (!err && st->MPI_ERROR != MPI_SUCCESS)
+        err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
+    d->last_seen = 1;
+    if (!err) {
+        const struct piece_hdr h = d->whole_h;
+        atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
+        d->npieces++;
+        if (h.flags & P_ABORT) { /* the sender failed before its bytes left */
+            d->aborted = -(int)(int64_t)h.off;
+            if (d->aborted >= 0)
+                d->aborted = OVL_ERR_INTERNAL;
+            d->total_r = 0;
+        } else {
+            const char *src = d->staging ? d->staging : d->landing;
+            if (src && h.len)
+                ovl__watch_recv_install(d->w, 0, src, h.len > d->cap ? d->cap : h.len);
+            d->arrived = h.len;
+            d->total_r = h.total;
+            d->stale = (h.flags & P_STALE) != 0;
+        }
+    }
+    finish_recv(d, err);
+}
+
+/* An H_WHOLE message comes from a peer on this node, whose bytes this
+ * rank's CPU moves: patient as piece receives are (slot_patient). */
+static int whole_patient(const struct ovl__op *op)
+{
+    const struct ovl__delta *d = op->ctx;
+    return !d->req->cont_registered && !forwarded(d) && ovl__model_cpu_bound(op->peer);
+}
+
+/* Post the one receive of an H_WHOLE message of at most @bytes: its piece
+ * header into d->whole_h, its bytes straight into the buffer where the
+ * monitor lets MPI write (explicit, or the shadow of a zero-copy monitor),
+ * else into staging. Without staging memory the message is still taken
+ * (truncated to its header), so that its sender completes. */
+static void whole_post(struct ovl__delta *d, size_t bytes)
+{
+    char *dst = bytes <= d->cap ? ovl__watch_recv_landing(d->w) : NULL;
+    d->landing = dst;
+    if (!dst && bytes) {
+        d->staging = ovl__stage_get(bytes, &d->staging_cap);
+        dst = d->staging;
+        if (!dst) {
+            d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer");
+            bytes = 0;
+        }
+    }
+    MPI_Aint disp[2];
+    int bl[2] = { (int)sizeof d->whole_h, (int)bytes };
+    MPI_Datatype ty[2] = { MPI_BYTE, MPI_BYTE }, t = MPI_DATATYPE_NULL;
+    MPI_Get_address(&d->whole_h, &disp[0]);
+    MPI_Get_address(dst ? dst : (char *)&d->whole_h, &disp[1]);
+    d->plain_op.ctx = d;
+    d->plain_op.done = whole_done;
+    d->plain_op.kind = OVL__OP_FRAG;
+    d->plain_op.peer = d->peer;
+    int rc = MPI_Type_create_struct(bytes ? 2 : 1, bl, disp, ty, &t);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&t)) == MPI_SUCCESS)
+        rc = MPI_Irecv(MPI_BOTTOM, 1, t, d->peer, (int)d->sid, ovl__dom_cur()->comm_delta,
+                       &d->plain_op.mreq);
+    if (t != MPI_DATATYPE_NULL)
+        MPI_Type_free(&t);
+    if (rc != MPI_SUCCESS) {
+        finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of the message"));
+        return;
+    }
+    if (ovl__engine_post(&d->plain_op, &(struct ovl__post){ .patient = whole_patient }) !=
+        OVL_SUCCESS) {
+        MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
+        finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
+    }
+}
+
 /* The header of a delta message matched receive @r (driver, no lock). */
 static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
 {
@@ -208,6 +289,10 @@ static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st
     d->peer = st->MPI_SOURCE;
     d->sid = h.sid;
     d->max_piece = h.max_piece ? h.max_piece : 1;
+    if (h.flags & H_WHOLE) {
+        whole_post(d, (size_t)h.cap);
+        return;
+    }
     size_t npieces = h.cap / d->max_piece + 2;
     int n = npieces < NSLOTS ? (int)npieces : NSLOTS;
     for (int i = 0; i < n; i++) {

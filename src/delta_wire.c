@@ -17,7 +17,13 @@
  * user's buffer with a two-block struct datatype (no copy). The piece
  * header says where the bytes go, so pieces may be produced in any order;
  * the last piece carries the final size (which may be below the buffer's)
- * and whether the sender saw a write after send (stale). A send that fails
+ * and whether the sender saw a write after send (stale). To a peer on the
+ * sender's node that takes the plain path (ovl__model_direct) the header
+ * is flagged H_WHOLE and the message goes as one piece at send_end: the
+ * receiver posts one receive, its piece header into the delta's state and
+ * the bytes straight into the buffer (or the monitor's shadow), as MPI
+ * would (PRK Transpose by the porting guide's recipe on one node: 1.10x
+ * plain MPI's time in 256 KiB pieces through staging, docs/PERFORMANCE.md). A send that fails
  * once part of its message has left (no memory for a piece, MPI refusing
  * one) sends nothing more of it but an abort marker, an empty last piece
  * kept in the send's own state (it needs no memory): the receiver then
