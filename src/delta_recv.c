@@ -195,7 +195,10 @@ static int post_slot(struct ovl__delta *d, struct slot *s)
 static void whole_done(struct ovl__op *op, MPI_Status *st)
 {
     struct ovl__delta *d = op->ctx;
-    int err = d->err;
+    int err = d->err, cancelled = 0;
+    MPI_Test_cancelled(st, &cancelled);
+    if (!err && cancelled) /* ovl_finalize: its sender never ended it */
+        err = OVL_ERR_CANCELLED;
     if (!err && st->MPI_ERROR != MPI_SUCCESS)
         err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
     d->last_seen = 1;
