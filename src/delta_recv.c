@@ -223,6 +223,17 @@ static void whole_done(struct ovl__op *op, MPI_Status *st)
     finish_recv(d, err);
 }
 
+/* Where MPI may write @n bytes of @d's message directly: the monitor's
+ * landing (the buffer itself under the explicit monitor, or a shadow),
+ * unless that is the buffer and it shares a page with another pending
+ * receive's guarded edge, which neither MPI nor the kernel (CMA) can
+ * write; NULL then, and the bytes go through staging and the install. */
+static char *landing_for(struct ovl__delta *d, size_t n)
+{
+    char *l = ovl__watch_recv_landing(d->w);
+    return l && l == (char *)d->buf && ovl__watch_edge_touch(l, n) ? NULL : l;
+}
+
 /* An H_WHOLE message comes from a peer on this node, whose bytes this
  * rank's CPU moves: patient as piece receives are (slot_patient). */
 static int whole_patient(const struct ovl__op *op)
@@ -238,7 +249,9 @@ static int whole_patient(const struct ovl__op *op)
  * (truncated to its header), so that its sender completes. */
 static void whole_post(struct ovl__delta *d, size_t bytes)
 {
-    char *dst = bytes <= d->cap ? ovl__watch_recv_landing(d->w) : NULL;
+    if (d->err)
+        bytes = 0; /* refused already (ovl_irecv into a non-contiguous type) */
+    char *dst = bytes && bytes <= d->cap ? landing_for(d, bytes) : NULL;
     d->landing = dst;
     if (!dst && bytes) {
         d->staging = ovl__stage_get(bytes, &d->staging_cap);
@@ -269,6 +282,7 @@ static void whole_post(struct ovl__delta *d, size_t bytes)
     }
     if (ovl__engine_post(&d->plain_op, &(struct ovl__post){ .patient = whole_patient }) !=
         OVL_SUCCESS) {
+        MPI_Cancel(&d->plain_op.mreq); /* not matched yet: do not wait for it */
         MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
         finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
     }
@@ -373,7 +387,7 @@ static void plain_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st)
     d->plain_op.done = plain_done;
     d->plain_op.kind = OVL__OP_FRAG;
     int rc;
-    if ((size_t)n <= d->cap && (d->landing = ovl__watch_recv_landing(d->w)) != NULL) {
+    if ((size_t)n <= d->cap && (d->landing = landing_for(d, (size_t)n)) != NULL) {
         /* straight into the buffer (explicit) or the monitor's shadow */
         d->staging_len = 0;
         rc = ovl__imrecv_bytes(d->landing, (size_t)n, &msg, &d->plain_op.mreq);
