@@ -71,6 +71,16 @@ static void maybe_finish(struct ovl__delta *d)
         finish_recv(d, OVL_SUCCESS);
 }
 
+/* The abort marker @h ended the message: the sender's error (in its
+ * offset), and nothing of it counts. */
+static void take_abort(struct ovl__delta *d, const struct piece_hdr *h)
+{
+    d->aborted = -(int)(int64_t)h->off;
+    if (d->aborted >= 0)
+        d->aborted = OVL_ERR_INTERNAL;
+    d->total_r = 0;
+}
+
 static void slot_done(struct ovl__op *op, MPI_Status *st)
 {
     struct slot *s = op->ctx;
@@ -113,12 +123,8 @@ static void slot_done(struct ovl__op *op, MPI_Status *st)
         d->last_seen = 1;
         d->total_r = h.total;
         d->stale = (h.flags & P_STALE) != 0;
-        if (h.flags & P_ABORT) { /* no more comes: complete with what is posted */
-            d->aborted = -(int)(int64_t)h.off;
-            if (d->aborted >= 0)
-                d->aborted = OVL_ERR_INTERNAL;
-            d->total_r = 0;
-        }
+        if (h.flags & P_ABORT) /* no more comes: complete with what is posted */
+            take_abort(d, &h);
         d->last_seq = s->seq;
         for (int i = 0; i < NSLOTS; i++)
             if (d->slots[i].posted && d->slots[i].seq > s->seq)
@@ -207,10 +213,7 @@ static void whole_done(struct ovl__op *op, MPI_Status *st)
         atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
         d->npieces++;
         if (h.flags & P_ABORT) { /* the sender failed before its bytes left */
-            d->aborted = -(int)(int64_t)h.off;
-            if (d->aborted >= 0)
-                d->aborted = OVL_ERR_INTERNAL;
-            d->total_r = 0;
+            take_abort(d, &h);
         } else {
             const char *src = d->staging ? d->staging : d->landing;
             if (src && h.len)

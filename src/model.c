@@ -338,15 +338,6 @@ int ovl__model_calibrate(void)
     int eager_guessed;
     const size_t own_eager = ovl__m.eager = detect_eager(&eager_guessed);
     int rc = OVL_SUCCESS;
-    /* The estimate's pair measurements try sizes below the eager limit and
-     * search for it where it was guessed: every rank must try the same,
-     * even where a limit is named on some ranks only (a wrapper per node,
-     * an MPMD launch), or a pair would wait for a message never sent. So
-     * the sizes come from the smallest limit, the search runs if any rank
-     * guessed, and each rank keeps its own named limit. */
-    long agree[2] = { eager_guessed, -(long)own_eager };
-    if (MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_LONG, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
-        return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
 
     /* 1. The performance database. Every rank must agree on using it (the
      *    quick estimate is collective). */
@@ -399,6 +390,17 @@ int ovl__model_calibrate(void)
         if (MPI_Allreduce(&want, &any, 1, MPI_INT, MPI_MAX, ovl__g.comm_delta) != MPI_SUCCESS)
             return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
         if (any) {
+            /* The estimate's pair measurements try sizes below the eager
+             * limit and search for it where it was guessed: every rank must
+             * try the same, even where a limit is named on some ranks only
+             * (a wrapper per node, an MPMD launch), or a pair would wait
+             * for a message never sent. So the sizes come from the smallest
+             * limit, the search runs if any rank guessed, and each rank
+             * keeps its own named limit. */
+            long agree[2] = { eager_guessed, -(long)own_eager };
+            if (MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_LONG, MPI_MAX, ovl__g.comm_delta) !=
+                MPI_SUCCESS)
+                return ovl__error(OVL_ERR_MPI, "ovl_init", "calibration: MPI_Allreduce failed");
             size_t found = 0;
             ovl__m.eager = (size_t)-agree[1];
             rc = quick_estimate((int)agree[0], &found);

@@ -856,6 +856,19 @@ static void get_neighbours(void)
     free(b);
 }
 
+/* Send @len bytes at @x to the peer as a delta send (explicit monitor),
+ * byte i = val(i, @seed), and wait for it. */
+static void send_filled(unsigned char *x, size_t len, int tag, int seed)
+{
+    ovl_request_t q;
+    CHECK_OK(ovl_delta_send_begin(x, (int)len, MPI_BYTE, peer, tag,
+                                  TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
+    for (size_t i = 0; i < len; i++)
+        x[i] = val(i, seed);
+    CHECK_OK(ovl_delta_send_end(q, NULL));
+    CHECK_OK(ovl_wait(&q, NULL));
+}
+
 /* `local` (the plain path: OVL_RMA_LOCAL=auto, the default, on shared memory): the peer shares this node,
  * so a fault-monitored delta send is a plain transfer: nothing watched, no
  * fault, one message at send_end, which the receiver lands in place. */
@@ -894,12 +907,7 @@ static void local(void)
      * piece, and a message shorter than the receive */
     size_t m = n - 5000, off = 13;
     if (even) {
-        CHECK_OK(ovl_delta_send_begin(b + off, (int)m, MPI_BYTE, peer, 10,
-                                      TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
-        for (size_t i = 0; i < m; i++)
-            b[off + i] = val(i, 22);
-        CHECK_OK(ovl_delta_send_end(q, NULL));
-        CHECK_OK(ovl_wait(&q, NULL));
+        send_filled(b + off, m, 10, 22);
     } else {
         memset(b, 0xee, n);
         ovl_status_t st;
@@ -922,16 +930,8 @@ static void local(void)
         size_t alen = 2 * ps + 100, blen = 2 * ps;
         unsigned char *A = b + 100, *B = A + alen;
         if (even) {
-            for (int t = 0; t < 2; t++) {
-                unsigned char *x = t == 0 ? B : A;
-                size_t len = t == 0 ? blen : alen;
-                CHECK_OK(ovl_delta_send_begin(x, (int)len, MPI_BYTE, peer, 21 - t,
-                                              TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
-                for (size_t i = 0; i < len; i++)
-                    x[i] = val(i, 30 + t);
-                CHECK_OK(ovl_delta_send_end(q, NULL));
-                CHECK_OK(ovl_wait(&q, NULL));
-            }
+            send_filled(B, blen, 21, 30);
+            send_filled(A, alen, 20, 31);
         } else {
             ovl_request_t qa, qb;
             memset(b, 0xee, n);
@@ -952,12 +952,7 @@ static void local(void)
     for (int k = 0; k < 2; k++) {
         size_t big = n / 2, small = n / 4;
         if (even) {
-            CHECK_OK(ovl_delta_send_begin(b, (int)big, MPI_BYTE, peer, 11 + k,
-                                          TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
-            for (size_t i = 0; i < big; i++)
-                b[i] = val(i, 23 + k);
-            CHECK_OK(ovl_delta_send_end(q, NULL));
-            CHECK_OK(ovl_wait(&q, NULL));
+            send_filled(b, big, 11 + k, 23 + k);
         } else {
             memset(b, 0xee, n);
             ovl_status_t st;
