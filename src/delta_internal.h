@@ -16,8 +16,9 @@
 #define NFWD      8 /* sends that may forward one arriving buffer */
 
 enum { P_LAST = 1u, P_STALE = 2u, P_ABORT = 4u };
-/* delta_hdr.flags: the message comes as one piece (delta_wire.c) */
-enum { H_WHOLE = 1u };
+/* delta_hdr.flags: the message comes as one piece; H_SPLIT: that piece's
+ * header and bytes come as two messages (delta_wire.c) */
+enum { H_WHOLE = 1u, H_SPLIT = 2u };
 
 struct delta_hdr {
     uint32_t magic, sid;
@@ -93,6 +94,10 @@ struct ovl__delta {
     size_t plain_bytes;       /* the plain message's size, from its probe */
     struct piece_hdr whole_h; /* an H_WHOLE message's piece header */
     struct ovl__op plain_op;
+    struct ovl__op whole_hop; /* H_SPLIT: the receive of the piece header */
+    int split_left;           /* H_SPLIT: receives not back yet (header, bytes) */
+    int body_posted;          /* H_SPLIT: the bytes' receive (plain_op) is pending */
+    int body_n;               /* H_SPLIT: the bytes that came (-1: cancelled) */
     atomic_int done;
     struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
 };

@@ -245,25 +245,148 @@ static int whole_patient(const struct ovl__op *op)
     return !d->req->cont_registered && !forwarded(d) && ovl__model_cpu_bound(op->peer);
 }
 
-/* Post the one receive of an H_WHOLE message of at most @bytes: its piece
- * header into d->whole_h, its bytes straight into the buffer where the
- * monitor lets MPI write (explicit, or the shadow of a zero-copy monitor),
- * else into staging. Without staging memory the message is still taken
- * (truncated to its header), so that its sender completes. */
-static void whole_post(struct ovl__delta *d, size_t bytes)
+/* H_SPLIT: both receives are back (driver). */
+static void split_finish(struct ovl__delta *d)
+{
+    int err = d->err;
+    const struct piece_hdr h = d->whole_h;
+    d->last_seen = 1;
+    if (!err) {
+        atomic_fetch_add_explicit(&ovl__g.st_deltas_recv, 1, memory_order_relaxed);
+        d->npieces++;
+        if (h.flags & P_ABORT) { /* the sender failed before its bytes left */
+            take_abort(d, &h);
+        } else if (h.len > 0 && d->body_n < 0) { /* ovl_finalize: they never came */
+            err = OVL_ERR_CANCELLED;
+        } else if ((size_t)(d->body_n > 0 ? d->body_n : 0) != h.len) {
+            err = ovl__error(OVL_ERR_MPI, "ovl_delta_recv",
+                             "%d of the message's %u bytes came: its sender failed", d->body_n,
+                             h.len);
+        } else {
+            const char *src = d->staging ? d->staging : d->landing;
+            if (src && h.len)
+                ovl__watch_recv_install(d->w, 0, src, h.len > d->cap ? d->cap : h.len);
+            d->arrived = h.len;
+            d->total_r = h.total;
+            d->stale = (h.flags & P_STALE) != 0;
+        }
+    }
+    finish_recv(d, err);
+}
+
+/* H_SPLIT: the piece header has come, or its receive failed. Without
+ * bytes to follow (empty, the abort marker, an error) the bytes' receive
+ * is cancelled: nothing will match it (its tag, the delta id, is not used
+ * again before the id space wraps). */
+static void split_hdr_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__delta *d = op->ctx;
+    int cancelled = 0;
+    MPI_Test_cancelled(st, &cancelled);
+    if (!d->err && cancelled)
+        d->err = OVL_ERR_CANCELLED;
+    if (!d->err && st->MPI_ERROR != MPI_SUCCESS)
+        d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
+    if (d->body_posted && (d->err || (d->whole_h.flags & P_ABORT) || d->whole_h.len == 0))
+        MPI_Cancel(&d->plain_op.mreq);
+    if (--d->split_left == 0)
+        split_finish(d);
+}
+
+/* H_SPLIT: the bytes have come, or their receive was cancelled. */
+static void split_body_done(struct ovl__op *op, MPI_Status *st)
+{
+    struct ovl__delta *d = op->ctx;
+    int cancelled = 0;
+    d->body_posted = 0;
+    MPI_Test_cancelled(st, &cancelled);
+    if (cancelled)
+        d->body_n = -1;
+    else if (st->MPI_ERROR != MPI_SUCCESS) {
+        if (!d->err) /* (refused already: its zero-byte receive truncated it) */
+            d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
+    } else if (MPI_Get_count(st, MPI_BYTE, &d->body_n) != MPI_SUCCESS || d->body_n < 0)
+        d->body_n = 0;
+    if (--d->split_left == 0)
+        split_finish(d);
+}
+
+/* Where the bytes of an H_WHOLE message of at most @bytes go: the buffer
+ * where the monitor lets MPI write (explicit, or the shadow of a
+ * zero-copy monitor), else staging; NULL with *@bytes 0 when refused
+ * already or without staging memory, and the message is still taken
+ * (truncated), so that its sender completes. */
+static char *whole_dst(struct ovl__delta *d, size_t *bytes)
 {
     if (d->err)
-        bytes = 0; /* refused already (ovl_irecv into a non-contiguous type) */
-    char *dst = bytes && bytes <= d->cap ? landing_for(d, bytes) : NULL;
+        *bytes = 0; /* refused already (ovl_irecv into a non-contiguous type) */
+    char *dst = *bytes && *bytes <= d->cap ? landing_for(d, *bytes) : NULL;
     d->landing = dst;
-    if (!dst && bytes) {
-        d->staging = ovl__stage_get(bytes, &d->staging_cap);
+    if (!dst && *bytes) {
+        d->staging = ovl__stage_get(*bytes, &d->staging_cap);
         dst = d->staging;
         if (!dst) {
             d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer");
-            bytes = 0;
+            *bytes = 0;
         }
     }
+    return dst;
+}
+
+/* Post the receives of an H_SPLIT message of at most @bytes: its piece
+ * header into d->whole_h, then its bytes as a contiguous message where
+ * whole_dst puts them (MPI matches the two in order). */
+static void split_post(struct ovl__delta *d, size_t bytes)
+{
+    char *dst = whole_dst(d, &bytes);
+    MPI_Comm comm = ovl__dom_cur()->comm_delta;
+    d->whole_hop = (struct ovl__op){ .ctx = d,
+                                     .done = split_hdr_done,
+                                     .kind = OVL__OP_FRAG,
+                                     .peer = d->peer,
+                                     .mreq = MPI_REQUEST_NULL };
+    d->plain_op = d->whole_hop;
+    d->plain_op.done = split_body_done;
+    int rc = MPI_Irecv(&d->whole_h, (int)sizeof d->whole_h, MPI_BYTE, d->peer, (int)d->sid, comm,
+                       &d->whole_hop.mreq);
+    if (rc == MPI_SUCCESS &&
+        (rc = MPI_Irecv(dst ? dst : (char *)&d->whole_h, (int)bytes, MPI_BYTE, d->peer, (int)d->sid,
+                        comm, &d->plain_op.mreq)) != MPI_SUCCESS) {
+        MPI_Cancel(&d->whole_hop.mreq);
+        MPI_Wait(&d->whole_hop.mreq, MPI_STATUS_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) {
+        finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of the message"));
+        return;
+    }
+    d->split_left = 2;
+    d->body_posted = 1;
+    const struct ovl__post how = { .patient = whole_patient };
+    if (ovl__engine_post(&d->whole_hop, &how) != OVL_SUCCESS) {
+        MPI_Cancel(&d->whole_hop.mreq); /* not matched yet: do not wait for it */
+        MPI_Wait(&d->whole_hop.mreq, MPI_STATUS_IGNORE);
+        d->split_left--;
+        d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory");
+    }
+    if (ovl__engine_post(&d->plain_op, &how) != OVL_SUCCESS) {
+        MPI_Cancel(&d->plain_op.mreq);
+        MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
+        d->body_posted = 0;
+        d->split_left--;
+        if (!d->err)
+            d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory");
+        if (d->split_left) /* the header's receive is with the engine */
+            MPI_Cancel(&d->whole_hop.mreq);
+    }
+    if (d->split_left == 0)
+        finish_recv(d, d->err);
+}
+
+/* Post the one receive of an H_WHOLE message of at most @bytes: its piece
+ * header into d->whole_h, its bytes where whole_dst puts them. */
+static void whole_post(struct ovl__delta *d, size_t bytes)
+{
+    char *dst = whole_dst(d, &bytes);
     MPI_Aint disp[2];
     int bl[2] = { (int)sizeof d->whole_h, (int)bytes };
     MPI_Datatype ty[2] = { MPI_BYTE, MPI_BYTE }, t = MPI_DATATYPE_NULL;
@@ -310,7 +433,7 @@ static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st
     d->sid = h.sid;
     d->max_piece = h.max_piece ? h.max_piece : 1;
     if (h.flags & H_WHOLE) {
-        whole_post(d, (size_t)h.cap);
+        (h.flags & H_SPLIT ? split_post : whole_post)(d, (size_t)h.cap);
         return;
     }
     size_t npieces = h.cap / d->max_piece + 2;

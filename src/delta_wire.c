@@ -23,7 +23,14 @@
  * receiver posts one receive, its piece header into the delta's state and
  * the bytes straight into the buffer (or the monitor's shadow), as MPI
  * would (PRK Transpose by the porting guide's recipe on one node: 1.10x
- * plain MPI's time in 256 KiB pieces through staging, docs/PERFORMANCE.md). A send that fails
+ * plain MPI's time in 256 KiB pieces through staging, docs/PERFORMANCE.md).
+ * Above the protocol switch the header is also flagged H_SPLIT: the piece
+ * header goes alone, then the bytes as a contiguous message of their own,
+ * and the receiver posts two receives, which MPI matches in order (the
+ * two-block struct cost the recipe 4 % against one contiguous message);
+ * with no bytes to follow (an empty message, the abort marker) the second
+ * receive is cancelled, which is safe because nothing else is sent with
+ * its tag, the delta id, before the id space wraps. A send that fails
  * once part of its message has left (no memory for a piece, MPI refusing
  * one) sends nothing more of it but an abort marker, an empty last piece
  * kept in the send's own state (it needs no memory): the receiver then

@@ -970,6 +970,31 @@ static void local(void)
                 CHECKF(b[i] == 0xee, "byte %zu past the receive changed", i);
         }
     }
+    /* a message begun above the protocol switch (its piece header and its
+     * bytes go as two messages) and ended shorter: empty (no bytes follow
+     * the header, the receiver's second receive is cancelled) and 100
+     * bytes (copied); then one ended at full length on the same pair */
+    for (int k = 0; k < 3; k++) {
+        size_t cnt = k == 0 ? 0 : k == 1 ? 100 : n;
+        if (even) {
+            CHECK_OK(ovl_delta_send_begin(b, (int)n, MPI_BYTE, peer, 13 + k,
+                                          TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
+            for (size_t i = 0; i < cnt; i++)
+                b[i] = val(i, 26 + k);
+            ovl_param_t pa = { .field_mask = OVL_PARAM_FIELD_COUNT, .count = (int)cnt };
+            CHECK_OK(ovl_delta_send_end(q, &pa));
+            CHECK_OK(ovl_wait(&q, NULL));
+        } else {
+            memset(b, 0xee, n);
+            ovl_status_t st;
+            CHECK_OK(ovl_delta_recv(b, (int)n, MPI_BYTE, peer, 13 + k,
+                                    TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
+            CHECK_OK(ovl_wait(&q, &st));
+            CHECKF(st.bytes == cnt, "ended at %zu: %zu bytes", cnt, st.bytes);
+            for (size_t i = 0; i < cnt; i++)
+                CHECKF(b[i] == val(i, 26 + k), "byte %zu arrived as %u", i, b[i]);
+        }
+    }
     free(b);
 }
 
