@@ -89,7 +89,7 @@ struct ovl__delta {
     int aborted; /* the sender's error, from its abort marker (0: none) */
     size_t total_r, arrived;
     char *landing; /* a plain message received where the monitor lets MPI write */
-    char *staging; /* a plain message received into a guarded buffer */
+    char *staging; /* a plain message received into a guarded buffer; a split send's copy */
     size_t staging_len, staging_cap;
     size_t plain_bytes;       /* the plain message's size, from its probe */
     struct piece_hdr whole_h; /* an H_WHOLE message's piece header */

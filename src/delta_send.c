@@ -117,6 +117,8 @@ static void finish_send(struct ovl__delta *d)
         stale = ovl__watch_send_stale(d->w);
         ovl__watch_send_finish(d->w);
     }
+    ovl__stage_put(d->staging, d->staging_cap); /* a split piece's copy */
+    d->staging = NULL;
     r->status.bytes = d->total;
     r->status.error = d->err ? d->err : stale != (size_t)-1 ? OVL_ERR_STALE : OVL_SUCCESS;
     if (d->err == 0 && stale != (size_t)-1)
@@ -243,12 +245,20 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     /* A copy may be read by another process (shared-memory zero-copy:
      * CMA), which a guarded page makes fail: it gets pages of its own, never
      * one shared with a heap buffer that is a pending delta receive. */
+    /* A split piece's copy goes to staging (ovl__stage_get: its own pages,
+     * kept between sends; a fresh 8 MiB mapping per send cost more than
+     * the copy), held by the send until it finishes: it has one piece. */
+    const int staged = split && copy;
     struct send_piece *p = NULL;
     if (!d->fail_in || --d->fail_in > 0)
-        p = copy ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
+        p = copy && !staged ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
+    if (p && staged && !(d->staging = ovl__stage_get(len, &d->staging_cap))) {
+        free(p);
+        p = NULL;
+    }
     if (!p)
         return fail_locked(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece"));
-    p->paged = copy;
+    p->paged = copy && !staged;
     p->h.off = off;
     p->h.len = (uint32_t)len;
     p->h.flags = flags;
@@ -259,8 +269,9 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     p->op.kind = OVL__OP_SEND;
     p->op.peer = d->peer;
     p->op.mreq = MPI_REQUEST_NULL;
+    char *body = staged ? d->staging : copy ? p->data : d->buf + off;
     if (copy)
-        ovl__watch_read(p->data, d->buf + off, len);
+        ovl__watch_read(body, d->buf + off, len);
     MPI_Comm comm = ovl__dom_cur()->comm_delta;
     int rc;
     if (split) {
@@ -272,9 +283,8 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         };
         rc = MPI_Isend(&d->end_h, (int)sizeof d->end_h, MPI_BYTE, d->peer, (int)d->sid, comm,
                        &d->end_op.mreq);
-        if (rc == MPI_SUCCESS &&
-            (rc = MPI_Isend(copy ? p->data : d->buf + off, (int)len, MPI_BYTE, d->peer, (int)d->sid,
-                            comm, &p->op.mreq)) != MPI_SUCCESS) {
+        if (rc == MPI_SUCCESS && (rc = MPI_Isend(body, (int)len, MPI_BYTE, d->peer, (int)d->sid,
+                                                 comm, &p->op.mreq)) != MPI_SUCCESS) {
             /* The header has gone: its receiver takes the next message as
              * the bytes. An empty one, never the abort marker (which could
              * pass for them), tells it they will not come. */
@@ -298,7 +308,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         }
     }
     if (rc != MPI_SUCCESS) {
-        copy ? ovl__page_free(p) : free(p);
+        p->paged ? ovl__page_free(p) : free(p);
         return fail_locked(d, ovl__mpi_error(rc, "ovl_delta_send", "MPI_Isend of a piece"));
     }
     if (flags & P_LAST)
@@ -333,14 +343,14 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
             fail_locked(d, ovl__mpi_error(trc, "ovl_delta_send", "piece transfer"));
         if (flag || p->op.mreq == MPI_REQUEST_NULL) {
             d->inflight--;
-            copy ? ovl__page_free(p) : free(p);
+            p->paged ? ovl__page_free(p) : free(p);
             return OVL_SUCCESS;
         }
     }
     if (ovl__engine_post(&p->op, &(struct ovl__post){ .patient = piece_patient }) != OVL_SUCCESS) {
         MPI_Wait(&p->op.mreq, MPI_STATUS_IGNORE);
         d->inflight--;
-        copy ? ovl__page_free(p) : free(p);
+        p->paged ? ovl__page_free(p) : free(p);
         return fail_locked(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory"));
     }
     return OVL_SUCCESS;
@@ -757,13 +767,10 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
      * this send is published. */
     d->sid = ovl__delta_new_sid();
     /* To a peer on this node the whole message as one piece (H_WHOLE,
-     * delta_wire.c), when MPI can count it in one datatype, and unless the
-     * buffer shares a page with a pending receive's guarded edge: a piece
-     * there is copied (send_piece), and copying the whole message cost more
-     * than the pieces save (PRK Transpose, fault-monitored, one node: 1.25x
-     * plain MPI's time in pieces, 1.55x whole). */
-    const int whole = local && !d->fwd_src && cap > 0 &&
-                      cap <= INT_MAX - sizeof(struct piece_hdr) && !ovl__watch_edge_touch(buf, cap);
+     * delta_wire.c), when MPI can count it in one datatype. A buffer that
+     * shares a page with a pending receive's guarded edge is copied when
+     * it leaves (send_piece), into a staging buffer kept between sends. */
+    const int whole = local && !d->fwd_src && cap > 0 && cap <= INT_MAX - sizeof(struct piece_hdr);
     if (whole)
         d->max_piece = d->dsize = cap;
     /* Above the protocol switch its bytes go as a contiguous message of

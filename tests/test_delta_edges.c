@@ -946,6 +946,36 @@ static void local(void)
                 CHECKF(A[i] == val(i, 31), "A byte %zu arrived as %u", i, A[i]);
         }
     }
+    /* a delta send from a buffer B that shares its first page with the
+     * guarded last page of a pending delta receive A: still one message,
+     * its bytes copied past the guard (that page through the kernel, the
+     * pages after it by memcpy), every one of them right */
+    {
+        size_t alen = 2 * ps + 100, blen = 4 * ps + 7;
+        unsigned char *A = b + 100, *B = A + alen;
+        memset(b, 0xee, n);
+        if (even) {
+            CHECK_OK(ovl_irecv(B, (int)blen, MPI_BYTE, peer, 41, &q));
+            CHECK_OK(ovl_wait(&q, NULL));
+            for (size_t i = 0; i < blen; i++)
+                CHECKF(B[i] == val(i, 41), "B byte %zu arrived as %u", i, B[i]);
+            send_filled(A, alen, 40, 40);
+        } else {
+            ovl_request_t qa;
+            CHECK_OK(ovl_delta_recv(A, (int)alen, MPI_BYTE, peer, 40,
+                                    TH_MONITOR(OVL_MONITOR_MPROTECT), &qa));
+            ovl_stats_t a = stats();
+            send_filled(B, blen, 41, 41);
+            ovl_stats_t z = stats();
+            CHECKF(z.deltas_sent - a.deltas_sent == 1, "sent in %llu pieces",
+                   (unsigned long long)(z.deltas_sent - a.deltas_sent));
+            CHECK_OK(ovl_wait(&qa, NULL));
+            for (size_t i = 0; i < alen; i++)
+                CHECKF(A[i] == val(i, 40), "A byte %zu arrived as %u", i, A[i]);
+            for (size_t i = 0; i < blen; i++)
+                CHECKF(B[i] == val(i, 41), "B byte %zu changed to %u", i, B[i]);
+        }
+    }
     /* a message longer than the receive, into an ovl_irecv and into a
      * guarded delta receive: OVL_ERR_TRUNCATE, the bytes that fit right,
      * none past the buffer */
