@@ -283,11 +283,16 @@ static void split_hdr_done(struct ovl__op *op, MPI_Status *st)
     struct ovl__delta *d = op->ctx;
     int cancelled = 0;
     MPI_Test_cancelled(st, &cancelled);
+    int failed = cancelled || st->MPI_ERROR != MPI_SUCCESS;
     if (!d->err && cancelled)
         d->err = OVL_ERR_CANCELLED;
     if (!d->err && st->MPI_ERROR != MPI_SUCCESS)
         d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
-    if (d->body_posted && (d->err || (d->whole_h.flags & P_ABORT) || d->whole_h.len == 0))
+    /* (an error found at the post, d->err, leaves the bytes' receive to take
+     * them, truncated, so that their sender completes; a receive that came
+     * back in the same poll has no request left to cancel) */
+    if (d->body_posted && d->plain_op.mreq != MPI_REQUEST_NULL &&
+        (failed || (d->whole_h.flags & P_ABORT) || d->whole_h.len == 0))
         MPI_Cancel(&d->plain_op.mreq);
     if (--d->split_left == 0)
         split_finish(d);
@@ -359,27 +364,19 @@ static void split_post(struct ovl__delta *d, size_t bytes)
         finish_recv(d, ovl__mpi_error(rc, "ovl_delta_recv", "MPI_Irecv of the message"));
         return;
     }
+    /* set before the post: the driver may complete both at once */
     d->split_left = 2;
     d->body_posted = 1;
-    const struct ovl__post how = { .patient = whole_patient };
-    if (ovl__engine_post(&d->whole_hop, &how) != OVL_SUCCESS) {
-        MPI_Cancel(&d->whole_hop.mreq); /* not matched yet: do not wait for it */
-        MPI_Wait(&d->whole_hop.mreq, MPI_STATUS_IGNORE);
-        d->split_left--;
-        d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory");
-    }
-    if (ovl__engine_post(&d->plain_op, &how) != OVL_SUCCESS) {
+    /* both or neither: with only the bytes' receive posted, it would take
+     * the piece header */
+    if (ovl__engine_post_pair(&d->whole_hop, &d->plain_op,
+                              &(struct ovl__post){ .patient = whole_patient }) != OVL_SUCCESS) {
+        MPI_Cancel(&d->whole_hop.mreq); /* not matched yet: do not wait for them */
         MPI_Cancel(&d->plain_op.mreq);
+        MPI_Wait(&d->whole_hop.mreq, MPI_STATUS_IGNORE);
         MPI_Wait(&d->plain_op.mreq, MPI_STATUS_IGNORE);
-        d->body_posted = 0;
-        d->split_left--;
-        if (!d->err)
-            d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory");
-        if (d->split_left) /* the header's receive is with the engine */
-            MPI_Cancel(&d->whole_hop.mreq);
+        finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
     }
-    if (d->split_left == 0)
-        finish_recv(d, d->err);
 }
 
 /* Post the one receive of an H_WHOLE message of at most @bytes: its piece

@@ -49,6 +49,9 @@ struct ovl__post {
 /* Add @op (its MPI request started) to the engine as @how (NULL: all
  * zero) says. OVL_ERR_NOMEM when the tables cannot grow. */
 int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how);
+/* Post @op and @op2 (NULL: none) the same way, both or neither (no room:
+ * OVL_ERR_NOMEM): a pair of receives whose messages MPI matches in order. */
+int ovl__engine_post_pair(struct ovl__op *op, struct ovl__op *op2, const struct ovl__post *how);
 /* The progress engine: the ops in flight, the drive lock, deferred
  * continuations, ready coroutines, the progress sources and the progress
  * thread (progress.c). Engine 0 is the process's, started by ovl_init,

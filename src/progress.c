@@ -448,9 +448,10 @@ static int op_patient_locked(const struct ovl__op *op)
 }
 
 /* engine lock held */
-static int add_locked(struct ovl__engine *e, struct ovl__op *op, const struct ovl__post *how)
+/* Room in the engine's tables for @k more ops (engine lock held). */
+static int room_locked(struct ovl__engine *e, int k)
 {
-    if (e->n == e->cap) {
+    while (e->n + k > e->cap) {
         /* the engine's tables grow with the work in flight, past glibc's
          * mmap threshold: mapped, never malloc'd (ovl__page_realloc) */
         int ncap = e->cap ? 2 * e->cap : 64;
@@ -463,6 +464,13 @@ static int add_locked(struct ovl__engine *e, struct ovl__op *op, const struct ov
         e->ops = o;
         e->cap = ncap;
     }
+    return OVL_SUCCESS;
+}
+
+static int add_locked(struct ovl__engine *e, struct ovl__op *op, const struct ovl__post *how)
+{
+    if (room_locked(e, 1) != OVL_SUCCESS)
+        return OVL_ERR_NOMEM;
     op->due_us = due_locked(e, op, how->bytes);
     /* below the rendezvous switch a message leaves eagerly: no handshake */
     op->hs_until = how->handshake && how->bytes >= ovl__model_rendezvous_bytes() ? e->polls + 2 : 0;
@@ -584,12 +592,21 @@ void ovl__engine_start_polls(void)
  * gently (start_polls_locked). */
 int ovl__engine_post(struct ovl__op *op, const struct ovl__post *how)
 {
+    return ovl__engine_post_pair(op, NULL, how);
+}
+
+int ovl__engine_post_pair(struct ovl__op *op, struct ovl__op *op2, const struct ovl__post *how)
+{
     struct ovl__engine *e = cur();
     static const struct ovl__post plain;
     if (!how)
         how = &plain;
     lock_engine(e);
-    int rc = add_locked(e, op, how);
+    int rc = room_locked(e, op2 ? 2 : 1);
+    if (rc == OVL_SUCCESS)
+        rc = add_locked(e, op, how);
+    if (rc == OVL_SUCCESS && op2)
+        rc = add_locked(e, op2, how); /* room made above: cannot fail */
     if (rc == OVL_SUCCESS) {
         if (how->patient || how->wake == OVL__WAKE_GENTLE) {
             start_polls_locked(e);
