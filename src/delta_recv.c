@@ -196,6 +196,18 @@ static int post_slot(struct ovl__delta *d, struct slot *s)
     return OVL_SUCCESS;
 }
 
+/* The bytes of an H_WHOLE message with piece header @h have come where
+ * whole_dst put them: into the buffer. */
+static void whole_install(struct ovl__delta *d, const struct piece_hdr *h)
+{
+    const char *src = d->staging ? d->staging : d->landing;
+    if (src && h->len)
+        ovl__watch_recv_install(d->w, 0, src, h->len > d->cap ? d->cap : h->len);
+    d->arrived = h->len;
+    d->total_r = h->total;
+    d->stale = (h->flags & P_STALE) != 0;
+}
+
 /* An H_WHOLE message has arrived: its piece header in d->whole_h, its
  * bytes where whole_post put them. */
 static void whole_done(struct ovl__op *op, MPI_Status *st)
@@ -215,12 +227,7 @@ static void whole_done(struct ovl__op *op, MPI_Status *st)
         if (h.flags & P_ABORT) { /* the sender failed before its bytes left */
             take_abort(d, &h);
         } else {
-            const char *src = d->staging ? d->staging : d->landing;
-            if (src && h.len)
-                ovl__watch_recv_install(d->w, 0, src, h.len > d->cap ? d->cap : h.len);
-            d->arrived = h.len;
-            d->total_r = h.total;
-            d->stale = (h.flags & P_STALE) != 0;
+            whole_install(d, &h);
         }
     }
     finish_recv(d, err);
@@ -263,12 +270,7 @@ static void split_finish(struct ovl__delta *d)
                              "%d of the message's %u bytes came: its sender failed", d->body_n,
                              h.len);
         } else {
-            const char *src = d->staging ? d->staging : d->landing;
-            if (src && h.len)
-                ovl__watch_recv_install(d->w, 0, src, h.len > d->cap ? d->cap : h.len);
-            d->arrived = h.len;
-            d->total_r = h.total;
-            d->stale = (h.flags & P_STALE) != 0;
+            whole_install(d, &h);
         }
     }
     finish_recv(d, err);

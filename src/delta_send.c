@@ -228,6 +228,17 @@ static int fail_locked(struct ovl__delta *d, int err)
     return d->err;
 }
 
+/* Whether the send @mreq of a piece has left already (its error fails
+ * the send); lock held. */
+static int left_now(struct ovl__delta *d, MPI_Request *mreq)
+{
+    int flag = 0;
+    int trc = MPI_Test(mreq, &flag, MPI_STATUS_IGNORE);
+    if (trc != MPI_SUCCESS)
+        fail_locked(d, ovl__mpi_error(trc, "ovl_delta_send", "piece transfer"));
+    return flag || *mreq == MPI_REQUEST_NULL;
+}
+
 /* Send bytes [off, off+len) as one piece (len <= max_piece); lock held.
  * Nothing once the send has failed. */
 static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t flags)
@@ -322,11 +333,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     if (split) {
         /* the header is small: it has usually left inside MPI_Isend */
         d->inflight++;
-        int flag = 0;
-        int trc = MPI_Test(&d->end_op.mreq, &flag, MPI_STATUS_IGNORE);
-        if (trc != MPI_SUCCESS)
-            fail_locked(d, ovl__mpi_error(trc, "ovl_delta_send", "piece transfer"));
-        if (flag || d->end_op.mreq == MPI_REQUEST_NULL) {
+        if (left_now(d, &d->end_op.mreq)) {
             d->inflight--;
         } else if (ovl__engine_post(&d->end_op, NULL) != OVL_SUCCESS) {
             MPI_Wait(&d->end_op.mreq, MPI_STATUS_IGNORE);
@@ -337,11 +344,7 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         /* A copied piece under the protocol switch has usually left inside
          * MPI_Isend: finish it here rather than wake the progress thread,
          * which on a busy node takes the CPU from the computation. */
-        int flag = 0;
-        int trc = MPI_Test(&p->op.mreq, &flag, MPI_STATUS_IGNORE);
-        if (trc != MPI_SUCCESS)
-            fail_locked(d, ovl__mpi_error(trc, "ovl_delta_send", "piece transfer"));
-        if (flag || p->op.mreq == MPI_REQUEST_NULL) {
+        if (left_now(d, &p->op.mreq)) {
             d->inflight--;
             p->paged ? ovl__page_free(p) : free(p);
             return OVL_SUCCESS;
