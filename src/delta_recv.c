@@ -320,20 +320,22 @@ static void split_body_done(struct ovl__op *op, MPI_Status *st)
 
 /* Where the bytes of an H_WHOLE message of at most @bytes go: the buffer
  * where the monitor lets MPI write (explicit, or the shadow of a
- * zero-copy monitor), else staging; NULL with *@bytes 0 when refused
- * already or without staging memory, and the message is still taken
- * (truncated), so that its sender completes. */
+ * zero-copy monitor), else staging; NULL with *@bytes 0 without staging
+ * memory, and the message is still taken (truncated), so that its sender
+ * completes. */
 static char *whole_dst(struct ovl__delta *d, size_t *bytes)
 {
-    if (d->err)
-        *bytes = 0; /* refused already (ovl_irecv into a non-contiguous type) */
-    char *dst = *bytes && *bytes <= d->cap ? landing_for(d, *bytes) : NULL;
+    /* refused already (ovl_irecv into a non-contiguous type): the bytes
+     * go to staging, dropped at the end (a receive that truncates them to
+     * nothing corrupted memory under Open MPI 4.1's UCX) */
+    char *dst = !d->err && *bytes && *bytes <= d->cap ? landing_for(d, *bytes) : NULL;
     d->landing = dst;
     if (!dst && *bytes) {
         d->staging = ovl__stage_get(*bytes, &d->staging_cap);
         dst = d->staging;
         if (!dst) {
-            d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer");
+            if (!d->err)
+                d->err = ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "staging buffer");
             *bytes = 0;
         }
     }
