@@ -447,7 +447,6 @@ static int op_patient_locked(const struct ovl__op *op)
     return op->patient && op->patient(op);
 }
 
-/* engine lock held */
 /* Room in the engine's tables for @k more ops (engine lock held). */
 static int room_locked(struct ovl__engine *e, int k)
 {
@@ -467,6 +466,7 @@ static int room_locked(struct ovl__engine *e, int k)
     return OVL_SUCCESS;
 }
 
+/* engine lock held */
 static int add_locked(struct ovl__engine *e, struct ovl__op *op, const struct ovl__post *how)
 {
     if (room_locked(e, 1) != OVL_SUCCESS)

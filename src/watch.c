@@ -553,12 +553,7 @@ void ovl__watch_write(void *dst, const void *src, size_t len)
         memcpy(dst, src, len);
 }
 
-/* Only the first and last pages of [src, +len) can be another buffer's
- * guarded edge: a page strictly inside would hold bytes of that pending
- * buffer, an overlap the callers refuse. /proc/self/mem ignores the guard,
- * so the program's neighbour-access path (a trap per instruction, a trap
- * per byte for a string move) is never taken for ovl's own copies. */
-/* ovl__watch_read of a range known to touch a guarded edge page. */
+/* A read through /proc/self/mem, which ignores the guard. */
 static void read_bounced(void *dst, const void *src, size_t len)
 {
     atomic_fetch_add_explicit(&ovl__g.st_edge_bounces, 1, memory_order_relaxed);
@@ -578,30 +573,30 @@ static void read_bounced(void *dst, const void *src, size_t len)
     }
 }
 
+/* Only the first and last pages of [src, +len) can be another buffer's
+ * guarded edge: a page strictly inside would hold bytes of that pending
+ * buffer, an overlap the callers refuse. Those pages go through
+ * /proc/self/mem, so the program's neighbour-access path (a trap per
+ * instruction, a trap per byte for a string move) is never taken for
+ * ovl's own copies; the pages between them by memcpy (an 8 MiB send next
+ * to a pending receive: one page of 2048 through the kernel). */
 void ovl__watch_read(void *dst, const void *src, size_t len)
 {
     if (ovl__watch_g.mem_fd < 0 || !ovl__watch_edge_touch(src, len)) {
         memcpy(dst, src, len);
         return;
     }
-    /* Edge pages are a buffer's first and last: only those go through
-     * the kernel, the pages between them by memcpy when none is guarded
-     * (an 8 MiB send next to a pending receive: one page of 2048). */
     size_t ps = ovl__watch_page();
     uintptr_t lo = (uintptr_t)src, hi = lo + len;
-    uintptr_t a = (lo / ps + 1) * ps, b = (hi - 1) / ps * ps;
-    if (len <= 2 * ps || a >= b || ovl__watch_edge_touch((const void *)a, b - a)) {
+    uintptr_t a = (lo / ps + 1) * ps, b = (hi - 1) / ps * ps; /* first page's end, last's start */
+    if (len <= 2 * ps || ovl__watch_edge_touch((const void *)a, b - a)) {
         read_bounced(dst, src, len);
         return;
     }
     char *d = dst;
-    for (int k = 0; k < 3; k++) {
-        uintptr_t x = k == 0 ? lo : k == 1 ? a : b, y = k == 0 ? a : k == 1 ? b : hi;
-        if (k == 1 || !ovl__watch_edge_touch((const void *)x, y - x))
-            memcpy(d + (x - lo), (const void *)x, y - x);
-        else
-            read_bounced(d + (x - lo), (const void *)x, y - x);
-    }
+    ovl__watch_read(d, src, a - lo);
+    memcpy(d + (a - lo), (const void *)a, b - a);
+    ovl__watch_read(d + (b - lo), (const void *)b, hi - b);
 }
 
 int ovl__watch_pending(const void *p, size_t len, int missing)
