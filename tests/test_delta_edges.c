@@ -11,7 +11,8 @@
  *             pending: a string move or store takes one trap per page, the
  *             libc string functions and loops the compiler vectorises never
  *             one per byte, and every byte (R's and its neighbours') is
- *             verified.
+ *             verified; ovl's advice to give R pages of its own is said
+ *             on stderr, once.
  *
  *   mpi        ovl_irecv into, ovl_isend from and ovl_get into buffers that
  *             start on R's guarded last page: MPI cannot reach that page,
@@ -522,6 +523,33 @@ static void nb_all(const char *what, unsigned char *lo, unsigned char *ref_lo, s
 #endif
 }
 
+/* What ovl wrote to stderr (the file @fd) while a receive was pending and
+ * the program made @steps neighbour accesses: passed on to stderr, and at
+ * OVL_VERBOSE >= 1 (the default) past 64 accesses on a page it holds the
+ * advice to give the buffer pages of its own, exactly once. */
+static void check_said(int fd, unsigned long long steps)
+{
+    char buf[8192];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    CHECK(n >= 0);
+    buf[n > 0 ? n : 0] = 0;
+    if (n > 0)
+        fputs(buf, stderr);
+    ovl_config_t c;
+    CHECK_OK(ovl_config_get(&c));
+    int said = 0;
+    for (const char *q = buf; (q = strstr(q, "the program touched other data on page")); q++)
+        said++;
+    int want = c.report.verbose >= 1 && steps >= 2 * 64 ? 1 : 0;
+    CHECKF(said == want || (want == 0 && said <= 1),
+           "the advice for a buffer sharing its pages was said %d times (%llu neighbour accesses, "
+           "OVL_VERBOSE %d)",
+           said, steps, c.report.verbose);
+    CHECKF(!said || (strstr(buf, "ovl_alloc") && strstr(buf, "said once")),
+           "the advice names no remedy: %.200s", buf);
+}
+
 /* Phase 2: the program works on R's neighbours while R is pending. */
 static void neighbours(void)
 {
@@ -536,9 +564,17 @@ static void neighbours(void)
         th_fail(__FILE__, __LINE__, "layout", "R must share both edge pages");
     unsigned char *ref_lo = malloc(nlo), *ref_hi = malloc(nhi), *tmp = malloc(ps);
     CHECK(ref_lo && ref_hi && tmp);
+    /* stderr goes to a file until R completes: the advice to give R pages
+     * of its own is said there, once */
+    char said_path[] = "/tmp/ovl-test-advice-XXXXXX";
+    int said_fd = mkstemp(said_path), saved_err = dup(2);
+    CHECK(said_fd >= 0 && saved_err >= 0);
+    unlink(said_path);
+    fflush(stderr);
+    CHECK(dup2(said_fd, 2) == 2);
     ovl_request_t r;
     CHECK_OK(ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 4, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
-    ovl_stats_t a = stats(), b;
+    ovl_stats_t a = stats(), b, s0 = a;
 #if defined(__x86_64__)
     /* a string move and a string store: one trap each, whatever the size */
     for (size_t i = 0; i < nlo; i++)
@@ -606,10 +642,15 @@ static void neighbours(void)
            "%lu + %lu faults: the neighbours of pending R were not guarded", t.steps[0],
            t.steps[1]);
 #endif
+    unsigned long long nsteps = stats().edge_steps - s0.edge_steps;
     /* R is still pending: only now may the sender start */
     token(1, 4);
     check_r(3); /* faults, and waits for each page */
     CHECK_OK(ovl_wait(&r, NULL));
+    fflush(stderr);
+    CHECK(dup2(saved_err, 2) == 2);
+    close(saved_err);
+    check_said(said_fd, nsteps);
     check_r(3);
     CHECK(memcmp(lo, ref_lo, nlo) == 0);
     CHECK(memcmp(hi, ref_hi, nhi) == 0);
