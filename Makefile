@@ -31,7 +31,11 @@ demo: build
 
 test: deps format-check test-default test-asan test-openmpi test-mpich5
 
+# Also builds the library and examples at CMake's default build type
+# (RelWithDebInfo, -O2), which warns where -O3 does not.
 test-default:
+	cmake -S . -B $(BUILD)-default -DOVL_WERROR=ON -DOVL_BUILD_TESTS=OFF -DOVL_BUILD_BENCH=OFF
+	cmake --build $(BUILD)-default -j$(JOBS)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DOVL_WERROR=ON
 	cmake --build $(BUILD) -j$(JOBS)
 	ctest --test-dir $(BUILD) $(CTEST_ARGS)
@@ -100,4 +104,4 @@ format-check:
 	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: ok"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-openmpi build-mpich5
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-openmpi build-mpich5 $(BUILD)-default

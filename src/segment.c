@@ -629,7 +629,7 @@ static int segment_free_dom0(ovl_segment_t *seg)
 {
     static const char *fn = "ovl_segment_free";
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)))
         return rc;
     if (!seg)
@@ -736,7 +736,7 @@ static int lock_dom0(ovl_segment_t seg, int rank)
 {
     static const char *fn = "ovl_lock";
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)) ||
         (rc = ovl__seg_lookup(fn, seg, &s)) || (rc = ovl__check_peer(fn, rank, 0)))
         return rc;
@@ -780,7 +780,7 @@ static int unlock_dom0(ovl_segment_t seg, int rank)
 {
     static const char *fn = "ovl_unlock";
     int rc;
-    struct ovl__seg *s;
+    struct ovl__seg *s = NULL;
     if ((rc = ovl__check_init(fn)) || (rc = ovl__check_not_in_callback(fn)) ||
         (rc = ovl__seg_lookup(fn, seg, &s)) || (rc = ovl__check_peer(fn, rank, 0)))
         return rc;
