@@ -25,6 +25,11 @@
  * the faults per call (OVL_STATS' neighbour accesses) with the part ovl's
  * handler made itself (the rest single-stepped). Kinds rotate every rep;
  * the received bytes and the data the calls wrote are checked every rep.
+ *
+ * Then the floor under any of these (x86-64): a store to a page nobody
+ * guards but that is inaccessible, which ovl's handler passes on to a
+ * handler installed before ovl_init that only moves past the store. What
+ * is left is the kernel's delivery of a fault, which no handler avoids.
  */
 #include "common.h"
 
@@ -36,6 +41,49 @@
 #endif
 
 static const char *const CMD = "edges";
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+static void *floor_page;
+static struct sigaction floor_prev;
+
+static void floor_handler(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig;
+    if (si->si_addr == floor_page) {
+        ((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP] += 3; /* movb $1, (%rdi) */
+        return;
+    }
+    sigaction(SIGSEGV, &floor_prev, NULL); /* not ours: the access faults again, as before */
+}
+
+/* Install the floor's handler (before ovl_init, so ovl's passes it on). */
+static void floor_install(void)
+{
+    floor_page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (floor_page == MAP_FAILED)
+        bench_fail("edges: mmap: out of memory");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = floor_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, &floor_prev) != 0)
+        bench_fail("edges: sigaction failed");
+}
+
+/* Seconds per fault over @n stores to the floor page. */
+static double floor_time(int n)
+{
+    double t0 = bench_now();
+    for (int i = 0; i < n; i++)
+        __asm__ volatile("movb $1, (%0)" : : "D"(floor_page) : "memory");
+    return (bench_now() - t0) / n;
+}
+#endif
 
 enum { K_STORE, K_LOAD, K_ADD, K_MEMCPY_TO, K_MEMCPY_FROM, K_SSE, K_AVX2, K_MEMSET, K_XCHG, NK };
 static const char *const kname[NK] = { "store",     "load",        "add",
@@ -153,13 +201,19 @@ int bench_edges(int argc, char **argv)
                 "sse-load, avx2-load, memset, xchg), the median time of --calls (default\n"
                 "400) calls on that data with the receive pending and with none, their\n"
                 "ratio, faults per call and how many of them ovl's handler made.\n"
-                "Reps: --reps (default 5) after --warmup (default 1), kinds rotated.\n");
+                "Reps: --reps (default 5) after --warmup (default 1), kinds rotated.\n"
+                "Last row (x86-64), bare-fault: --calls stores to an inaccessible page ovl\n"
+                "does not guard, each moved past by a handler of the benchmark's: the\n"
+                "kernel's delivery of a fault, the floor under every row.\n");
         else
             bench_usage_error(CMD, "unknown option %s", argv[i]);
     }
     if (bytes < 64 || bytes > (size_t)1 << 30)
         bench_usage_error(CMD, "--bytes: %zu is not in [64, 1g]", bytes);
     bench_require_two_ranks(CMD);
+#if defined(__x86_64__) && defined(__linux__)
+    floor_install();
+#endif
     ovl_config_t eff;
     bench_ovl_start_thread(&eff);
 
@@ -184,7 +238,8 @@ int bench_edges(int argc, char **argv)
     double *free_ = calloc((size_t)NK * (size_t)reps, sizeof(double));
     double *faults = calloc((size_t)NK * (size_t)reps, sizeof(double));
     double *made = calloc((size_t)NK * (size_t)reps, sizeof(double));
-    if (!pend || !free_ || !faults || !made)
+    double *bare = calloc((size_t)reps, sizeof(double));
+    if (!pend || !free_ || !faults || !made || !bare)
         bench_fail("out of memory");
 
     for (int r = -warmup; r < reps; r++) {
@@ -237,6 +292,13 @@ int bench_edges(int argc, char **argv)
                 made[k * reps + r] = (double)(b.edge_emulated - a.edge_emulated) / calls;
             }
         }
+#if defined(__x86_64__) && defined(__linux__)
+        if (bench_rank == 0) {
+            double t = floor_time(calls);
+            if (r >= 0)
+                bare[r] = t;
+        }
+#endif
     }
 
     FILE *f = bench_csv_open(CMD, csv);
@@ -264,15 +326,26 @@ int bench_edges(int argc, char **argv)
                         calls, reps, p.med * 1e6, fr.med * 1e6, fr.med > 0 ? p.med / fr.med : 0,
                         fa.med, m.med, per * 1e6);
         }
+#if defined(__x86_64__) && defined(__linux__)
+        struct bench_stat bs = bench_stat_of(bare, reps);
+        printf("%-12s %12.3f %12s %9s %8.2f %8.2f %9.2f\n", "bare-fault", bs.med * 1e6, "-", "-",
+               1.0, 0.0, bs.med * 1e6);
+        if (f)
+            fprintf(f, "edges,bare-fault,0,%d,%d,%.4f,0,0,1,0,%.3f\n", calls, reps, bs.med * 1e6,
+                    bs.med * 1e6);
+#endif
         printf("(pending: the receive posted, its sender not yet started; free: the same calls\n"
                " once it completed. faults: neighbour accesses per call, by ovl: of those, made\n"
-               " by ovl's handler, the rest single-stepped)\n");
+               " by ovl's handler, the rest single-stepped. bare-fault: a store to an\n"
+               " inaccessible page ovl does not guard, passed on by ovl's handler to one that\n"
+               " only moves past it: the kernel's delivery of a fault, the floor of every row)\n");
     }
     bench_csv_close(f, csv);
     free(pend);
     free(free_);
     free(faults);
     free(made);
+    free(bare);
     free(src);
     free(blk);
     bench_ovl_finalize();

@@ -409,15 +409,18 @@ static int edge_get_locked(uintptr_t page, uintptr_t probe)
         free_slot = hi;
     if (free_slot < 0)
         return ENOSPC;
-    int err = ovl__watch_protect_probed((void *)page, ovl__watch_page(), probe);
-    if (err)
-        return err;
+    /* Published before the page is guarded: another thread's access that
+     * faults once it is must find it an edge (neighbour data: done or
+     * stepped), not a page of the buffer waiting for its data. */
     if (free_slot >= hi)
         atomic_store(&ovl__watch_g.edges_hi, free_slot + 1);
     atomic_store(&ovl__watch_g.edges[free_slot].steps, 0);
     atomic_store(&ovl__watch_g.edges[free_slot].page, page);
     atomic_store(&ovl__watch_g.edges[free_slot].refs, 1);
-    return 0;
+    int err = ovl__watch_protect_probed((void *)page, ovl__watch_page(), probe);
+    if (err)
+        atomic_store(&ovl__watch_g.edges[free_slot].refs, 0);
+    return err;
 }
 
 /* Open edge page @page (its last reference is going). mprotect needs a
@@ -451,7 +454,8 @@ static void advise_steps(uintptr_t page, unsigned long steps, const struct ovl__
             "pending buffer [%p, +%zu), %lu times during one transfer; each such access faults "
             "(OVL_STATS counts them as neighbour accesses). "
             "Give the buffer pages of its own (ovl_alloc, posix_memalign to the page size with "
-            "a size rounded up to pages) and these costs disappear (said once)\n",
+            "a size rounded up to pages), or receive it with ovl_irecv and wait before reading "
+            "it (docs/PORTING.md), and these costs disappear (said once)\n",
             ovl__g.rank, (void *)page, w->base, w->len, steps);
 }
 
@@ -662,8 +666,8 @@ int ovl__watch_send_create(ovl_monitor_t m, void *base, size_t len, size_t delta
         return ovl__error(OVL_ERR_MONITOR, "ovl_delta_send_begin",
                           "cannot write-protect the buffer with %s: %s%s", ovl_monitor_name(m),
                           strerror(err),
-                          err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=uffd "
-                                          "or explicit)"
+                          err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=uffd, "
+                                          "or OVL_MONITOR_EXPLICIT in code)"
                                         : "");
     }
     *out = w;
@@ -1057,8 +1061,8 @@ int ovl__watch_hold_create(ovl_monitor_t m, const void *base, size_t len, struct
         ovl__watch_destroy(w);
         return ovl__error(OVL_ERR_MONITOR, fn, "cannot write-protect the source with %s: %s%s",
                           ovl_monitor_name(m), strerror(err),
-                          err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=uffd "
-                                          "or explicit)"
+                          err == ENOMEM ? " (vm.max_map_count reached? try OVL_MONITOR=uffd, "
+                                          "or OVL_MONITOR_EXPLICIT in code)"
                                         : "");
     }
     *out = w;

@@ -122,6 +122,10 @@ int ovl__watch_handler_install(void);
  * and move the instruction pointer past it. 1 if done, 0 if the access is
  * not one it does (x86-64 only). */
 int ovl__watch_emulate(void *uc, uintptr_t addr);
+/* watch_emulate.c: the protection-key rights (PKRU) the return from the
+ * handler whose context is @uc will load, to change; NULL where the
+ * frame holds none (x86-64 only). */
+uint32_t *ovl__watch_frame_pkru(void *uc);
 void ovl__watch_handler_remove(void);
 
 int ovl__watch_mem_probe(uintptr_t addr);

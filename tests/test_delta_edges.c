@@ -31,8 +31,11 @@
  */
 #include "harness.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static size_t ps;
@@ -523,6 +526,33 @@ static void nb_all(const char *what, unsigned char *lo, unsigned char *ref_lo, s
 }
 
 /* Phase 2: the program works on R's neighbours while R is pending. */
+/* What ovl wrote to stderr (the file @fd) while a receive was pending and
+ * the program made @steps neighbour accesses: passed on to stderr, and at
+ * OVL_VERBOSE >= 1 (the default) past 64 accesses on a page it holds the
+ * advice to give the buffer pages of its own, exactly once. */
+static void check_said(int fd, unsigned long long steps)
+{
+    char buf[8192];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    close(fd);
+    CHECK(n >= 0);
+    buf[n > 0 ? n : 0] = 0;
+    if (n > 0)
+        fputs(buf, stderr);
+    ovl_config_t c;
+    CHECK_OK(ovl_config_get(&c));
+    int said = 0;
+    for (const char *q = buf; (q = strstr(q, "the program touched other data on page")); q++)
+        said++;
+    int want = c.report.verbose >= 1 && steps >= 2 * 64 ? 1 : 0;
+    CHECKF(said == want || (want == 0 && said <= 1),
+           "the advice for a buffer sharing its pages was said %d times (%llu neighbour accesses, "
+           "OVL_VERBOSE %d)",
+           said, steps, c.report.verbose);
+    CHECKF(!said || (strstr(buf, "ovl_alloc") && strstr(buf, "said once")),
+           "the advice names no remedy: %.200s", buf);
+}
+
 static void neighbours(void)
 {
     if (!even) {
@@ -536,9 +566,17 @@ static void neighbours(void)
         th_fail(__FILE__, __LINE__, "layout", "R must share both edge pages");
     unsigned char *ref_lo = malloc(nlo), *ref_hi = malloc(nhi), *tmp = malloc(ps);
     CHECK(ref_lo && ref_hi && tmp);
+    /* stderr goes to a file until R completes: the advice to give R pages
+     * of its own is said there, once */
+    char said_path[] = "/tmp/ovl-test-advice-XXXXXX";
+    int said_fd = mkstemp(said_path), saved_err = dup(2);
+    CHECK(said_fd >= 0 && saved_err >= 0);
+    unlink(said_path);
+    fflush(stderr);
+    CHECK(dup2(said_fd, 2) == 2);
     ovl_request_t r;
     CHECK_OK(ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 4, TH_MONITOR(OVL_MONITOR_MPROTECT), &r));
-    ovl_stats_t a = stats(), b;
+    ovl_stats_t a = stats(), b, s0 = a;
 #if defined(__x86_64__)
     /* a string move and a string store: one trap each, whatever the size */
     for (size_t i = 0; i < nlo; i++)
@@ -606,10 +644,15 @@ static void neighbours(void)
            "%lu + %lu faults: the neighbours of pending R were not guarded", t.steps[0],
            t.steps[1]);
 #endif
+    unsigned long long nsteps = stats().edge_steps - s0.edge_steps;
     /* R is still pending: only now may the sender start */
     token(1, 4);
     check_r(3); /* faults, and waits for each page */
     CHECK_OK(ovl_wait(&r, NULL));
+    fflush(stderr);
+    CHECK(dup2(saved_err, 2) == 2);
+    close(saved_err);
+    check_said(said_fd, nsteps);
     check_r(3);
     CHECK(memcmp(lo, ref_lo, nlo) == 0);
     CHECK(memcmp(hi, ref_hi, nhi) == 0);
@@ -619,6 +662,90 @@ static void neighbours(void)
 }
 
 #if defined(__x86_64__)
+/* Phase 2a: another thread's stepped access. A second thread exchanges a
+ * variable on R's last page over and over (xchg: locked, so the handler
+ * lets it through one instruction at a time), while the main thread reads
+ * R's last byte each time R is pending. The step opens the page to its
+ * own thread alone (a protection key), so the read waits for the data;
+ * opened to every thread, it read the byte of the message before. Needs
+ * protection keys (x86 PKU): skipped without them. */
+static _Atomic int xchg_stop;
+static _Atomic unsigned long xchg_done;
+
+static void *xchg_loop(void *arg)
+{
+    uint64_t *v = arg;
+    for (uint64_t i = 1; !atomic_load(&xchg_stop); i++) {
+        __atomic_exchange_n(v, i, __ATOMIC_SEQ_CST);
+        atomic_fetch_add(&xchg_done, 1);
+    }
+    return NULL;
+}
+
+enum { XCHG_ROUNDS = 60 };
+
+static void stepped_by_another_thread(void)
+{
+    int have_keys = 0;
+#ifdef PKEY_DISABLE_ACCESS
+    int key = pkey_alloc(0, 0);
+    have_keys = key >= 0;
+    if (have_keys)
+        pkey_free(key);
+#endif
+    int both = 0;
+    CHECK_MPI(MPI_Allreduce(&have_keys, &both, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+    if (!both) {
+        if (th_rank == 0)
+            printf("test_delta_edges: another thread's step: SKIPPED (no protection keys)\n");
+        return;
+    }
+    if (!even) {
+        for (int r = 0; r < XCHG_ROUNDS; r++) {
+            unsigned char *src = malloc(rlen);
+            CHECK(src != NULL);
+            for (size_t i = 0; i < rlen; i++)
+                src[i] = val(i, 10 + r % 30);
+            token(0, 40 + r);
+            usleep(1000); /* the reader reaches R meanwhile */
+            ovl_request_t q;
+            CHECK_OK(ovl_delta_send_begin(src, (int)rlen, MPI_BYTE, peer, 40 + r, NULL, &q));
+            CHECK_OK(ovl_delta_send_end(q, NULL));
+            CHECK_OK(ovl_wait(&q, NULL));
+            free(src);
+        }
+        return;
+    }
+    uint64_t *v = (uint64_t *)(((uintptr_t)(R + rlen) + 7) & ~(uintptr_t)7);
+    CHECK(((uintptr_t)v & ~(uintptr_t)(ps - 1)) ==
+          ((uintptr_t)(R + rlen - 1) & ~(uintptr_t)(ps - 1)));
+    atomic_store(&xchg_stop, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, xchg_loop, v) == 0);
+    int stale = 0;
+    ovl_stats_t a = stats();
+    for (int r = 0; r < XCHG_ROUNDS; r++) {
+        ovl_request_t q;
+        CHECK_OK(ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 40 + r,
+                                TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
+        unsigned long d0 = atomic_load(&xchg_done);
+        while (atomic_load(&xchg_done) < d0 + 2) /* the other thread is stepping */
+            sched_yield();
+        token(1, 40 + r);
+        unsigned char got = *(volatile unsigned char *)(R + rlen - 1);
+        stale += got != val(rlen - 1, 10 + r % 30);
+        CHECK_OK(ovl_wait(&q, NULL));
+    }
+    atomic_store(&xchg_stop, 1);
+    CHECK(pthread_join(t, NULL) == 0);
+    ovl_stats_t b = stats();
+    CHECKF(stale == 0, "%d of %d reads of R's last byte saw the message before", stale,
+           XCHG_ROUNDS);
+    CHECKF(b.edge_steps - b.edge_emulated > a.edge_steps - a.edge_emulated,
+           "no access was stepped: the test tests nothing");
+    check_r(10 + (XCHG_ROUNDS - 1) % 30);
+}
+
 /* Phase 2b: RIP-relative accesses (a program's static data) next to a
  * pending receive into a static block: G holds gblk[256, 256 + page),
  * so gblk[0, 256) and the rest of its second page are neighbours. */
@@ -1073,6 +1200,7 @@ int main(int argc, char **argv)
         own_copy();
         neighbours();
 #if defined(__x86_64__)
+        stepped_by_another_thread();
         rip_relative();
 #endif
         mpi_neighbours();
