@@ -30,6 +30,7 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -223,6 +224,68 @@ static void key_allow(uint32_t *pk)
 static _Atomic uintptr_t key_probe;
 static _Atomic int key_probe_hits;
 
+/* Retries owed. A thread that waited for another's step on a page retries
+ * its access once it returns from the handler; a thread stepping there
+ * back to back would otherwise take the key again first, every time, and
+ * starve it. So a new step on the page yields until the retry has been
+ * made (the waiter's next fault), for at most OWED_NS: the retry may not
+ * fault at all (the page opened meanwhile), and a progress thread stepping
+ * there must not wait long on a program thread that may wait on it. */
+#define OWED_NS 2000000L
+static struct {
+    _Atomic uintptr_t page;
+    _Atomic int n;
+    _Atomic long since;
+} owed[KEYED_MAX];
+static __thread uintptr_t owe_page __attribute__((tls_model("initial-exec")));
+
+static long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* A retry on @page owed (@d = 1) or made (-1). */
+static void owe(uintptr_t page, int d)
+{
+    ovl__spin_lock(&key_lock);
+    int k = -1;
+    for (int j = 0; j < KEYED_MAX && k < 0; j++)
+        if (atomic_load(&owed[j].page) == page)
+            k = j;
+    for (int j = 0; j < KEYED_MAX && k < 0 && d > 0; j++)
+        if (!atomic_load(&owed[j].page))
+            k = j;
+    if (k >= 0 && d > 0) {
+        atomic_store(&owed[k].page, page);
+        atomic_fetch_add(&owed[k].n, 1);
+        atomic_store(&owed[k].since, now_ns());
+    } else if (k >= 0 && atomic_load(&owed[k].n) > 0 && atomic_fetch_sub(&owed[k].n, 1) == 1) {
+        atomic_store(&owed[k].page, 0);
+    }
+    ovl__spin_unlock(&key_lock);
+}
+
+/* Is a retry on @page owed, and not for longer than OWED_NS? */
+static int owed_on(uintptr_t page)
+{
+    for (int j = 0; j < KEYED_MAX; j++) {
+        if (atomic_load(&owed[j].page) != page || atomic_load(&owed[j].n) <= 0)
+            continue;
+        if (now_ns() - atomic_load(&owed[j].since) <= OWED_NS)
+            return 1;
+        ovl__spin_lock(&key_lock);
+        if (atomic_load(&owed[j].page) == page) { /* stale: forgotten */
+            atomic_store(&owed[j].n, 0);
+            atomic_store(&owed[j].page, 0);
+        }
+        ovl__spin_unlock(&key_lock);
+        return 0;
+    }
+    return 0;
+}
+
 /* A key fault (SEGV_PKUERR) on ovl's key at @page: 1 once the access can
  * be retried. */
 static int key_fault(uintptr_t page, void *uc)
@@ -255,6 +318,10 @@ static int key_fault(uintptr_t page, void *uc)
         }
         sched_yield();
     }
+    if (!owe_page) { /* the retry goes before the next step there */
+        owe(page, 1);
+        owe_page = page;
+    }
     return 1;
 }
 
@@ -276,6 +343,8 @@ static int step_over(uintptr_t page, void *uc)
     if (k < 0 || !u)
         return 0;
     uint32_t *pk = step_key >= 0 && (!again || step_keyed[k]) ? ovl__watch_frame_pkru(u) : NULL;
+    while (pk && !again && owed_on(page))
+        sched_yield();
     if (pk && key_open(page, again)) {
         if (!stepping)
             step_rights = *pk;
@@ -566,6 +635,10 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     if (si && si->si_code > 0) { /* a real fault, not kill() */
         atomic_fetch_add(&ovl__watch_g.in_handler, 1);
 #ifdef OVL_SINGLE_STEP
+        if (owe_page) { /* this fault is the retry owed (or came after it) */
+            owe(owe_page, -1);
+            owe_page = 0;
+        }
         if (sig == SIGSEGV && si->si_code == SEGV_PKUERR && step_key >= 0 &&
             (int)si->si_pkey == step_key)
             handled = key_fault((uintptr_t)si->si_addr & ~(uintptr_t)(ovl__watch_page() - 1), uc);
