@@ -30,7 +30,6 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -137,7 +136,6 @@ static void key_free(int key)
     (void)key;
 }
 #endif
-static ovl__spin_t key_lock;
 static struct {
     _Atomic uintptr_t page;
     _Atomic int n;       /* steps in flight */
@@ -148,7 +146,7 @@ static struct {
  * again). 1 if the page is open under the key. */
 static int key_open(uintptr_t page, int again)
 {
-    ovl__spin_lock(&key_lock);
+    ovl__spin_lock(&ovl__watch_g.step_lock);
     int k = -1;
     for (int j = 0; j < KEYED_MAX && k < 0; j++)
         if (atomic_load(&keyed[j].page) == page)
@@ -162,7 +160,7 @@ static int key_open(uintptr_t page, int again)
         atomic_store(&keyed[k].page, page);
         atomic_fetch_add(&keyed[k].n, 1);
     }
-    ovl__spin_unlock(&key_lock);
+    ovl__spin_unlock(&ovl__watch_g.step_lock);
     return ok;
 }
 
@@ -170,7 +168,7 @@ static int key_open(uintptr_t page, int again)
  * guarded again if it is still a guarded edge, else open. */
 static void key_close(uintptr_t page)
 {
-    ovl__spin_lock(&key_lock);
+    ovl__spin_lock(&ovl__watch_g.step_lock);
     for (int j = 0; j < KEYED_MAX; j++) {
         if (atomic_load(&keyed[j].page) != page)
             continue;
@@ -188,7 +186,7 @@ static void key_close(uintptr_t page)
         }
         break;
     }
-    ovl__spin_unlock(&key_lock);
+    ovl__spin_unlock(&ovl__watch_g.step_lock);
 }
 
 /* 0: no step on @page; 1: one in flight; 2: one waits in a fault of its
@@ -224,68 +222,6 @@ static void key_allow(uint32_t *pk)
 static _Atomic uintptr_t key_probe;
 static _Atomic int key_probe_hits;
 
-/* Retries owed. A thread that waited for another's step on a page retries
- * its access once it returns from the handler; a thread stepping there
- * back to back would otherwise take the key again first, every time, and
- * starve it. So a new step on the page yields until the retry has been
- * made (the waiter's next fault), for at most OWED_NS: the retry may not
- * fault at all (the page opened meanwhile), and a progress thread stepping
- * there must not wait long on a program thread that may wait on it. */
-#define OWED_NS 2000000L
-static struct {
-    _Atomic uintptr_t page;
-    _Atomic int n;
-    _Atomic long since;
-} owed[KEYED_MAX];
-static __thread uintptr_t owe_page __attribute__((tls_model("initial-exec")));
-
-static long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1000000000L + t.tv_nsec;
-}
-
-/* A retry on @page owed (@d = 1) or made (-1). */
-static void owe(uintptr_t page, int d)
-{
-    ovl__spin_lock(&key_lock);
-    int k = -1;
-    for (int j = 0; j < KEYED_MAX && k < 0; j++)
-        if (atomic_load(&owed[j].page) == page)
-            k = j;
-    for (int j = 0; j < KEYED_MAX && k < 0 && d > 0; j++)
-        if (!atomic_load(&owed[j].page))
-            k = j;
-    if (k >= 0 && d > 0) {
-        atomic_store(&owed[k].page, page);
-        atomic_fetch_add(&owed[k].n, 1);
-        atomic_store(&owed[k].since, now_ns());
-    } else if (k >= 0 && atomic_load(&owed[k].n) > 0 && atomic_fetch_sub(&owed[k].n, 1) == 1) {
-        atomic_store(&owed[k].page, 0);
-    }
-    ovl__spin_unlock(&key_lock);
-}
-
-/* Is a retry on @page owed, and not for longer than OWED_NS? */
-static int owed_on(uintptr_t page)
-{
-    for (int j = 0; j < KEYED_MAX; j++) {
-        if (atomic_load(&owed[j].page) != page || atomic_load(&owed[j].n) <= 0)
-            continue;
-        if (now_ns() - atomic_load(&owed[j].since) <= OWED_NS)
-            return 1;
-        ovl__spin_lock(&key_lock);
-        if (atomic_load(&owed[j].page) == page) { /* stale: forgotten */
-            atomic_store(&owed[j].n, 0);
-            atomic_store(&owed[j].page, 0);
-        }
-        ovl__spin_unlock(&key_lock);
-        return 0;
-    }
-    return 0;
-}
-
 /* A key fault (SEGV_PKUERR) on ovl's key at @page: 1 once the access can
  * be retried. */
 static int key_fault(uintptr_t page, void *uc)
@@ -318,10 +254,6 @@ static int key_fault(uintptr_t page, void *uc)
         }
         sched_yield();
     }
-    if (!owe_page) { /* the retry goes before the next step there */
-        owe(page, 1);
-        owe_page = page;
-    }
     return 1;
 }
 
@@ -343,8 +275,6 @@ static int step_over(uintptr_t page, void *uc)
     if (k < 0 || !u)
         return 0;
     uint32_t *pk = step_key >= 0 && (!again || step_keyed[k]) ? ovl__watch_frame_pkru(u) : NULL;
-    while (pk && !again && owed_on(page))
-        sched_yield();
     if (pk && key_open(page, again)) {
         if (!stepping)
             step_rights = *pk;
@@ -579,6 +509,14 @@ static int handle(int sig, uintptr_t addr, void *uc)
             send_fault(w, i, addr);
             return 1;
         }
+        if (addr < (uintptr_t)w->base || addr >= (uintptr_t)w->base + w->len)
+            /* Neighbour data on one of its partial pages, which are guarded
+             * only as edges (above): the fault was raised while an edge
+             * guarded the page, which is open now (this region's, released
+             * as it ends) or is about to be guarded as this region's edge
+             * (an earlier transfer's). Retried, never waited on: this
+             * region's data may come only after the access is done. */
+            return 1;
         if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
             /* atomic: the region's finisher may read the list meanwhile */
             __atomic_store_n(&w->touch[atomic_fetch_add(&w->ntouch, 1)], (uint32_t)i,
@@ -635,10 +573,6 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     if (si && si->si_code > 0) { /* a real fault, not kill() */
         atomic_fetch_add(&ovl__watch_g.in_handler, 1);
 #ifdef OVL_SINGLE_STEP
-        if (owe_page) { /* this fault is the retry owed (or came after it) */
-            owe(owe_page, -1);
-            owe_page = 0;
-        }
         if (sig == SIGSEGV && si->si_code == SEGV_PKUERR && step_key >= 0 &&
             (int)si->si_pkey == step_key)
             handled = key_fault((uintptr_t)si->si_addr & ~(uintptr_t)(ovl__watch_page() - 1), uc);

@@ -69,6 +69,9 @@ struct ovl__watch_state {
      * once, not the table's size). Raised before a slot is filled, never
      * lowered, so a lock-free scan never misses a live slot. */
     atomic_int regs_hi, edges_hi;
+    /* a new edge's guard against the end of a step under the protection
+     * key, which resets the page's key (watch_fault.c) */
+    ovl__spin_t step_lock;
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
