@@ -906,8 +906,9 @@ OVL_NODISCARD int ovl_delta_produced(ovl_request_t req, size_t offset, size_t by
  * (a mutex or a read() buffer there fails; so does MPI's own data there:
  * MPICH 5 between ranks of one node fails such a transfer with
  * OVL_ERR_MPI, "process_vm_readv failed (errno 14)"), and with several
- * threads another thread may briefly see old bytes of the buffer on those
- * pages.
+ * threads, where the CPU or kernel has no protection keys (x86 PKU),
+ * another thread may briefly see old bytes of the buffer on those pages
+ * while one instruction is let through.
  * Give such a buffer pages of its own (ovl_alloc(), posix_memalign to the
  * page size with a whole number of pages), or, to keep a layout where it
  * shares pages with data written meanwhile, receive it with ovl_irecv()

@@ -414,12 +414,14 @@ static int edge_get_locked(uintptr_t page, uintptr_t probe)
      * stepped), not a page of the buffer waiting for its data. */
     if (free_slot >= hi)
         atomic_store(&ovl__watch_g.edges_hi, free_slot + 1);
+    ovl__spin_lock(&ovl__watch_g.step_lock);
     atomic_store(&ovl__watch_g.edges[free_slot].steps, 0);
     atomic_store(&ovl__watch_g.edges[free_slot].page, page);
     atomic_store(&ovl__watch_g.edges[free_slot].refs, 1);
     int err = ovl__watch_protect_probed((void *)page, ovl__watch_page(), probe);
     if (err)
         atomic_store(&ovl__watch_g.edges[free_slot].refs, 0);
+    ovl__spin_unlock(&ovl__watch_g.step_lock);
     return err;
 }
 

@@ -179,15 +179,16 @@ struct move {
 
 /* The vector registers in the signal frame's XSAVE area. Component 1
  * holds xmm0-15 (the FXSAVE area), 2 the upper halves of ymm0-15, 6 the
- * upper halves of zmm0-15, 7 the whole of zmm16-31; where 2, 6 and 7 sit
- * is the CPU's (CPUID leaf 0xd), asked once. */
-static _Atomic int xcomp_off[8], xcomp_len[8], xcomp_known;
+ * upper halves of zmm0-15, 7 the whole of zmm16-31, 9 the protection-key
+ * rights (PKRU); where 2, 6, 7 and 9 sit is the CPU's (CPUID leaf 0xd),
+ * asked once. */
+static _Atomic int xcomp_off[10], xcomp_len[10], xcomp_known;
 
 static void xcomp_learn(void)
 {
     if (atomic_load_explicit(&xcomp_known, memory_order_acquire))
         return;
-    for (unsigned c = 2; c < 8; c++) {
+    for (unsigned c = 2; c < 10; c++) {
         unsigned a = 0, b = 0, cx = 0, d = 0;
         if (__get_cpuid_max(0, NULL) >= 0xd)
             __cpuid_count(0xd, c, a, b, cx, d);
@@ -223,6 +224,20 @@ static unsigned char *xcomp(const ucontext_t *u, int c, uint64_t **bv)
         (uint32_t)(off + len) > size)
         return NULL;
     return fx + off;
+}
+
+uint32_t *ovl__watch_frame_pkru(void *uc)
+{
+    uint64_t *bv;
+    xcomp_learn();
+    unsigned char *p = xcomp(uc, 9, &bv);
+    if (!p || !bv)
+        return NULL;
+    if (!((*bv >> 9) & 1)) { /* initial state: PKRU 0, every key open */
+        memset(p, 0, 8);
+        *bv |= (uint64_t)1 << 9;
+    }
+    return (uint32_t *)(void *)p;
 }
 
 /* Where bytes [16k, 16k + 16) of vector register @r are kept: the
@@ -814,6 +829,12 @@ int ovl__watch_emulate(void *uc, uintptr_t addr)
     (void)uc;
     (void)addr;
     return 0;
+}
+
+uint32_t *ovl__watch_frame_pkru(void *uc)
+{
+    (void)uc;
+    return NULL;
 }
 
 #endif

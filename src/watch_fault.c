@@ -23,6 +23,7 @@
 #include "watch_internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,30 +74,217 @@ static struct ovl__watch *pending_buffer_of(uintptr_t addr)
  * access itself where it can (watch_emulate.c); else it is let through by
  * opening the page for one instruction (x86-64 trap flag) and guarding it
  * again in the SIGTRAP that follows. Elsewhere it waits like the buffer's
- * own bytes. */
+ * own bytes.
+ *
+ * Opened for whom: where the CPU and kernel have protection keys (x86
+ * PKU), for the stepping thread alone. The page is made accessible under
+ * a key of ovl's (step_key) that every thread's rights deny, and only the
+ * stepping thread's rights, as its return from the handler loads them,
+ * allow it for the one instruction; another thread that touches the page
+ * meanwhile faults (SEGV_PKUERR) and waits for the step to end, so it
+ * cannot read the buffer's pending bytes there. Without keys the page is
+ * opened for every thread for that instruction. */
 #if defined(__x86_64__) && defined(__linux__)
 #define OVL_SINGLE_STEP 1
 /* Pages this thread opened for its current instruction (a string move
- * can touch four: source and destination, each straddling two pages). */
+ * can touch four: source and destination, each straddling two pages),
+ * whether each is open under the key, and the thread's rights before. */
 #define STEP_MAX 4
 static __thread uintptr_t step_pages[STEP_MAX] __attribute__((tls_model("initial-exec")));
+static __thread unsigned char step_keyed[STEP_MAX] __attribute__((tls_model("initial-exec")));
+static __thread uint32_t step_rights __attribute__((tls_model("initial-exec")));
+
+/* The key, or -1 (no keys: the page opens for every thread); the pages
+ * open under it, each with the number of steps in flight on it. */
+#define KEYED_MAX 16
+static int step_key = -1;
+
+/* The C library's protection-key calls, where it has them. */
+#ifdef OVL_HAVE_PKEYS
+static int key_new(void)
+{
+    return pkey_alloc(0, PKEY_DISABLE_ACCESS);
+}
+static int key_protect(void *a, size_t len, int prot, int key)
+{
+    return pkey_mprotect(a, len, prot, key);
+}
+static void key_deny(int key)
+{
+    pkey_set(key, PKEY_DISABLE_ACCESS);
+}
+static void key_free(int key)
+{
+    pkey_free(key);
+}
+#else
+static int key_new(void)
+{
+    return -1;
+}
+static int key_protect(void *a, size_t len, int prot, int key)
+{
+    (void)key;
+    return mprotect(a, len, prot);
+}
+static void key_deny(int key)
+{
+    (void)key;
+}
+static void key_free(int key)
+{
+    (void)key;
+}
+#endif
+static struct {
+    _Atomic uintptr_t page;
+    _Atomic int n;       /* steps in flight */
+    _Atomic int stalled; /* of those, waiting in a fault of their own */
+} keyed[KEYED_MAX];
+
+/* A step on @page starts (@again: this thread's instruction faulted on it
+ * again). 1 if the page is open under the key. */
+static int key_open(uintptr_t page, int again)
+{
+    ovl__spin_lock(&ovl__watch_g.step_lock);
+    int k = -1;
+    for (int j = 0; j < KEYED_MAX && k < 0; j++)
+        if (atomic_load(&keyed[j].page) == page)
+            k = j;
+    for (int j = 0; j < KEYED_MAX && k < 0 && !again; j++)
+        if (!atomic_load(&keyed[j].page))
+            k = j;
+    int ok = k >= 0 &&
+             key_protect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE, step_key) == 0;
+    if (ok && !again) {
+        atomic_store(&keyed[k].page, page);
+        atomic_fetch_add(&keyed[k].n, 1);
+    }
+    ovl__spin_unlock(&ovl__watch_g.step_lock);
+    return ok;
+}
+
+/* A step on @page is over: with the last one, the page leaves the key,
+ * guarded again if it is still a guarded edge, else open. */
+static void key_close(uintptr_t page)
+{
+    ovl__spin_lock(&ovl__watch_g.step_lock);
+    for (int j = 0; j < KEYED_MAX; j++) {
+        if (atomic_load(&keyed[j].page) != page)
+            continue;
+        if (atomic_fetch_sub(&keyed[j].n, 1) == 1) {
+            int e = ovl__watch_edge_slot(page);
+            if (e >= 0)
+                ovl__spin_lock(&ovl__watch_g.edges[e].busy);
+            int guarded = e >= 0 && atomic_load(&ovl__watch_g.edges[e].page) == page &&
+                          atomic_load(&ovl__watch_g.edges[e].refs) > 0;
+            key_protect((void *)page, ovl__watch_page(),
+                        guarded ? PROT_NONE : PROT_READ | PROT_WRITE, 0);
+            if (e >= 0)
+                ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
+            atomic_store(&keyed[j].page, 0);
+        }
+        break;
+    }
+    ovl__spin_unlock(&ovl__watch_g.step_lock);
+}
+
+/* 0: no step on @page; 1: one in flight; 2: one waits in a fault of its
+ * own (its instruction touched a page still to arrive). */
+static int key_busy(uintptr_t page)
+{
+    for (int j = 0; j < KEYED_MAX; j++)
+        if (atomic_load(&keyed[j].page) == page && atomic_load(&keyed[j].n) > 0)
+            return atomic_load(&keyed[j].stalled) > 0 ? 2 : 1;
+    return 0;
+}
+
+/* This thread's steps under the key wait in a fault (@d = 1) or no
+ * longer (-1). */
+static void key_stall(int d)
+{
+    for (int k = 0; k < STEP_MAX; k++)
+        if (step_pages[k] && step_keyed[k])
+            for (int j = 0; j < KEYED_MAX; j++)
+                if (atomic_load(&keyed[j].page) == step_pages[k])
+                    atomic_fetch_add(&keyed[j].stalled, d);
+}
+
+/* Rights that let the thread returning to @pk through the key. */
+static void key_allow(uint32_t *pk)
+{
+    *pk &= ~(3U << (2 * step_key));
+}
+
+/* The installation's check that a handler's change to the rights in its
+ * frame takes effect (the kernel loads them on return): the test page,
+ * and how often it faulted. */
+static _Atomic uintptr_t key_probe;
+static _Atomic int key_probe_hits;
+
+/* A key fault (SEGV_PKUERR) on ovl's key at @page: 1 once the access can
+ * be retried. */
+static int key_fault(uintptr_t page, void *uc)
+{
+    uint32_t *pk = ovl__watch_frame_pkru(uc);
+    if (page == atomic_load(&key_probe)) {
+        if (atomic_fetch_add(&key_probe_hits, 1) == 0 && pk)
+            key_allow(pk);
+        else /* the frame's rights were not loaded: no key for steps */
+            key_protect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE, 0);
+        return 1;
+    }
+    for (int j = 0; j < STEP_MAX; j++)
+        if (step_pages[j] == page && step_keyed[j] && pk) {
+            /* this thread's own step, from a handler that ran before its
+             * instruction did: as the instruction */
+            key_allow(pk);
+            return 1;
+        }
+    /* Another thread's step: its one instruction, then the page is
+     * guarded again. Should that instruction wait in a fault of its own
+     * (a page of a buffer still to arrive), which may need this thread,
+     * this access goes through too, as without keys. */
+    int b;
+    while ((b = key_busy(page)) != 0) {
+        if (b == 2) {
+            if (pk)
+                key_allow(pk);
+            return 1;
+        }
+        sched_yield();
+    }
+    return 1;
+}
 
 static int step_over(uintptr_t page, void *uc)
 {
     ucontext_t *u = uc;
-    int k = -1;
+    int k = -1, stepping = 0;
     /* The same page again: another thread's trap guarded it before this
      * instruction ran. Open it again in the same slot. */
     for (int j = 0; j < STEP_MAX && k < 0; j++)
         if (step_pages[j] == page)
             k = j;
+    for (int j = 0; j < STEP_MAX; j++)
+        stepping |= step_pages[j] != 0 && step_keyed[j];
+    int again = k >= 0;
     for (int j = 0; j < STEP_MAX && k < 0; j++)
         if (!step_pages[j])
             k = j;
     if (k < 0 || !u)
         return 0;
-    if (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0)
+    uint32_t *pk = step_key >= 0 && (!again || step_keyed[k]) ? ovl__watch_frame_pkru(u) : NULL;
+    if (pk && key_open(page, again)) {
+        if (!stepping)
+            step_rights = *pk;
+        key_allow(pk);
+        step_keyed[k] = 1;
+    } else if (mprotect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE) != 0) {
         return 0;
+    } else {
+        step_keyed[k] = 0;
+    }
     step_pages[k] = page;
     u->uc_mcontext.gregs[REG_EFL] |= 0x100; /* TF */
     return 1;
@@ -117,13 +305,20 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
         }
         return;
     }
-    int saved = errno;
+    int saved = errno, keyed_any = 0;
     ((ucontext_t *)uc)->uc_mcontext.gregs[REG_EFL] &= ~0x100;
     for (int k = 0; k < STEP_MAX; k++) {
         uintptr_t page = step_pages[k];
+        int under_key = step_keyed[k];
         step_pages[k] = 0;
+        step_keyed[k] = 0;
         if (!page)
             continue;
+        if (under_key) {
+            key_close(page);
+            keyed_any = 1;
+            continue;
+        }
         int e = ovl__watch_edge_slot(page);
         if (e < 0)
             continue;
@@ -133,7 +328,41 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
             mprotect((void *)page, ovl__watch_page(), PROT_NONE);
         ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
     }
+    uint32_t *pk = keyed_any ? ovl__watch_frame_pkru(uc) : NULL;
+    if (pk)
+        *pk = step_rights;
     errno = saved;
+}
+
+/* Take a key for steps where the CPU and kernel have them and a handler's
+ * change to the rights in its frame takes effect (checked on a page of
+ * its own). Without one, steps open the page for every thread. */
+static void key_setup(void)
+{
+    int k = key_new();
+    if (k < 0)
+        return;
+    size_t ps = ovl__watch_page();
+    void *p = mmap(NULL, ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        key_free(k);
+        return;
+    }
+    *(volatile char *)p = 1;
+    int ok = 0;
+    step_key = k;
+    if (key_protect(p, ps, PROT_READ | PROT_WRITE, k) == 0) {
+        atomic_store(&key_probe_hits, 0);
+        atomic_store(&key_probe, (uintptr_t)p);
+        ok = *(volatile char *)p == 1 && atomic_load(&key_probe_hits) == 1;
+        atomic_store(&key_probe, 0);
+    }
+    key_deny(k); /* this thread's rights, opened by the check */
+    munmap(p, ps);
+    if (!ok) {
+        step_key = -1;
+        key_free(k);
+    }
 }
 #endif
 
@@ -179,6 +408,9 @@ static void wait_for(struct ovl__dom *dom, int (*ready)(const void *, size_t), c
               "has not arrived; it would wait for itself forever",
               addr);
     struct fault_wait f = { ready, arg, i, addr };
+#ifdef OVL_SINGLE_STEP
+    key_stall(1);
+#endif
     if (dom) {
         struct ovl__dom *prev = ovl__dom_enter(dom);
         ovl__engine_spin(fault_served, &f);
@@ -186,6 +418,9 @@ static void wait_for(struct ovl__dom *dom, int (*ready)(const void *, size_t), c
     } else {
         ovl__doms_spin(fault_served, &f);
     }
+#ifdef OVL_SINGLE_STEP
+    key_stall(-1);
+#endif
     uint64_t dt = ovl__now_ns() - t0;
     ovl__stats_wait_ns(dt);
     if (ovl__trace_on)
@@ -274,6 +509,14 @@ static int handle(int sig, uintptr_t addr, void *uc)
             send_fault(w, i, addr);
             return 1;
         }
+        if (addr < (uintptr_t)w->base || addr >= (uintptr_t)w->base + w->len)
+            /* Neighbour data on one of its partial pages, which are guarded
+             * only as edges (above): the fault was raised while an edge
+             * guarded the page, which is open now (this region's, released
+             * as it ends) or is about to be guarded as this region's edge
+             * (an earlier transfer's). Retried, never waited on: this
+             * region's data may come only after the access is done. */
+            return 1;
         if (w->touch && w->touched && !atomic_exchange(&w->touched[i], 1))
             /* atomic: the region's finisher may read the list meanwhile */
             __atomic_store_n(&w->touch[atomic_fetch_add(&w->ntouch, 1)], (uint32_t)i,
@@ -329,7 +572,13 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     int handled = 0;
     if (si && si->si_code > 0) { /* a real fault, not kill() */
         atomic_fetch_add(&ovl__watch_g.in_handler, 1);
-        handled = handle(sig, (uintptr_t)si->si_addr, uc);
+#ifdef OVL_SINGLE_STEP
+        if (sig == SIGSEGV && si->si_code == SEGV_PKUERR && step_key >= 0 &&
+            (int)si->si_pkey == step_key)
+            handled = key_fault((uintptr_t)si->si_addr & ~(uintptr_t)(ovl__watch_page() - 1), uc);
+        else
+#endif
+            handled = handle(sig, (uintptr_t)si->si_addr, uc);
         atomic_fetch_sub(&ovl__watch_g.in_handler, 1);
     }
     if (!handled)
@@ -404,6 +653,7 @@ int ovl__watch_handler_install(void)
 #ifdef OVL_SINGLE_STEP
     sa.sa_sigaction = on_trap;
     sigaction(SIGTRAP, &sa, &ovl__watch_g.old_trap);
+    key_setup();
 #endif
     ovl__watch_g.installed = 1;
     return OVL_SUCCESS;
@@ -425,6 +675,10 @@ void ovl__watch_handler_remove(void)
     if (sigaction(SIGTRAP, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
         cur.sa_sigaction == on_trap)
         sigaction(SIGTRAP, &ovl__watch_g.old_trap, NULL);
+    if (step_key >= 0) {
+        key_free(step_key);
+        step_key = -1;
+    }
 #endif
     ovl__watch_g.installed = 0;
 }

@@ -69,6 +69,9 @@ struct ovl__watch_state {
      * once, not the table's size). Raised before a slot is filled, never
      * lowered, so a lock-free scan never misses a live slot. */
     atomic_int regs_hi, edges_hi;
+    /* a new edge's guard against the end of a step under the protection
+     * key, which resets the page's key (watch_fault.c) */
+    ovl__spin_t step_lock;
     struct {
         _Atomic uintptr_t page;
         _Atomic int refs;
@@ -122,6 +125,10 @@ int ovl__watch_handler_install(void);
  * and move the instruction pointer past it. 1 if done, 0 if the access is
  * not one it does (x86-64 only). */
 int ovl__watch_emulate(void *uc, uintptr_t addr);
+/* watch_emulate.c: the protection-key rights (PKRU) the return from the
+ * handler whose context is @uc will load, to change; NULL where the
+ * frame holds none (x86-64 only). */
+uint32_t *ovl__watch_frame_pkru(void *uc);
 void ovl__watch_handler_remove(void);
 
 int ovl__watch_mem_probe(uintptr_t addr);

@@ -32,8 +32,11 @@
  */
 #include "harness.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static size_t ps;
@@ -660,6 +663,90 @@ static void neighbours(void)
 }
 
 #if defined(__x86_64__)
+/* Phase 2a: another thread's stepped access. A second thread exchanges a
+ * variable on R's last page over and over (xchg: locked, so the handler
+ * lets it through one instruction at a time), while the main thread reads
+ * R's last byte each time R is pending. The step opens the page to its
+ * own thread alone (a protection key), so the read waits for the data;
+ * opened to every thread, it read the byte of the message before. Needs
+ * protection keys (x86 PKU): skipped without them. */
+static _Atomic int xchg_stop;
+static _Atomic unsigned long xchg_done;
+
+static void *xchg_loop(void *arg)
+{
+    uint64_t *v = arg;
+    for (uint64_t i = 1; !atomic_load(&xchg_stop); i++) {
+        __atomic_exchange_n(v, i, __ATOMIC_SEQ_CST);
+        atomic_fetch_add(&xchg_done, 1);
+    }
+    return NULL;
+}
+
+enum { XCHG_ROUNDS = 60 };
+
+static void stepped_by_another_thread(void)
+{
+    int have_keys = 0;
+#ifdef PKEY_DISABLE_ACCESS
+    int key = pkey_alloc(0, 0);
+    have_keys = key >= 0;
+    if (have_keys)
+        pkey_free(key);
+#endif
+    int both = 0;
+    CHECK_MPI(MPI_Allreduce(&have_keys, &both, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD));
+    if (!both) {
+        if (th_rank == 0)
+            printf("test_delta_edges: another thread's step: SKIPPED (no protection keys)\n");
+        return;
+    }
+    if (!even) {
+        for (int r = 0; r < XCHG_ROUNDS; r++) {
+            unsigned char *src = malloc(rlen);
+            CHECK(src != NULL);
+            for (size_t i = 0; i < rlen; i++)
+                src[i] = val(i, 10 + r % 30);
+            token(0, 40 + r);
+            usleep(1000); /* the reader reaches R meanwhile */
+            ovl_request_t q;
+            CHECK_OK(ovl_delta_send_begin(src, (int)rlen, MPI_BYTE, peer, 40 + r, NULL, &q));
+            CHECK_OK(ovl_delta_send_end(q, NULL));
+            CHECK_OK(ovl_wait(&q, NULL));
+            free(src);
+        }
+        return;
+    }
+    uint64_t *v = (uint64_t *)(((uintptr_t)(R + rlen) + 7) & ~(uintptr_t)7);
+    CHECK(((uintptr_t)v & ~(uintptr_t)(ps - 1)) ==
+          ((uintptr_t)(R + rlen - 1) & ~(uintptr_t)(ps - 1)));
+    atomic_store(&xchg_stop, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, xchg_loop, v) == 0);
+    int stale = 0;
+    ovl_stats_t a = stats();
+    for (int r = 0; r < XCHG_ROUNDS; r++) {
+        ovl_request_t q;
+        CHECK_OK(ovl_delta_recv(R, (int)rlen, MPI_BYTE, peer, 40 + r,
+                                TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
+        unsigned long d0 = atomic_load(&xchg_done);
+        while (atomic_load(&xchg_done) < d0 + 2) /* the other thread is stepping */
+            sched_yield();
+        token(1, 40 + r);
+        unsigned char got = *(volatile unsigned char *)(R + rlen - 1);
+        stale += got != val(rlen - 1, 10 + r % 30);
+        CHECK_OK(ovl_wait(&q, NULL));
+    }
+    atomic_store(&xchg_stop, 1);
+    CHECK(pthread_join(t, NULL) == 0);
+    ovl_stats_t b = stats();
+    CHECKF(stale == 0, "%d of %d reads of R's last byte saw the message before", stale,
+           XCHG_ROUNDS);
+    CHECKF(b.edge_steps - b.edge_emulated > a.edge_steps - a.edge_emulated,
+           "no access was stepped: the test tests nothing");
+    check_r(10 + (XCHG_ROUNDS - 1) % 30);
+}
+
 /* Phase 2b: RIP-relative accesses (a program's static data) next to a
  * pending receive into a static block: G holds gblk[256, 256 + page),
  * so gblk[0, 256) and the rest of its second page are neighbours. */
@@ -1114,6 +1201,7 @@ int main(int argc, char **argv)
         own_copy();
         neighbours();
 #if defined(__x86_64__)
+        stepped_by_another_thread();
         rip_relative();
 #endif
         mpi_neighbours();
