@@ -222,6 +222,8 @@ static void key_allow(uint32_t *pk)
 static _Atomic uintptr_t key_probe;
 static _Atomic int key_probe_hits;
 
+static int step_over(uintptr_t page, void *uc);
+
 /* A key fault (SEGV_PKUERR) on ovl's key at @page: 1 once the access can
  * be retried. */
 static int key_fault(uintptr_t page, void *uc)
@@ -244,11 +246,12 @@ static int key_fault(uintptr_t page, void *uc)
     /* Another thread's step: its one instruction, then the page is
      * guarded again. Should that instruction wait in a fault of its own
      * (a page of a buffer still to arrive), which may need this thread,
-     * this access goes through too, as without keys. */
+     * this access goes through too, as without keys: stepped itself, so
+     * the thread's rights are its own again after the one instruction. */
     int b;
     while ((b = key_busy(page)) != 0) {
         if (b == 2) {
-            if (pk)
+            if (!step_over(page, uc) && pk)
                 key_allow(pk);
             return 1;
         }
