@@ -164,6 +164,26 @@ static int key_open(uintptr_t page, int again)
     return ok;
 }
 
+/* A step on @page is over: guarded again if it is still a guarded edge
+ * (its release, under the slot's busy lock, opens it otherwise); @rekey:
+ * it was open under the key, which it leaves either way. */
+static void step_end(uintptr_t page, int rekey)
+{
+    int e = ovl__watch_edge_slot(page);
+    if (e < 0) {
+        if (rekey)
+            key_protect((void *)page, ovl__watch_page(), PROT_READ | PROT_WRITE, 0);
+        return;
+    }
+    ovl__spin_lock(&ovl__watch_g.edges[e].busy);
+    int guarded = atomic_load(&ovl__watch_g.edges[e].page) == page &&
+                  atomic_load(&ovl__watch_g.edges[e].refs) > 0;
+    if (guarded || rekey)
+        key_protect((void *)page, ovl__watch_page(), guarded ? PROT_NONE : PROT_READ | PROT_WRITE,
+                    0);
+    ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
+}
+
 /* A step on @page is over: with the last one, the page leaves the key,
  * guarded again if it is still a guarded edge, else open. */
 static void key_close(uintptr_t page)
@@ -173,15 +193,7 @@ static void key_close(uintptr_t page)
         if (atomic_load(&keyed[j].page) != page)
             continue;
         if (atomic_fetch_sub(&keyed[j].n, 1) == 1) {
-            int e = ovl__watch_edge_slot(page);
-            if (e >= 0)
-                ovl__spin_lock(&ovl__watch_g.edges[e].busy);
-            int guarded = e >= 0 && atomic_load(&ovl__watch_g.edges[e].page) == page &&
-                          atomic_load(&ovl__watch_g.edges[e].refs) > 0;
-            key_protect((void *)page, ovl__watch_page(),
-                        guarded ? PROT_NONE : PROT_READ | PROT_WRITE, 0);
-            if (e >= 0)
-                ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
+            step_end(page, 1);
             atomic_store(&keyed[j].page, 0);
         }
         break;
@@ -317,19 +329,11 @@ static void on_trap(int sig, siginfo_t *si, void *uc)
         step_keyed[k] = 0;
         if (!page)
             continue;
-        if (under_key) {
+        if (under_key)
             key_close(page);
-            keyed_any = 1;
-            continue;
-        }
-        int e = ovl__watch_edge_slot(page);
-        if (e < 0)
-            continue;
-        ovl__spin_lock(&ovl__watch_g.edges[e].busy);
-        if (atomic_load(&ovl__watch_g.edges[e].page) == page &&
-            atomic_load(&ovl__watch_g.edges[e].refs) > 0)
-            mprotect((void *)page, ovl__watch_page(), PROT_NONE);
-        ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
+        else
+            step_end(page, 0);
+        keyed_any |= under_key;
     }
     uint32_t *pk = keyed_any ? ovl__watch_frame_pkru(uc) : NULL;
     if (pk)
