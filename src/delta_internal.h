@@ -24,12 +24,35 @@ struct delta_hdr {
     uint32_t magic, sid;
     uint64_t cap;
     uint32_t max_piece, flags;
+    uint32_t pgoff, page; /* H_SPLIT: the buffer's offset in its page, the page size */
+    uint64_t reserved;    /* (40 bytes: match.c tells a plain header, 32, by its size) */
 };
+_Static_assert(sizeof(struct delta_hdr) != sizeof(struct ovl__plain_hdr),
+               "a probe tells a delta header from a plain one by its size");
 
 struct piece_hdr {
     uint64_t off, total;
     uint32_t len, flags;
 };
+
+/* H_SPLIT: of a message of @len bytes whose first byte lies @pgoff bytes
+ * into a page of @page bytes at the sender, the bytes before its first
+ * page boundary (*head) and after its last (*tail) go behind the piece
+ * header; the rest, whole pages at the sender (never another receive's
+ * guarded edge, so MPI reads them in place), follows as the bytes'
+ * message, empty or not (delta_wire.c). */
+static inline void ovl__delta_edges(size_t pgoff, size_t page, size_t len, size_t *head,
+                                    size_t *tail)
+{
+    size_t h = page && pgoff % page ? page - pgoff % page : 0;
+    size_t t = page ? (pgoff + len) % page : 0;
+    if (h > len)
+        h = len;
+    if (t > len - h)
+        t = len - h;
+    *head = h;
+    *tail = t;
+}
 
 struct range {
     size_t lo, hi;
@@ -94,10 +117,15 @@ struct ovl__delta {
     size_t plain_bytes;       /* the plain message's size, from its probe */
     struct piece_hdr whole_h; /* an H_WHOLE message's piece header */
     struct ovl__op plain_op;
-    struct ovl__op whole_hop; /* H_SPLIT: the receive of the piece header */
-    int split_left;           /* H_SPLIT: receives not back yet (header, bytes) */
-    int body_posted;          /* H_SPLIT: the bytes' receive (plain_op) is pending */
-    int body_n;               /* H_SPLIT: the bytes that came (-1: cancelled) */
+    struct ovl__op whole_hop;   /* H_SPLIT: the receive of the piece header */
+    int split_left;             /* H_SPLIT: receives not back yet (header, bytes) */
+    int body_posted;            /* H_SPLIT: the bytes' receive (plain_op) is pending */
+    int body_n;                 /* H_SPLIT: the bytes that came (-1: cancelled) */
+    uint32_t sp_pgoff, sp_page; /* H_SPLIT: the sender's delta_hdr.pgoff, page */
+    char *edge_buf;             /* H_SPLIT: the piece header and the edge bytes behind it */
+    size_t edge_cap;            /* (ovl__stage_get) */
+    int edge_n;                 /* H_SPLIT: the edge bytes that came */
+    size_t sp_bytes;            /* H_SPLIT: the room where the message's bytes go */
     atomic_int done;
     struct ovl__delta *fwd_dst[NFWD]; /* sends forwarding this receive */
 };

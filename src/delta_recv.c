@@ -39,6 +39,8 @@ static void finish_recv(struct ovl__delta *d, int err)
     }
     ovl__stage_put(d->staging, d->staging_cap);
     d->staging = NULL;
+    ovl__stage_put(d->edge_buf, d->edge_cap);
+    d->edge_buf = NULL;
     if (!err)
         err = d->err;
     if (!err && d->aborted)
@@ -252,6 +254,21 @@ static int whole_patient(const struct ovl__op *op)
     return !d->req->cont_registered && !forwarded(d) && ovl__model_cpu_bound(op->peer);
 }
 
+/* H_SPLIT: the edge bytes that came behind the piece header, to their
+ * places around the bytes' message (ovl__delta_edges) in a message of
+ * @len bytes. */
+static void split_edges_place(struct ovl__delta *d, size_t len)
+{
+    char *dst = d->staging ? d->staging : d->landing;
+    size_t eh, et;
+    ovl__delta_edges(d->sp_pgoff, d->sp_page, len, &eh, &et);
+    if (!dst || !d->edge_buf || eh + et == 0 || len > d->sp_bytes)
+        return;
+    const char *e = d->edge_buf + sizeof(struct piece_hdr);
+    memcpy(dst, e, eh);
+    memcpy(dst + len - et, e + eh, et);
+}
+
 /* H_SPLIT: both receives are back (driver). */
 static void split_finish(struct ovl__delta *d)
 {
@@ -265,11 +282,12 @@ static void split_finish(struct ovl__delta *d)
             take_abort(d, &h);
         } else if (h.len > 0 && d->body_n < 0) { /* ovl_finalize: they never came */
             err = OVL_ERR_CANCELLED;
-        } else if ((size_t)(d->body_n > 0 ? d->body_n : 0) != h.len) {
+        } else if (d->edge_n + (size_t)(d->body_n > 0 ? d->body_n : 0) != h.len) {
             err = ovl__error(OVL_ERR_MPI, "ovl_delta_recv",
-                             "%d of the message's %u bytes came: its sender failed", d->body_n,
-                             h.len);
+                             "%zu of the message's %u bytes came: its sender failed",
+                             d->edge_n + (size_t)(d->body_n > 0 ? d->body_n : 0), h.len);
         } else {
+            split_edges_place(d, h.len);
             whole_install(d, &h);
         }
     }
@@ -290,6 +308,25 @@ static void split_hdr_done(struct ovl__op *op, MPI_Status *st)
         d->err = OVL_ERR_CANCELLED;
     if (!d->err && st->MPI_ERROR != MPI_SUCCESS)
         d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
+    int n = 0;
+    if (!failed && d->edge_buf) { /* the piece header, then the edge bytes */
+        if (MPI_Get_count(st, MPI_BYTE, &n) != MPI_SUCCESS || n < (int)sizeof d->whole_h) {
+            failed = 1;
+            if (!d->err)
+                d->err = ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv", "short piece header");
+        } else {
+            memcpy(&d->whole_h, d->edge_buf, sizeof d->whole_h);
+            size_t eh, et;
+            ovl__delta_edges(d->sp_pgoff, d->sp_page, d->whole_h.len, &eh, &et);
+            d->edge_n = n - (int)sizeof d->whole_h;
+            if ((d->whole_h.flags & P_ABORT) || d->whole_h.len == 0)
+                d->edge_n = 0;
+            else if ((size_t)d->edge_n != eh + et && !d->err)
+                d->err = ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv",
+                                    "%d edge bytes behind the piece header, %zu expected",
+                                    d->edge_n, eh + et);
+        }
+    }
     /* (an error found at the post, d->err, leaves the bytes' receive to take
      * them, truncated, so that their sender completes; a receive that came
      * back in the same poll has no request left to cancel) */
@@ -349,6 +386,22 @@ static void split_post(struct ovl__delta *d, size_t bytes)
 {
     char *dst = whole_dst(d, &bytes);
     MPI_Comm comm = ovl__dom_cur()->comm_delta;
+    /* the piece header and the edge bytes behind it; the bytes' message
+     * after the head edge (the same for any length that has one) */
+    size_t eh = 0, et = 0, hn = sizeof d->whole_h;
+    ovl__delta_edges(d->sp_pgoff, d->sp_page, bytes, &eh, &et);
+    if (d->sp_page > (1u << 24)) {
+        finish_recv(d, ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv", "bad delta header"));
+        return;
+    }
+    d->sp_bytes = bytes;
+    if (d->sp_page) { /* pages of its own: MPI may write it through the kernel */
+        hn += 2 * (size_t)d->sp_page;
+        if (!(d->edge_buf = ovl__stage_get(hn, &d->edge_cap))) {
+            finish_recv(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_recv", "no memory"));
+            return;
+        }
+    }
     d->whole_hop = (struct ovl__op){ .ctx = d,
                                      .done = split_hdr_done,
                                      .kind = OVL__OP_FRAG,
@@ -356,11 +409,11 @@ static void split_post(struct ovl__delta *d, size_t bytes)
                                      .mreq = MPI_REQUEST_NULL };
     d->plain_op = d->whole_hop;
     d->plain_op.done = split_body_done;
-    int rc = MPI_Irecv(&d->whole_h, (int)sizeof d->whole_h, MPI_BYTE, d->peer, (int)d->sid, comm,
-                       &d->whole_hop.mreq);
+    int rc = MPI_Irecv(d->edge_buf ? d->edge_buf : (char *)&d->whole_h, (int)hn, MPI_BYTE, d->peer,
+                       (int)d->sid, comm, &d->whole_hop.mreq);
     if (rc == MPI_SUCCESS &&
-        (rc = MPI_Irecv(dst ? dst : (char *)&d->whole_h, (int)bytes, MPI_BYTE, d->peer, (int)d->sid,
-                        comm, &d->plain_op.mreq)) != MPI_SUCCESS) {
+        (rc = MPI_Irecv(dst ? dst + eh : (char *)&d->whole_h, (int)(bytes - eh), MPI_BYTE, d->peer,
+                        (int)d->sid, comm, &d->plain_op.mreq)) != MPI_SUCCESS) {
         MPI_Cancel(&d->whole_hop.mreq);
         MPI_Wait(&d->whole_hop.mreq, MPI_STATUS_IGNORE);
     }
@@ -433,6 +486,8 @@ static void header_matched(struct ovl__delta *d, MPI_Message msg, MPI_Status *st
     d->peer = st->MPI_SOURCE;
     d->sid = h.sid;
     d->max_piece = h.max_piece ? h.max_piece : 1;
+    d->sp_pgoff = h.pgoff;
+    d->sp_page = h.page;
     if (h.flags & H_WHOLE) {
         (h.flags & H_SPLIT ? split_post : whole_post)(d, (size_t)h.cap);
         return;

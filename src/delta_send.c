@@ -245,31 +245,38 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
 {
     if (d->err)
         return d->err;
+    /* H_SPLIT: the piece header, the bytes on the buffer's partial first
+     * and last page behind it (ovl__delta_edges), then the rest as a
+     * contiguous message of its own */
+    const int split = len > 0 && (d->hdr.flags & H_SPLIT);
+    size_t eh = 0, et = 0; /* off is 0: an H_SPLIT message is one piece */
+    if (split)
+        ovl__delta_edges(d->hdr.pgoff, d->hdr.page, len, &eh, &et);
+    const char *src = d->buf + off + eh; /* what follows the header(s) */
+    const size_t blen = len - eh - et;
     /* A piece on a page guarded as another pending receive's edge is
-     * copied whatever its size: MPI (or the kernel for it) cannot read it. */
-    int copy = len > 0 && (ovl__model_copy_piece(sizeof(struct piece_hdr) + len) ||
-                           ovl__watch_edge_touch(d->buf + off, len));
-    /* H_SPLIT: the piece header, then the bytes as a contiguous message of
-     * their own (from the buffer, or the copy) */
-    int split = len > 0 && (d->hdr.flags & H_SPLIT);
-    int whole = !split && (copy || len == 0); /* one contiguous block from p->h */
+     * copied whatever its size: MPI (or the kernel for it) cannot read it.
+     * (A split piece's bytes are whole pages, which no edge guards.) */
+    const int copy =
+        blen > 0 && ((!split && ovl__model_copy_piece(sizeof(struct piece_hdr) + len)) ||
+                     ovl__watch_edge_touch(src, blen));
+    const int whole = !split && (copy || len == 0); /* one contiguous block from p->h */
     /* A copy may be read by another process (shared-memory zero-copy:
      * CMA), which a guarded page makes fail: it gets pages of its own, never
-     * one shared with a heap buffer that is a pending delta receive. */
-    /* A split piece's copy goes to staging (ovl__stage_get: its own pages,
-     * kept between sends; a fresh 8 MiB mapping per send cost more than
-     * the copy), held by the send until it finishes: it has one piece. */
-    const int staged = split && copy;
+     * one shared with a heap buffer that is a pending delta receive. A split
+     * piece's header and edge bytes go from staging (ovl__stage_get: kept
+     * between sends), held by the send until it finishes: it has one piece. */
     struct send_piece *p = NULL;
     if (!d->fail_in || --d->fail_in > 0)
-        p = copy && !staged ? ovl__page_alloc(sizeof *p + len) : malloc(sizeof *p);
-    if (p && staged && !(d->staging = ovl__stage_get(len, &d->staging_cap))) {
+        p = copy ? ovl__page_alloc(sizeof *p + blen) : malloc(sizeof *p);
+    if (p && (eh || et) &&
+        !(d->staging = ovl__stage_get(sizeof(struct piece_hdr) + eh + et, &d->staging_cap))) {
         free(p);
         p = NULL;
     }
     if (!p)
         return fail_locked(d, ovl__error(OVL_ERR_NOMEM, "ovl_delta_send", "no memory for a piece"));
-    p->paged = copy && !staged;
+    p->paged = copy;
     p->h.off = off;
     p->h.len = (uint32_t)len;
     p->h.flags = flags;
@@ -280,9 +287,9 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
     p->op.kind = OVL__OP_SEND;
     p->op.peer = d->peer;
     p->op.mreq = MPI_REQUEST_NULL;
-    char *body = staged ? d->staging : copy ? p->data : d->buf + off;
+    const char *body = copy ? p->data : src;
     if (copy)
-        ovl__watch_read(body, d->buf + off, len);
+        ovl__watch_read(p->data, src, blen);
     MPI_Comm comm = ovl__dom_cur()->comm_delta;
     int rc;
     if (split) {
@@ -292,9 +299,16 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
         d->end_op = (struct ovl__op){
             .ctx = d, .done = piece_sent, .kind = OVL__OP_SEND, .peer = -2, .mreq = MPI_REQUEST_NULL
         };
-        rc = MPI_Isend(&d->end_h, (int)sizeof d->end_h, MPI_BYTE, d->peer, (int)d->sid, comm,
+        const char *head = (const char *)&d->end_h;
+        if (d->staging) { /* the edge bytes behind the piece header */
+            memcpy(d->staging, &d->end_h, sizeof d->end_h);
+            ovl__watch_read(d->staging + sizeof d->end_h, d->buf + off, eh);
+            ovl__watch_read(d->staging + sizeof d->end_h + eh, d->buf + off + len - et, et);
+            head = d->staging;
+        }
+        rc = MPI_Isend(head, (int)(sizeof d->end_h + eh + et), MPI_BYTE, d->peer, (int)d->sid, comm,
                        &d->end_op.mreq);
-        if (rc == MPI_SUCCESS && (rc = MPI_Isend(body, (int)len, MPI_BYTE, d->peer, (int)d->sid,
+        if (rc == MPI_SUCCESS && (rc = MPI_Isend(body, (int)blen, MPI_BYTE, d->peer, (int)d->sid,
                                                  comm, &p->op.mreq)) != MPI_SUCCESS) {
             /* The header has gone: its receiver takes the next message as
              * the bytes. An empty one, never the abort marker (which could
@@ -304,8 +318,8 @@ static int send_piece(struct ovl__delta *d, size_t off, size_t len, uint32_t fla
             MPI_Send(NULL, 0, MPI_BYTE, d->peer, (int)d->sid, comm);
         }
     } else if (whole) {
-        rc = MPI_Isend(&p->h, (int)(sizeof p->h + (copy ? len : 0)), MPI_BYTE, d->peer, (int)d->sid,
-                       comm, &p->op.mreq);
+        rc = MPI_Isend(&p->h, (int)(sizeof p->h + (copy ? blen : 0)), MPI_BYTE, d->peer,
+                       (int)d->sid, comm, &p->op.mreq);
     } else {
         MPI_Aint disp[2];
         int bl[2] = { (int)sizeof p->h, (int)len };
@@ -825,8 +839,14 @@ int ovl_delta_send_begin(void *buf, int count, MPI_Datatype dt, int dest, int ta
         }
     }
 
-    d->hdr = (struct delta_hdr){ HDR_MAGIC, d->sid, cap, (uint32_t)d->max_piece,
-                                 (whole ? H_WHOLE : 0u) | (split ? H_SPLIT : 0u) };
+    d->hdr = (struct delta_hdr){ HDR_MAGIC,
+                                 d->sid,
+                                 cap,
+                                 (uint32_t)d->max_piece,
+                                 (whole ? H_WHOLE : 0u) | (split ? H_SPLIT : 0u),
+                                 split ? (uint32_t)((uintptr_t)buf % page) : 0u,
+                                 split ? (uint32_t)page : 0u,
+                                 0 };
     d->hdr_op.ctx = d;
     d->hdr_op.done = piece_sent;
     d->hdr_op.kind = OVL__OP_SEND;

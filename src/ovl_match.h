@@ -22,7 +22,7 @@ void ovl__match_post(struct ovl__match *m);
 int ovl__match_prepost_done(struct ovl__match *m, int cancelled);
 /* The header of a plain message sent as header + body (message.c, to a
  * peer that has been sent delta messages): 32 bytes, so a probe tells it
- * from a 24-byte delta header by its size. The body follows on comm_delta
+ * from a 40-byte delta header by its size. The body follows on comm_delta
  * with tag sid. */
 struct ovl__plain_hdr {
     uint32_t magic, sid;

@@ -17,6 +17,7 @@
 
 #define STAGE_SLOTS 4
 #define STAGE_KEEP  ((size_t)64 << 20)
+#define STAGE_SMALL ((size_t)64 << 10) /* a request this small may take one this large */
 
 static struct {
     pthread_mutex_t lock;
@@ -30,8 +31,13 @@ char *ovl__stage_get(size_t bytes, size_t *cap)
         bytes = 1;
     pthread_mutex_lock(&SC.lock);
     int best = -1;
+    /* never a far larger one: it would leave its next large user a fresh
+     * mapping (a delta message's edge bytes take a page or two, its bytes
+     * megabytes) */
+    size_t most = bytes > STAGE_SMALL / 16 ? 16 * bytes : STAGE_SMALL;
     for (int i = 0; i < STAGE_SLOTS; i++)
-        if (SC.p[i] && SC.cap[i] >= bytes && (best < 0 || SC.cap[i] < SC.cap[best]))
+        if (SC.p[i] && SC.cap[i] >= bytes && SC.cap[i] <= most &&
+            (best < 0 || SC.cap[i] < SC.cap[best]))
             best = i;
     if (best >= 0) {
         char *p = SC.p[best];

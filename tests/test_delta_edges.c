@@ -1104,6 +1104,48 @@ static void local(void)
                 CHECKF(B[i] == val(i, 41), "B byte %zu changed to %u", i, B[i]);
         }
     }
+    /* a delta send from a buffer M between two pending delta receives,
+     * sharing its first page with A's guarded last page and its last page
+     * with C's guarded first page: one message, the bytes on those pages
+     * behind its piece header, the pages between read by MPI in place;
+     * received into a guarded delta receive at another offset in its
+     * page, nothing around it written */
+    {
+        size_t alen = 2 * ps + 100, mlen = 4 * ps + 7, clen = 2 * ps + 50, to = 300;
+        unsigned char *A = b + 100, *M = A + alen, *C = M + mlen;
+        memset(b, 0xee, n);
+        if (even) {
+            unsigned char *T = b + to;
+            CHECK_OK(ovl_delta_recv(T, (int)mlen, MPI_BYTE, peer, 44,
+                                    TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
+            CHECK_OK(ovl_wait(&q, NULL));
+            for (size_t i = 0; i < mlen; i++)
+                CHECKF(T[i] == val(i, 44), "M byte %zu arrived as %u", i, T[i]);
+            for (size_t i = 0; i < n; i++)
+                CHECKF(i - to < mlen || b[i] == 0xee, "byte %zu around the receive changed", i);
+            send_filled(A, alen, 45, 45);
+            send_filled(C, clen, 46, 46);
+        } else {
+            ovl_request_t qa, qc;
+            CHECK_OK(ovl_delta_recv(A, (int)alen, MPI_BYTE, peer, 45,
+                                    TH_MONITOR(OVL_MONITOR_MPROTECT), &qa));
+            CHECK_OK(ovl_delta_recv(C, (int)clen, MPI_BYTE, peer, 46,
+                                    TH_MONITOR(OVL_MONITOR_MPROTECT), &qc));
+            ovl_stats_t a = stats();
+            send_filled(M, mlen, 44, 44);
+            ovl_stats_t z = stats();
+            CHECKF(z.deltas_sent - a.deltas_sent == 1, "sent in %llu pieces",
+                   (unsigned long long)(z.deltas_sent - a.deltas_sent));
+            CHECK_OK(ovl_wait(&qa, NULL));
+            CHECK_OK(ovl_wait(&qc, NULL));
+            for (size_t i = 0; i < alen; i++)
+                CHECKF(A[i] == val(i, 45), "A byte %zu arrived as %u", i, A[i]);
+            for (size_t i = 0; i < clen; i++)
+                CHECKF(C[i] == val(i, 46), "C byte %zu arrived as %u", i, C[i]);
+            for (size_t i = 0; i < mlen; i++)
+                CHECKF(M[i] == val(i, 44), "M byte %zu changed to %u", i, M[i]);
+        }
+    }
     /* a delta message above the protocol switch (piece header and bytes as
      * two messages) into an ovl_irecv of a non-contiguous type: refused
      * with OVL_ERR_UNSUPPORTED, and its sender still completes (its bytes
@@ -1175,6 +1217,38 @@ static void local(void)
             CHECKF(st.bytes == cnt, "ended at %zu: %zu bytes", cnt, st.bytes);
             for (size_t i = 0; i < cnt; i++)
                 CHECKF(b[i] == val(i, 26 + k), "byte %zu arrived as %u", i, b[i]);
+        }
+    }
+    /* the same from a buffer 13 bytes into its page (its bytes before the
+     * first page boundary and after the last go behind the piece header):
+     * ended within those first bytes, at the boundary, one past it, past
+     * the next boundary, and one short of full length */
+    {
+        const size_t o = 13, cap = n - o, h = ps - o;
+        const size_t cnts[] = { 50, h, h + 1, h + ps + 5, cap - 1 };
+        for (int k = 0; k < 5; k++) {
+            size_t cnt = cnts[k];
+            if (even) {
+                CHECK_OK(ovl_delta_send_begin(b + o, (int)cap, MPI_BYTE, peer, 50 + k,
+                                              TH_MONITOR(OVL_MONITOR_EXPLICIT), &q));
+                for (size_t i = 0; i < cnt; i++)
+                    b[o + i] = val(i, 50 + k);
+                ovl_param_t pa = { .field_mask = OVL_PARAM_FIELD_COUNT, .count = (int)cnt };
+                CHECK_OK(ovl_delta_send_end(q, &pa));
+                CHECK_OK(ovl_wait(&q, NULL));
+            } else {
+                memset(b, 0xee, n);
+                ovl_status_t st;
+                CHECK_OK(ovl_delta_recv(b, (int)n, MPI_BYTE, peer, 50 + k,
+                                        TH_MONITOR(OVL_MONITOR_MPROTECT), &q));
+                CHECK_OK(ovl_wait(&q, &st));
+                CHECKF(st.bytes == cnt, "ended at %zu: %zu bytes", cnt, st.bytes);
+                for (size_t i = 0; i < cnt; i++)
+                    CHECKF(b[i] == val(i, 50 + k), "ended at %zu: byte %zu arrived as %u", cnt, i,
+                           b[i]);
+                for (size_t i = cnt; i < n; i++)
+                    CHECKF(b[i] == 0xee, "ended at %zu: byte %zu past it changed", cnt, i);
+            }
         }
     }
     free(b);
