@@ -33,8 +33,8 @@
  * message holds the whole pages between, read by MPI in place
  * (ovl__delta_edges): a partial page may be another receive's guarded
  * edge, which MPI cannot read, and copying the whole message instead made
- * the fault-monitored PRK Transpose on one node 1.26x plain MPI's time
- * against 1.13x without the copy;
+ * the fault-monitored PRK Transpose on one node 1.20x plain MPI's time
+ * against 1.16x now (docs/PERFORMANCE.md);
  * with no bytes to follow (an empty message, the abort marker) the second
  * receive is cancelled, which is safe because nothing else is sent with
  * its tag, the delta id, before the id space wraps. A send that fails
