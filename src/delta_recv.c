@@ -308,8 +308,8 @@ static void split_hdr_done(struct ovl__op *op, MPI_Status *st)
         d->err = OVL_ERR_CANCELLED;
     if (!d->err && st->MPI_ERROR != MPI_SUCCESS)
         d->err = ovl__mpi_error(st->MPI_ERROR, "ovl_delta_recv", "message transfer");
-    int n = 0;
     if (!failed && d->edge_buf) { /* the piece header, then the edge bytes */
+        int n = 0;
         if (MPI_Get_count(st, MPI_BYTE, &n) != MPI_SUCCESS || n < (int)sizeof d->whole_h) {
             failed = 1;
             if (!d->err)
@@ -388,12 +388,12 @@ static void split_post(struct ovl__delta *d, size_t bytes)
     MPI_Comm comm = ovl__dom_cur()->comm_delta;
     /* the piece header and the edge bytes behind it; the bytes' message
      * after the head edge (the same for any length that has one) */
-    size_t eh = 0, et = 0, hn = sizeof d->whole_h;
-    ovl__delta_edges(d->sp_pgoff, d->sp_page, bytes, &eh, &et);
     if (d->sp_page > (1u << 24)) {
         finish_recv(d, ovl__error(OVL_ERR_INTERNAL, "ovl_delta_recv", "bad delta header"));
         return;
     }
+    size_t eh = 0, et = 0, hn = sizeof d->whole_h;
+    ovl__delta_edges(d->sp_pgoff, d->sp_page, bytes, &eh, &et);
     d->sp_bytes = bytes;
     if (d->sp_page) { /* pages of its own: MPI may write it through the kernel */
         hn += 2 * (size_t)d->sp_page;

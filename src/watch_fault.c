@@ -178,9 +178,13 @@ static void step_end(uintptr_t page, int rekey)
     ovl__spin_lock(&ovl__watch_g.edges[e].busy);
     int guarded = atomic_load(&ovl__watch_g.edges[e].page) == page &&
                   atomic_load(&ovl__watch_g.edges[e].refs) > 0;
-    if (guarded || rekey)
+    /* without the key, plain mprotect: pkey_mprotect with key 0 fails
+     * (EINVAL) where the kernel has no protection keys */
+    if (rekey)
         key_protect((void *)page, ovl__watch_page(), guarded ? PROT_NONE : PROT_READ | PROT_WRITE,
                     0);
+    else if (guarded)
+        mprotect((void *)page, ovl__watch_page(), PROT_NONE);
     ovl__spin_unlock(&ovl__watch_g.edges[e].busy);
 }
 
