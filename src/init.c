@@ -34,6 +34,9 @@ MPI_Comm ovl_comm(void)
 
 int ovl__check_init(const char *fn)
 {
+    /* read before written: the line stays shared while nobody clears it */
+    if (!atomic_load_explicit(&ovl__g.called, memory_order_relaxed))
+        atomic_store_explicit(&ovl__g.called, 1, memory_order_relaxed);
     if (!atomic_load(&ovl__g.initialized))
         return ovl__error(OVL_ERR_NOT_INIT, fn, "call ovl_init() first (or ovl was finalised)");
     return OVL_SUCCESS;
@@ -171,6 +174,7 @@ static int find_nodes(void)
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int node_cpus = affinity > 0 ? CPU_COUNT(&all) : online > 0 ? (int)online : 1;
     ovl__g.node_oversubscribed = node_ranks > node_cpus;
+    ovl__g.one_node = node_ranks == ovl__g.size;
     ovl__g.cpus_per_rank = ovl__sched_cpus_per_rank(affinity, online, node_ranks);
     return OVL_SUCCESS;
 }

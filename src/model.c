@@ -203,23 +203,34 @@ int ovl__model_link_peer(void)
     return me > 0 ? me - 1 : me;
 }
 
-int ovl__model_direct(int peer)
+/* Whether another rank on this node is reached directly (OVL_RMA_LOCAL). */
+static int node_direct(void)
 {
-    if (!ovl__peer_on_node(peer))
-        return 0;
     switch (ovl__g.cfg.mpi.rma_local) {
     case OVL_RMA_LOCAL_DIRECT:
         return 1;
     case OVL_RMA_LOCAL_OVERLAP:
         return 0;
     default:
-        return peer == ovl__g.rank || !ovl__m.node_overlap;
+        return !ovl__m.node_overlap;
     }
+}
+
+int ovl__model_direct(int peer)
+{
+    if (!ovl__peer_on_node(peer))
+        return 0;
+    return peer == ovl__g.rank || node_direct();
 }
 
 int ovl__model_cpu_bound(int peer)
 {
     return ovl__g.cpus_per_rank < 2 && ovl__model_direct(peer);
+}
+
+int ovl__model_all_cpu_bound(void)
+{
+    return ovl__g.one_node && ovl__g.cpus_per_rank < 2 && node_direct();
 }
 
 /* The quick estimate at ovl_init: the link between rank 0 and

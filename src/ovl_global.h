@@ -40,6 +40,11 @@ struct ovl__global {
     int cpus_per_rank;
     /* more ranks on this node than CPUs its ranks may run on, together */
     int node_oversubscribed;
+    /* every rank of the communicator runs on this node */
+    int one_node;
+    /* set by every ovl call (ovl__check_init), cleared by the progress
+     * thread: whether the program called ovl since (ovl__model_all_cpu_bound) */
+    atomic_int called;
     /* statistics */
     atomic_ullong st_polls, st_wakeups, st_completions, st_callbacks, st_frag_sent, st_frag_recv,
         st_switches, st_faults, st_fault_waits, st_deltas_sent, st_deltas_recv, st_stream_msgs,

@@ -154,6 +154,9 @@ int ovl__model_overlap_pays(double hidden, double G_us_per_B, double copy_us_per
  * (ovl__g.cpus_per_rank): polling such a transfer early only takes that
  * CPU from the computation, so it waits for the program's own calls. */
 int ovl__model_cpu_bound(int peer);
+/* ovl__model_cpu_bound for every peer: all ranks on this node, reached
+ * directly, and this rank has no CPU to spare. */
+int ovl__model_all_cpu_bound(void);
 /* Size of strip @k (0-based) of a split @bytes transfer. */
 size_t ovl__model_strip_size(const struct ovl__split *s, size_t bytes, int k);
 /* Transfers smaller than this, posted while others are outstanding, are

@@ -1329,21 +1329,38 @@ static void *progress_thread(void *arg)
         backoff = predicted ? cap : backoff ? backoff * 2 : poll_us;
         if (backoff > cap)
             backoff = cap;
+        /* Patient work alone, and every peer's bytes move with this rank's
+         * own CPU (ovl__model_all_cpu_bound): while the program keeps
+         * calling ovl, its calls move that work, and a poll here would take
+         * the computation's CPU for what the next call does anyway (under
+         * Open MPI, a whole message's copy in slices of the computation's
+         * core). The thread polls once a whole sleep passed without an ovl
+         * call, so a program waiting in plain MPI still sees ovl's share of
+         * the work, a sleep later. */
+        const int lazy = !predicted && backoff >= longest_us && ovl__model_all_cpu_bound();
+        if (lazy)
+            atomic_store_explicit(&ovl__g.called, 0, memory_order_relaxed);
         struct timespec ts;
-        deadline_in(backoff, &ts);
-        if (!e->posted) {
-            double t0 = ovl__trace_on ? ovl__now_us() : 0;
-            rt_enter(&fifo);
-            e->sleep_until_us = ovl__now_us() + backoff;
-            e->awake = 0;
-            pthread_cond_timedwait(&e->cond, &e->lock, &ts);
-            e->awake = 1;
-            e->sleep_until_us = 0;
-            if (ovl__trace_on)
-                ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
-                                    backoff, NULL, 0, NULL, 0);
+        for (;;) {
+            deadline_in(backoff, &ts);
+            if (!e->posted) {
+                double t0 = ovl__trace_on ? ovl__now_us() : 0;
+                rt_enter(&fifo);
+                e->sleep_until_us = ovl__now_us() + backoff;
+                e->awake = 0;
+                pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+                e->awake = 1;
+                e->sleep_until_us = 0;
+                if (ovl__trace_on)
+                    ovl__trace_complete("progress", "sleep", t0, ovl__now_us() - t0, "backoff_us",
+                                        backoff, NULL, 0, NULL, 0);
+            }
+            atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
+            if (!lazy || e->stop || e->posted || atomic_load(&e->spinners) > 0 ||
+                !atomic_exchange_explicit(&ovl__g.called, 0, memory_order_relaxed) ||
+                urgent_work_locked(e))
+                break;
         }
-        atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
     }
     unlock_engine(e);
     return NULL;

@@ -553,6 +553,59 @@ static void paced_large_transfer(void)
     free(in);
 }
 
+/* A delta send between the two ranks of a pair while the receiver sits in a
+ * plain MPI call, its receive posted with ovl_irecv and no continuation:
+ * only its progress thread can match the message's header and post the
+ * body's receive, so the sender's wait needs that thread. Where every peer
+ * is on this node and the rank has no CPU to spare
+ * (ovl__model_all_cpu_bound: the usual local run), the thread leaves such
+ * work to the program's ovl calls as long as the program keeps making
+ * them, and polls once a whole sleep passes without one: this checks that
+ * it still does. */
+static void thread_alone_on_node(void)
+{
+    enum { N = 4 << 20, TAG = 87 };
+    unsigned char *buf = malloc(N);
+    CHECK(buf);
+    int token = 0;
+    sync_peer();
+    if (th_rank % 2 == 0) {
+        memset(buf, 0, N);
+        ovl_request_t r;
+        CHECK_OK(ovl_irecv(buf, N, MPI_BYTE, peer, TAG, &r));
+        /* no ovl call until the sender says its send completed */
+        CHECK_MPI(MPI_Recv(&token, 1, MPI_INT, peer, TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        ovl_status_t st;
+        CHECK_OK(ovl_wait(&r, &st));
+        CHECK(st.bytes == N && st.source == peer);
+        size_t bad = th_verify(buf, N, key_of(peer, TAG), 0);
+        CHECKF(bad == TH_OK, "byte %zu of %d wrong", bad, N);
+        if (th_rank == 0)
+            printf("test_continue: the receiver's thread alone on the node (every peer's bytes "
+                   "moved by the rank's own CPU: %s)\n",
+                   ovl__model_all_cpu_bound() ? "yes" : "no");
+    } else {
+        ovl_request_t s;
+        CHECK_OK(ovl_delta_send_begin(buf, N, MPI_BYTE, peer, TAG, NULL, &s));
+        th_fill(buf, N, key_of(th_rank, TAG), 0);
+        CHECK_OK(ovl_delta_send_end(s, NULL));
+        int flag = 0;
+        double t0 = th_now();
+        while (!flag) {
+            CHECK_OK(ovl_test(&s, &flag, OVL_STATUS_IGNORE));
+            CHECKF(flag || th_now() - t0 < 20,
+                   "a 4 MB delta send not taken in %.0f s by a receiver in MPI_Recv",
+                   th_now() - t0);
+            if (!flag) {
+                struct timespec ts = { 0, 100 * 1000 };
+                nanosleep(&ts, NULL);
+            }
+        }
+        CHECK_MPI(MPI_Send(&token, 1, MPI_INT, peer, TAG, MPI_COMM_WORLD));
+    }
+    free(buf);
+}
+
 /* ---- ovl_continue racing the completion ------------------------------------- */
 
 static atomic_int race_runs;
@@ -689,6 +742,7 @@ int main(int argc, char **argv)
         without_ovl_calls();
         resumes_after_wait();
         paced_large_transfer();
+        thread_alone_on_node();
         continue_races_completion();
     } else if (th_rank == 0)
         printf("test_continue: callbacks-without-ovl-calls check needs OVL_PROGRESS=thread: "
