@@ -1356,9 +1356,10 @@ static void *progress_thread(void *arg)
                                         backoff, NULL, 0, NULL, 0);
             }
             atomic_fetch_add_explicit(&ovl__g.st_wakeups, 1, memory_order_relaxed);
+            /* work the program's calls completed meanwhile: to the idle wait */
             if (!lazy || e->stop || e->posted || atomic_load(&e->spinners) > 0 ||
-                !atomic_exchange_explicit(&ovl__g.called, 0, memory_order_relaxed) ||
-                urgent_work_locked(e))
+                !has_work_locked(e) || urgent_work_locked(e) ||
+                !atomic_exchange_explicit(&ovl__g.called, 0, memory_order_relaxed))
                 break;
         }
     }
