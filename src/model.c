@@ -220,7 +220,10 @@ int ovl__model_direct(int peer)
 {
     if (!ovl__peer_on_node(peer))
         return 0;
-    return peer == ovl__g.rank || node_direct();
+    /* auto: always for the caller itself; overlap means overlap for it too */
+    if (peer == ovl__g.rank && ovl__g.cfg.mpi.rma_local == OVL_RMA_LOCAL_AUTO)
+        return 1;
+    return node_direct();
 }
 
 int ovl__model_cpu_bound(int peer)
